@@ -1,0 +1,53 @@
+# skewtrace build and test entry points. `make test` is what CI runs (.ci/run calls it).
+SHELL := /bin/bash
+VENV ?= $(HOME)/.cache/skewtrace/venv
+PY := $(VENV)/bin/python
+BUILD := $(CURDIR)/build
+OTELCOL := $(BUILD)/otelcol-skewtrace
+JAEGER := $(BUILD)/jaeger
+export SKEWTRACE_OTELCOL := $(OTELCOL)
+export SKEWTRACE_JAEGER := $(JAEGER)
+
+.PHONY: all venv collector jaeger lint test test-go test-py demo bench clean
+
+all: venv collector
+
+# The venv lives at a stable path outside the checkout so CI reuses torch (several GB).
+venv: $(VENV)/.skewtrace-installed
+$(VENV)/.skewtrace-installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[torch,dev]'
+	touch $@
+
+collector: $(OTELCOL)
+$(OTELCOL): $(shell find src/collector collector-config -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name 'builder-config.yaml' \) 2>/dev/null)
+	bash collector-config/build.sh $(OTELCOL)
+
+jaeger: $(JAEGER)
+$(JAEGER): tools/jaeger/go.mod
+	bash tools/jaeger/build.sh $(JAEGER)
+
+lint: venv
+	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/ruff format --check src tests examples benchmarks
+	$(VENV)/bin/mypy
+	cd src/collector && go vet ./...
+
+test-go:
+	cd src/collector && go test -count=1 ./...
+
+test-py: venv collector jaeger
+	$(PY) -m pytest -q
+
+test: lint test-go test-py
+
+demo: venv collector
+	$(PY) -m skewtrace.cli demo
+
+bench: venv collector
+	$(PY) benchmarks/overhead.py
+	cd src/collector && go test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf $(BUILD)
