@@ -1,0 +1,90 @@
+package barrierskewconnector // import "github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector"
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+)
+
+// Config is the barrierskew connector's configuration. The join keys (used only when the
+// spans were not already annotated by the barrierskew processor) are documented on
+// join.Config and in README.md.
+type Config struct {
+	join.Config `mapstructure:",squash"`
+
+	// MetricsFlushInterval is how often the cumulative metrics are emitted. Default 1s.
+	MetricsFlushInterval time.Duration `mapstructure:"metrics_flush_interval"`
+	// HistogramBuckets are the explicit bucket bounds, in seconds, of every histogram.
+	// Default 0.0005 .. 10 (ms to s).
+	HistogramBuckets []float64 `mapstructure:"histogram_buckets"`
+	// MaxSeries bounds the data point series per metric; new series beyond it are dropped
+	// and counted. Default 20000.
+	MaxSeries int `mapstructure:"max_series"`
+	// ClockOffsetSmoothing is the EWMA weight of a new per-host clock offset sample.
+	// Default 0.2.
+	ClockOffsetSmoothing float64 `mapstructure:"clock_offset_smoothing"`
+	// ExemplarsPerPoint bounds the exemplars kept per histogram point between flushes
+	// (0 disables exemplars). Default 4.
+	ExemplarsPerPoint int `mapstructure:"exemplars_per_point"`
+	// DedupWindow is how many recent collective keys are remembered to count each annotated
+	// collective's skew once although every member's span carries it. Default 65536.
+	DedupWindow int `mapstructure:"dedup_window"`
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		Config:               join.DefaultConfig(),
+		MetricsFlushInterval: time.Second,
+		HistogramBuckets: []float64{
+			0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+		},
+		MaxSeries:            20000,
+		ClockOffsetSmoothing: 0.2,
+		ExemplarsPerPoint:    4,
+		DedupWindow:          65536,
+	}
+}
+
+// Validate checks the configuration; each error names the YAML key.
+func (c *Config) Validate() error {
+	errs := []error{c.Config.Validate()}
+	if c.MetricsFlushInterval <= 0 {
+		errs = append(errs, fmt.Errorf("metrics_flush_interval must be > 0, got %s",
+			c.MetricsFlushInterval))
+	}
+	if len(c.HistogramBuckets) == 0 {
+		errs = append(errs, errors.New("histogram_buckets must not be empty"))
+	} else if !sort.SliceIsSorted(c.HistogramBuckets, func(i, j int) bool {
+		return c.HistogramBuckets[i] < c.HistogramBuckets[j]
+	}) || hasDuplicates(c.HistogramBuckets) {
+		errs = append(errs, fmt.Errorf("histogram_buckets must be strictly increasing, got %v",
+			c.HistogramBuckets))
+	}
+	if c.MaxSeries <= 0 {
+		errs = append(errs, fmt.Errorf("max_series must be > 0, got %d", c.MaxSeries))
+	}
+	if c.ClockOffsetSmoothing <= 0 || c.ClockOffsetSmoothing > 1 {
+		errs = append(errs, fmt.Errorf("clock_offset_smoothing must be in (0, 1], got %g",
+			c.ClockOffsetSmoothing))
+	}
+	if c.ExemplarsPerPoint < 0 {
+		errs = append(errs, fmt.Errorf("exemplars_per_point must be >= 0, got %d",
+			c.ExemplarsPerPoint))
+	}
+	if c.DedupWindow <= 0 {
+		errs = append(errs, fmt.Errorf("dedup_window must be > 0, got %d", c.DedupWindow))
+	}
+	return errors.Join(errs...)
+}
+
+func hasDuplicates(sorted []float64) bool {
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return true
+		}
+	}
+	return false
+}
