@@ -1,0 +1,232 @@
+"""The rank side of pacing: a background poller of the pacer and the delay it applies per step.
+
+::
+
+    client = PacingClient("http://127.0.0.1:4320", job_id, rank, max_delay_s=0.05)
+    client.start()                      # daemon thread: GET {url}/v1/pacing?job=<job_id>
+    ...
+    seconds, version = client.current_delay()   # once per step, on the training thread
+    apply_delay(seconds, device)                 # before the step's first collective
+    ...
+    client.stop()
+
+Fail open. ``current_delay`` only reads an immutable tuple the poller replaced; it never does
+I/O, never blocks on a lock and never raises. Whenever the pacer is unreachable, answers an
+error, sends something that is not a valid decision, or has not been heard from for
+``stale_after_s`` (three poll intervals by default), the delay is 0. An outage is logged once
+when it starts and once when it ends; the poller retries with exponential backoff, capped at
+``max_backoff_s``. The rank's own ``max_delay_s`` (``SKEWTRACE_PACING_MAX_DELAY``) caps every
+delay, whatever the pacer says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from functools import lru_cache
+from typing import Any
+from urllib.parse import quote
+
+_log = logging.getLogger(__name__)
+
+_MAX_RESPONSE_BYTES = 1 << 20
+# torch.cuda._sleep spins one kernel; past this many cycles (~10 ms at 2 GHz) it is split so no
+# single kernel hogs an SM scheduler slot for long.
+_MAX_CYCLES_PER_KERNEL = 20_000_000
+
+
+class PacingClient:
+    """Polls the pacer for this rank's delay; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        job_id: str,
+        rank: int,
+        *,
+        max_delay_s: float,
+        poll_interval_s: float = 1.0,
+        token: str | None = None,
+        stale_after_s: float | None = None,
+        max_backoff_s: float = 30.0,
+        request_timeout_s: float | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"pacer url {url!r}: expected http(s)://host:port")
+        if not (math.isfinite(max_delay_s) and max_delay_s >= 0):
+            raise ValueError(f"max_delay_s must be >= 0, got {max_delay_s!r}")
+        if not (math.isfinite(poll_interval_s) and poll_interval_s > 0):
+            raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s!r}")
+        if not job_id:
+            raise ValueError("job_id must not be empty")
+        self.url = url.rstrip("/")
+        self.job_id = job_id
+        self.rank = rank
+        self.max_delay_s = max_delay_s
+        self.poll_interval_s = poll_interval_s
+        self.stale_after_s = 3 * poll_interval_s if stale_after_s is None else stale_after_s
+        self.max_backoff_s = max(max_backoff_s, poll_interval_s)
+        # Shorter than the poll interval so one hung request does not hold back the next
+        # decision for long; the poll thread is the only one that waits on it.
+        self.request_timeout_s = (
+            min(2.0, max(0.2, poll_interval_s)) if request_timeout_s is None else request_timeout_s
+        )
+        self._request_url = f"{self.url}/v1/pacing?job={quote(job_id, safe='')}"
+        self._headers = {"Accept": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        # (delay, version, monotonic time of the answer): replaced whole, read without a lock.
+        self._latest: tuple[float, int, float] = (0.0, 0, -math.inf)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+        self.polls_ok = 0
+        self.polls_failed = 0
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, name=f"skewtrace-pacing-{self.rank}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.request_timeout_s + 1.0)
+        self._latest = (0.0, self._latest[1], -math.inf)
+
+    def current_delay(self) -> tuple[float, int]:
+        """(seconds in [0, max_delay_s], decision version); 0 when stale or failing."""
+        try:
+            delay, version, at = self._latest
+            if time.monotonic() - at > self.stale_after_s:
+                return 0.0, version
+            return min(delay, self.max_delay_s), version
+        except Exception:  # never raise into training
+            return 0.0, 0
+
+    # ------------------------------------------------------------------ poll thread
+
+    def _run(self) -> None:
+        backoff = self.poll_interval_s
+        while not self._stop.is_set():
+            try:
+                delay, version = self._poll_once()
+            except Exception as exc:
+                self._on_failure(exc)
+                wait = backoff
+                backoff = min(backoff * 2, self.max_backoff_s)
+            else:
+                self._latest = (delay, version, time.monotonic())
+                self.polls_ok += 1
+                if self._failing:
+                    self._failing = False
+                    _log.info("pacer %s reachable again; pacing resumes", self.url)
+                backoff = self.poll_interval_s
+                wait = self.poll_interval_s
+            self._stop.wait(wait)
+
+    def _on_failure(self, exc: BaseException) -> None:
+        self.polls_failed += 1
+        # Fail open at once rather than waiting for the last answer to go stale.
+        self._latest = (0.0, self._latest[1], self._latest[2])
+        if not self._failing:
+            self._failing = True
+            _log.warning(
+                "pacer %s unusable (%s); no pacing delay until it answers again "
+                "(retrying with backoff up to %.0f s)",
+                self.url,
+                exc,
+                self.max_backoff_s,
+            )
+
+    def _poll_once(self) -> tuple[float, int]:
+        request = urllib.request.Request(self._request_url, headers=self._headers)
+        with urllib.request.urlopen(request, timeout=self.request_timeout_s) as response:
+            body = response.read(_MAX_RESPONSE_BYTES + 1)
+        if len(body) > _MAX_RESPONSE_BYTES:
+            raise ValueError("pacer answer too large")
+        return parse_decision(json.loads(body), self.rank, self.max_delay_s)
+
+
+def parse_decision(body: Any, rank: int, max_delay_s: float) -> tuple[float, int]:
+    """This rank's (delay, version) from a decision body; raises ValueError when malformed."""
+    if not isinstance(body, dict):
+        raise ValueError("pacer answer is not a JSON object")
+    version = body.get("version")
+    active = body.get("active")
+    delays = body.get("delays")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError("pacer answer has no integer 'version'")
+    if not isinstance(active, bool):
+        raise ValueError("pacer answer has no boolean 'active'")
+    if not isinstance(delays, dict):
+        raise ValueError("pacer answer has no 'delays' object")
+    if not active:
+        return 0.0, version
+    raw = delays.get(str(rank), 0.0)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ValueError(f"pacer delay for rank {rank} is not a finite number: {raw!r}")
+    return min(max(float(raw), 0.0), max_delay_s), version
+
+
+# ---------------------------------------------------------------------- applying a delay
+
+
+def apply_delay(seconds: float, device: object | None = None) -> None:
+    """Delay this rank by ``seconds`` before its next collective.
+
+    On CPU (or no device) the host thread sleeps. On a CUDA device the delay is a spin kernel
+    queued on the current stream, so the host keeps launching work and the collective that
+    follows on that stream starts ``seconds`` later; the host thread is not blocked.
+    """
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        return
+    if getattr(device, "type", None) == "cuda":
+        _cuda_delay(seconds, device)
+        return
+    time.sleep(seconds)
+
+
+def cuda_sleep_cycles(seconds: float, clock_rate_khz: int) -> list[int]:
+    """The ``torch.cuda._sleep`` cycle counts for ``seconds`` at ``clock_rate_khz``.
+
+    ``_sleep`` spins on the SM clock, so cycles = seconds * clock rate. Long delays are split
+    into kernels of at most ``_MAX_CYCLES_PER_KERNEL`` cycles.
+    """
+    if not (math.isfinite(seconds) and seconds > 0) or clock_rate_khz <= 0:
+        return []
+    total = round(seconds * clock_rate_khz * 1000)
+    if total <= 0:
+        return []
+    full, rest = divmod(total, _MAX_CYCLES_PER_KERNEL)
+    return [_MAX_CYCLES_PER_KERNEL] * full + ([rest] if rest else [])
+
+
+@lru_cache(maxsize=16)
+def _clock_rate_khz(device_index: int) -> int:
+    import torch
+
+    # The SM's maximum (boost) clock: at a lower actual clock the delay runs longer than
+    # asked, which the rank's cap bounds only approximately (see docs/pacing.md).
+    return int(torch.cuda.get_device_properties(device_index).clock_rate)
+
+
+def _cuda_delay(seconds: float, device: Any) -> None:
+    try:
+        import torch
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        for cycles in cuda_sleep_cycles(seconds, _clock_rate_khz(index)):
+            torch.cuda._sleep(cycles)
+    except Exception:
+        # Pacing is an optimisation; a CUDA problem here must surface in the training step
+        # itself, not in the pacer's delay.
+        _log.debug("CUDA pacing delay failed", exc_info=True)

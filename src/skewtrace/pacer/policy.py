@@ -1,0 +1,259 @@
+"""The pacing policy: a window of per-rank barrier observations in, per-rank delays out.
+
+Pure: no I/O, no clock reads, no randomness. The service builds a :class:`JobWindow` from the
+Collector's ``training.rank.wait`` / ``training.rank.lateness`` / ``training.step.duration``
+histograms (sums and counts over the last ``window_s`` seconds) and calls :func:`decide` with
+the previous :class:`PolicyState`; the returned :class:`Decision` carries the next state.
+
+Why it is built on sums and counts, per step, rather than on per-collective quantiles: with
+DDP a step has many gradient-bucket all-reduces and only the first one absorbs a rank's
+lateness, so a per-collective p95 of the skew can miss a straggler entirely. ``wait.sum /
+steps`` is exactly the time per step a rank idled at barriers, whatever the number of
+collectives, and sums and counts survive the cumulative-to-delta conversion without the error
+of bucket interpolation.
+
+The counterfactual: pacing changes what it measures. A delayed rank waits less, so the
+observed spread shrinks while pacing is on, and a controller that looked only at the observed
+spread would switch itself off and flap. The policy therefore adds back the delay each rank
+was asked to apply during the window (``applied_delay``) and works on the *natural* arrival
+spread, the one the job would show without pacing. See ``docs/pacing.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Delays below this are noise next to a sleep's own jitter; they are published as 0.
+_MIN_USEFUL_DELAY_S = 1e-4
+
+REASON_INSUFFICIENT_RANKS = "insufficient_ranks"
+REASON_NO_STEP_TIME = "no_step_time"
+REASON_BELOW_THRESHOLD = "below_threshold"
+REASON_ABOVE_THRESHOLD = "above_threshold"
+REASON_ACTIVATING = "activating"
+REASON_DEACTIVATING = "deactivating"
+REASON_ACTIVE = "active"
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """How the policy reacts; the defaults are the ``skewtrace pacer`` defaults."""
+
+    activate_threshold: float = 0.10
+    """Natural arrival spread per step, as a fraction of the mean step time, that turns pacing
+    on once sustained for ``activate_hold_s``."""
+
+    deactivate_threshold: float = 0.05
+    """Spread fraction below which pacing turns off once sustained for ``deactivate_hold_s``;
+    lower than ``activate_threshold`` (hysteresis)."""
+
+    activate_hold_s: float = 1.5
+    """How long the spread must stay above ``activate_threshold`` before pacing turns on."""
+
+    deactivate_hold_s: float = 4.0
+    """How long the spread must stay below ``deactivate_threshold`` before pacing turns off."""
+
+    max_delay_s: float = 0.05
+    """Upper bound on any delay the controller publishes (ranks also cap on their side)."""
+
+    wait_fraction: float = 0.5
+    """A delay is at most this fraction of the rank's natural wait per step."""
+
+    margin_s: float = 0.002
+    """A delay stays at least this far below the rank's natural wait per step, so the paced
+    rank still arrives before the latest one on average."""
+
+    gain: float = 0.5
+    """Each decision moves a delay this fraction of the way to its target (smoothing)."""
+
+    min_steps: int = 3
+    """A rank with fewer steps in the window is left out (too little data to judge)."""
+
+    min_ranks: int = 2
+    """Fewer reporting ranks than this and pacing is off (nothing to compare)."""
+
+    def __post_init__(self) -> None:
+        def positive(name: str, value: float) -> None:
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+        def non_negative(name: str, value: float) -> None:
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+        positive("activate_threshold", self.activate_threshold)
+        non_negative("deactivate_threshold", self.deactivate_threshold)
+        if self.deactivate_threshold >= self.activate_threshold:
+            raise ValueError(
+                f"deactivate_threshold ({self.deactivate_threshold}) must be lower than "
+                f"activate_threshold ({self.activate_threshold}) for hysteresis"
+            )
+        non_negative("activate_hold_s", self.activate_hold_s)
+        non_negative("deactivate_hold_s", self.deactivate_hold_s)
+        non_negative("max_delay_s", self.max_delay_s)
+        non_negative("margin_s", self.margin_s)
+        if not (0 < self.wait_fraction <= 1):
+            raise ValueError(f"wait_fraction must be in (0, 1], got {self.wait_fraction!r}")
+        if not (0 < self.gain <= 1):
+            raise ValueError(f"gain must be in (0, 1], got {self.gain!r}")
+        if self.min_steps < 1:
+            raise ValueError(f"min_steps must be >= 1, got {self.min_steps!r}")
+        if self.min_ranks < 2:
+            raise ValueError(f"min_ranks must be >= 2, got {self.min_ranks!r}")
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    """One rank's observations over the window (sums of the delta histograms)."""
+
+    steps: int
+    """``training.step.duration`` count: steps the rank finished in the window."""
+
+    step_time_sum_s: float
+    """``training.step.duration`` sum."""
+
+    wait_sum_s: float
+    """``training.rank.wait`` sum: time the rank idled at barriers for later ranks."""
+
+    lateness_sum_s: float
+    """``training.rank.lateness`` sum: time the rank arrived after the earliest."""
+
+    applied_delay_s: float = 0.0
+    """Mean delay per step the controller asked of this rank during the window."""
+
+    @property
+    def wait_per_step_s(self) -> float:
+        return self.wait_sum_s / self.steps if self.steps else 0.0
+
+    @property
+    def lateness_per_step_s(self) -> float:
+        return self.lateness_sum_s / self.steps if self.steps else 0.0
+
+    @property
+    def mean_step_time_s(self) -> float:
+        return self.step_time_sum_s / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class JobWindow:
+    """All ranks of one job over the window ending at ``now``."""
+
+    now: float
+    """The decision time in seconds (any monotonic origin; only differences are used)."""
+
+    ranks: Mapping[int, RankWindow]
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What one decision hands to the next."""
+
+    active: bool = False
+    crossing_since: float | None = None
+    """When the spread first crossed the threshold that would flip ``active`` (None: it has
+    not, or it went back)."""
+
+    delays: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    active: bool
+    delays: Mapping[int, float]
+    """Delay per reporting rank in seconds (0 for unpaced ranks); empty when too few ranks."""
+
+    spread_fraction: float | None
+    """Natural arrival spread per step over mean step time; None without enough data."""
+
+    reason: str
+    state: PolicyState
+
+
+def _natural_waits(ranks: Mapping[int, RankWindow]) -> dict[int, float]:
+    """Per-step wait each rank would show without pacing, relative to the latest rank.
+
+    A rank delayed by ``d`` arrives ``d`` later than it naturally would, so its natural
+    earliness is its observed wait plus ``d``. Waits are measured against each collective's
+    latest arrival, which pacing itself can move; subtracting the smallest natural wait
+    re-bases every rank on the naturally latest one and makes the estimate independent of
+    who happened to be last while pacing was on.
+    """
+    raw = {r: w.wait_per_step_s + w.applied_delay_s for r, w in ranks.items()}
+    floor = min(raw.values())
+    return {r: value - floor for r, value in raw.items()}
+
+
+def decide(window: JobWindow, previous: PolicyState, params: PolicyParams) -> Decision:
+    """The next decision for one job; see the module docstring and ``docs/pacing.md``."""
+    ranks = {r: w for r, w in window.ranks.items() if w.steps >= params.min_steps}
+    if len(ranks) < params.min_ranks:
+        return _off(REASON_INSUFFICIENT_RANKS, None)
+    total_steps = sum(w.steps for w in ranks.values())
+    step_time = sum(w.step_time_sum_s for w in ranks.values()) / total_steps
+    if not (math.isfinite(step_time) and step_time > 0):
+        return _off(REASON_NO_STEP_TIME, None)
+
+    natural_wait = _natural_waits(ranks)
+    spread = max(natural_wait.values()) / step_time
+    active, crossing_since, reason = _hysteresis(spread, window.now, previous, params)
+    if not active:
+        delays = dict.fromkeys(ranks, 0.0)
+        state = PolicyState(active=False, crossing_since=crossing_since, delays=delays)
+        return Decision(False, delays, spread, reason, state)
+
+    delays = _delays(ranks, natural_wait, previous.delays if previous.active else {}, params)
+    state = PolicyState(active=True, crossing_since=crossing_since, delays=delays)
+    return Decision(True, delays, spread, reason, state)
+
+
+def _off(reason: str, spread: float | None) -> Decision:
+    return Decision(False, {}, spread, reason, PolicyState())
+
+
+def _hysteresis(
+    spread: float, now: float, previous: PolicyState, params: PolicyParams
+) -> tuple[bool, float | None, str]:
+    """(active, crossing_since, reason): a flip needs the crossing sustained for its hold."""
+    if previous.active:
+        if spread >= params.deactivate_threshold:
+            return True, None, REASON_ACTIVE
+        since = previous.crossing_since if previous.crossing_since is not None else now
+        if now - since >= params.deactivate_hold_s:
+            return False, None, REASON_BELOW_THRESHOLD
+        return True, since, REASON_DEACTIVATING
+    if spread < params.activate_threshold:
+        return False, None, REASON_BELOW_THRESHOLD
+    since = previous.crossing_since if previous.crossing_since is not None else now
+    if now - since >= params.activate_hold_s:
+        return True, None, REASON_ACTIVE
+    return False, since, REASON_ACTIVATING
+
+
+def _delays(
+    ranks: Mapping[int, RankWindow],
+    natural_wait: Mapping[int, float],
+    previous_delays: Mapping[int, float],
+    params: PolicyParams,
+) -> dict[int, float]:
+    # The latest rank is never delayed: both the observed one (max lateness now) and the
+    # natural one (smallest natural wait) get 0.
+    latest_observed = max(ranks, key=lambda r: (ranks[r].lateness_per_step_s, -r))
+    latest_natural = min(natural_wait, key=lambda r: (natural_wait[r], r))
+    delays: dict[int, float] = {}
+    for rank, observed in ranks.items():
+        wait = natural_wait[rank]
+        natural_lateness = max(0.0, observed.lateness_per_step_s - observed.applied_delay_s)
+        persistently_early = wait > params.margin_s and wait > natural_lateness
+        if rank in (latest_observed, latest_natural) or not persistently_early:
+            delays[rank] = 0.0
+            continue
+        bound = min(params.max_delay_s, params.wait_fraction * wait, wait - params.margin_s)
+        before = previous_delays.get(rank, 0.0)
+        smoothed = before + params.gain * (bound - before)
+        # Smoothing moves toward the bound from either side; clamp again so a bound that
+        # dropped (the rank stopped being early) takes effect at once.
+        delay = min(max(smoothed, 0.0), bound)
+        delays[rank] = delay if delay >= _MIN_USEFUL_DELAY_S else 0.0
+    return delays

@@ -1,0 +1,340 @@
+"""The pacer service: OTLP metrics in, a decision per job on every tick, decisions served over HTTP.
+
+::
+
+    Collector (barrierskew connector -> otlp exporter)
+        | OTLP/gRPC ExportMetricsServiceRequest
+        v
+    OtlpMetricsServer --ingest--> JobWindows (per job, per rank deltas over window_s)
+                                       | every decision_interval_s: expire, window(), decide()
+                                       v
+                                  decisions[job] --> PacingHttpServer  GET /v1/pacing?job=ID
+                                       |
+                                       +--> own metrics (skewtrace.pacing.*) via the OTel SDK
+
+One lock guards the windows and the decisions; the gRPC and HTTP threads hold it only to copy
+in or read out, the ticker to run the policy (microseconds per job).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+
+from skewtrace import semconv
+from skewtrace.pacer.http_api import PacingHttpServer
+from skewtrace.pacer.otlp_receiver import ExportRequest, OtlpMetricsServer
+from skewtrace.pacer.policy import Decision, PolicyParams, PolicyState, decide
+from skewtrace.pacer.state import JobWindows
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_OTLP_GRPC = "127.0.0.1:4321"
+DEFAULT_HTTP = "127.0.0.1:4320"
+
+# Two decisions whose delays differ by less than this are the same decision (no new version).
+_DELAY_RESOLUTION_S = 1e-4
+
+
+@dataclass(frozen=True)
+class PacerConfig:
+    """Everything ``skewtrace pacer`` can be told; see ``docs/pacing.md``."""
+
+    otlp_host: str = "127.0.0.1"
+    otlp_port: int = 4321
+    http_host: str = "127.0.0.1"
+    http_port: int = 4320
+    token: str | None = field(default=None, repr=False)
+    """Bearer token required on /v1/*; None serves without authentication."""
+    window_s: float = 4.0
+    """The policy looks at the metrics received in the last window_s seconds."""
+    decision_interval_s: float = 0.5
+    """How often every job's decision is recomputed."""
+    rank_timeout_s: float = 4.0
+    """A rank with no new steps for this long is left out of its job's decisions."""
+    job_timeout_s: float = 60.0
+    """A job with no data points for this long is forgotten."""
+    max_jobs: int = 1024
+    max_ranks_per_job: int = 65536
+    policy: PolicyParams = field(default_factory=PolicyParams)
+    metrics_endpoint: str | None = None
+    """OTLP/gRPC endpoint for the pacer's own metrics; None keeps them in-process only."""
+    metrics_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "window_s",
+            "decision_interval_s",
+            "rank_timeout_s",
+            "job_timeout_s",
+            "metrics_interval_s",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("otlp_port", "http_port"):
+            value = getattr(self, name)
+            if not 0 <= value <= 65535:
+                raise ValueError(f"{name} must be in 0..65535, got {value!r}")
+        if self.max_jobs < 1 or self.max_ranks_per_job < 2:
+            raise ValueError("max_jobs must be >= 1 and max_ranks_per_job >= 2")
+
+
+@dataclass
+class _JobDecision:
+    state: PolicyState
+    version: int
+    body: dict[str, Any]
+
+
+class PacerService:
+    """Owns the servers, the windows, the policy loop and the pacer's own metrics."""
+
+    def __init__(
+        self,
+        config: PacerConfig,
+        *,
+        meter_provider: MeterProvider | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._lock = threading.Lock()
+        self._windows = JobWindows(
+            config.window_s,
+            config.job_timeout_s,
+            rank_timeout_s=config.rank_timeout_s,
+            max_jobs=config.max_jobs,
+            max_ranks_per_job=config.max_ranks_per_job,
+        )
+        self._decisions: dict[str, _JobDecision] = {}
+        self._requests = 0
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self._otlp: OtlpMetricsServer | None = None
+        self._http: PacingHttpServer | None = None
+        self._owned_meter_provider: Any = None
+        self._setup_metrics(meter_provider)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Bind both servers and start the decision loop; raises OSError when a port is taken."""
+        cfg = self.config
+        self._otlp = OtlpMetricsServer(cfg.otlp_host, cfg.otlp_port, self.ingest)
+        try:
+            self._http = PacingHttpServer(
+                cfg.http_host,
+                cfg.http_port,
+                self.decision_body,
+                jobs=self.job_ids,
+                health=self.health,
+                token=cfg.token,
+            )
+        except OSError:
+            self._otlp.stop(0)
+            raise
+        self._otlp.start()
+        self._http.start()
+        self._ticker = threading.Thread(target=self._run_ticks, name="pacer-decide", daemon=True)
+        self._ticker.start()
+        _log.info(
+            "pacer listening: OTLP/gRPC metrics on %s:%d, decisions on http://%s:%d%s",
+            cfg.otlp_host,
+            self.otlp_port,
+            cfg.http_host,
+            self.http_port,
+            " (bearer token required)" if cfg.token else "",
+        )
+
+    @property
+    def otlp_port(self) -> int:
+        return self._otlp.port if self._otlp else self.config.otlp_port
+
+    @property
+    def http_port(self) -> int:
+        return self._http.port if self._http else self.config.http_port
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+        if self._http is not None:
+            self._http.stop()
+        if self._otlp is not None:
+            self._otlp.stop()
+        if self._owned_meter_provider is not None:
+            # Bounded: an unreachable metrics endpoint must not hold up shutdown.
+            self._owned_meter_provider.shutdown(timeout_millis=2000)
+
+    def wait(self) -> None:
+        """Block until :meth:`stop` (from a signal handler) is called."""
+        while not self._stop.wait(1.0):
+            pass
+
+    def _run_ticks(self) -> None:
+        while not self._stop.wait(self.config.decision_interval_s):
+            try:
+                self.tick()
+            except Exception:
+                _log.exception("pacer decision tick failed; keeping the previous decisions")
+
+    # ------------------------------------------------------------------ data path
+
+    def ingest(self, request: ExportRequest) -> int:
+        now = self._clock()
+        with self._lock:
+            self._requests += 1
+            return self._windows.ingest_request(request.resource_metrics, now)
+
+    def tick(self, now: float | None = None) -> None:
+        """Expire old data and recompute every job's decision (the loop calls this)."""
+        now = self._clock() if now is None else now
+        decided: list[str] = []
+        with self._lock:
+            for job_id in self._windows.expire(now):
+                self._decisions.pop(job_id, None)
+                _log.info("forgot job %r: no metrics for %.0f s", job_id, self.config.job_timeout_s)
+            for job_id in self._windows.job_ids():
+                previous = self._decisions.get(job_id)
+                window = self._windows.window(job_id, now)
+                decision = decide(
+                    window, previous.state if previous else PolicyState(), self.config.policy
+                )
+                self._publish(job_id, decision, previous, now)
+                self._windows.record_decision(job_id, now, decision.delays)
+                decided.append(job_id)
+        for job_id in decided:
+            self._decisions_counter.add(1, {semconv.JOB_ID: job_id})
+
+    def _publish(
+        self, job_id: str, decision: Decision, previous: _JobDecision | None, now: float
+    ) -> None:
+        delays = {str(r): round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
+        version = previous.version if previous else 0
+        changed = previous is None or previous.body["active"] != decision.active
+        if previous is not None and not changed:
+            old = previous.body["delays"]
+            changed = old.keys() != delays.keys() or any(
+                abs(old[k] - delays[k]) >= _DELAY_RESOLUTION_S for k in delays
+            )
+        if changed:
+            version += 1
+            if previous is None or previous.body["active"] != decision.active:
+                _log.info(
+                    "job %r: pacing %s (spread %.3f of step time)",
+                    job_id,
+                    "on" if decision.active else "off",
+                    decision.spread_fraction or 0.0,
+                )
+        body = {
+            "job": job_id,
+            "version": version,
+            "active": decision.active,
+            "delays": delays if changed or previous is None else previous.body["delays"],
+            "spread": None
+            if decision.spread_fraction is None
+            else round(decision.spread_fraction, 6),
+            "reason": decision.reason,
+            "ranks": len(decision.delays),
+            "updated_unix": self._wall_clock(),
+        }
+        self._decisions[job_id] = _JobDecision(decision.state, version, body)
+
+    # ------------------------------------------------------------------ read side
+
+    def decision_body(self, job_id: str) -> Mapping[str, Any] | None:
+        with self._lock:
+            found = self._decisions.get(job_id)
+            return dict(found.body) if found else None
+
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._decisions)
+
+    def health(self) -> dict[str, Any]:
+        with self._lock:
+            counters = self._windows.counters.as_dict()
+            jobs = len(self._decisions)
+            requests = self._requests
+        receiver = self._otlp.receiver if self._otlp else None
+        return {
+            "jobs": jobs,
+            "otlp_requests": requests,
+            "otlp_requests_undecodable": receiver.requests_undecodable if receiver else 0,
+            "otlp_requests_failed": receiver.requests_failed if receiver else 0,
+            **counters,
+        }
+
+    def _decisions_snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {job: dict(d.body) for job, d in self._decisions.items()}
+
+    # ------------------------------------------------------------------ own metrics
+
+    def _setup_metrics(self, meter_provider: MeterProvider | None) -> None:
+        if meter_provider is None:
+            meter_provider = self._owned_meter_provider = _build_meter_provider(self.config)
+        meter = meter_provider.get_meter("skewtrace.pacer")
+        meter.create_observable_gauge(
+            semconv.METRIC_PACING_ACTIVE,
+            callbacks=[self._observe_active],
+            unit="1",
+            description="1 while pacing is on for the job",
+        )
+        meter.create_observable_gauge(
+            semconv.METRIC_PACING_DELAY,
+            callbacks=[self._observe_delays],
+            unit="s",
+            description="Current pacing delay per rank",
+        )
+        self._decisions_counter = meter.create_counter(
+            semconv.METRIC_PACING_DECISIONS,
+            unit="1",
+            description="Pacing decisions computed (one per job per tick)",
+        )
+
+    def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(1 if body["active"] else 0, {semconv.JOB_ID: job})
+            for job, body in self._decisions_snapshot().items()
+        ]
+
+    def _observe_delays(self, options: CallbackOptions) -> Iterable[Observation]:
+        observations = []
+        for job, body in self._decisions_snapshot().items():
+            for rank, delay in body["delays"].items():
+                observations.append(
+                    Observation(delay, {semconv.JOB_ID: job, semconv.RANK: int(rank)})
+                )
+        return observations
+
+
+def _build_meter_provider(config: PacerConfig) -> Any:
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({semconv.SERVICE_NAME: "skewtrace-pacer"})
+    if not config.metrics_endpoint:
+        return SdkMeterProvider(resource=resource)
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+    # The exporter retries and logs on its own thread; an unreachable endpoint costs log lines,
+    # never the service.
+    exporter = OTLPMetricExporter(endpoint=config.metrics_endpoint, insecure=True, timeout=5)
+    reader = PeriodicExportingMetricReader(
+        exporter,
+        export_interval_millis=config.metrics_interval_s * 1000,
+        export_timeout_millis=5000,
+    )
+    return SdkMeterProvider(resource=resource, metric_readers=[reader])

@@ -1,0 +1,332 @@
+"""Per-job windows of barrier observations, built from OTLP histogram data points.
+
+The Collector's connector sends cumulative histograms by default (delta when configured).
+Every series (metric name + job + the data point's attributes) keeps its last cumulative
+point; each new point becomes a delta of ``count`` and ``sum``. A point whose start time
+changed, or whose count went down, is a reset (the Collector restarted, the series was
+evicted): the new point is taken as the delta since its own start. Deltas are stamped with the
+time the pacer received them, not with the producer's timestamps, because window arithmetic
+against another host's clock would inherit its offset.
+
+Memory is bounded: observations older than the window are dropped at every tick, series and
+jobs that stop reporting are forgotten after ``job_timeout_s``, and a job may hold at most
+``max_ranks_per_job`` ranks (more are counted and ignored).
+
+Not thread-safe by itself; :class:`skewtrace.pacer.service.PacerService` holds a lock around
+it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+
+from skewtrace import semconv
+from skewtrace.pacer.policy import JobWindow, RankWindow
+
+AGGREGATION_TEMPORALITY_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
+AGGREGATION_TEMPORALITY_CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+
+# The metrics the policy reads, by the field of RankSample they fill.
+_RANK_METRICS = {
+    semconv.METRIC_RANK_WAIT: "wait",
+    semconv.METRIC_RANK_LATENESS: "lateness",
+    semconv.METRIC_STEP_DURATION: "step",
+}
+# Known metrics the policy does not need: accepted quietly (not counted as unknown).
+_KNOWN_UNUSED = {
+    semconv.METRIC_BARRIER_SKEW,
+    semconv.METRIC_STRAGGLER,
+    semconv.METRIC_STRAGGLER_DOMAIN,
+    semconv.METRIC_COLLECTIVE_INCOMPLETE,
+    semconv.METRIC_CLOCK_OFFSET,
+}
+
+
+@dataclass
+class IngestCounters:
+    """What happened to the data points received; exposed at ``/healthz`` and in logs."""
+
+    points_accepted: int = 0
+    points_unused: int = 0
+    """Known metrics the policy does not read (skew, straggler, clock offset, ...)."""
+    points_unknown_metric: int = 0
+    points_invalid: int = 0
+    """Missing job or rank, wrong type, NaN or negative sums, unsupported temporality."""
+    points_over_limit: int = 0
+    """Ranks beyond ``max_ranks_per_job`` or jobs beyond ``max_jobs``."""
+    resets: int = 0
+    """Cumulative series that restarted (start time changed or count went down)."""
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Cumulative:
+    start_time_unix_nano: int
+    count: int
+    total: float
+    seen_at: float
+
+
+@dataclass(frozen=True)
+class _Delta:
+    received_at: float
+    kind: str
+    count: int
+    total: float
+
+
+@dataclass
+class _JobState:
+    last_seen: float
+    deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
+    rank_last_seen: dict[int, float] = field(default_factory=dict)
+    decisions: deque[tuple[float, Mapping[int, float]]] = field(default_factory=deque)
+    """(time, delays) of every published decision still relevant to the window."""
+
+
+_SeriesKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
+
+
+class JobWindows:
+    """Delta observations per job and rank over a sliding window of ``window_s`` seconds."""
+
+    def __init__(
+        self,
+        window_s: float,
+        job_timeout_s: float,
+        *,
+        rank_timeout_s: float | None = None,
+        max_jobs: int = 1024,
+        max_ranks_per_job: int = 65536,
+    ) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s!r}")
+        if not job_timeout_s > 0:
+            raise ValueError(f"job_timeout_s must be > 0, got {job_timeout_s!r}")
+        self.window_s = window_s
+        self.job_timeout_s = job_timeout_s
+        self.rank_timeout_s = window_s if rank_timeout_s is None else rank_timeout_s
+        self.max_jobs = max_jobs
+        self.max_ranks_per_job = max_ranks_per_job
+        self.counters = IngestCounters()
+        self._jobs: dict[str, _JobState] = {}
+        self._cumulative: dict[_SeriesKey, _Cumulative] = {}
+
+    # ----------------------------------------------------------------- ingest
+
+    def ingest_request(
+        self, resource_metrics: Iterable[metrics_pb2.ResourceMetrics], now: float
+    ) -> int:
+        """Take every data point of an export request; returns how many were rejected."""
+        rejected = 0
+        for rm in resource_metrics:
+            resource_attrs = _attributes(rm.resource.attributes)
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    rejected += self._ingest_metric(metric, resource_attrs, now)
+        return rejected
+
+    def _ingest_metric(
+        self, metric: metrics_pb2.Metric, resource_attrs: Mapping[str, str], now: float
+    ) -> int:
+        kind = _RANK_METRICS.get(metric.name)
+        data_field = metric.WhichOneof("data")
+        if kind is None:
+            points = _point_count(metric, data_field)
+            if metric.name in _KNOWN_UNUSED:
+                self.counters.points_unused += points
+            else:
+                self.counters.points_unknown_metric += points
+            return 0
+        if data_field != "histogram":
+            # The contract makes these histograms; anything else is a producer bug.
+            points = _point_count(metric, data_field)
+            self.counters.points_invalid += points
+            return points
+        temporality = metric.histogram.aggregation_temporality
+        rejected = 0
+        for point in metric.histogram.data_points:
+            if not self._ingest_point(metric.name, kind, temporality, point, resource_attrs, now):
+                rejected += 1
+        return rejected
+
+    def _ingest_point(
+        self,
+        name: str,
+        kind: str,
+        temporality: int,
+        point: metrics_pb2.HistogramDataPoint,
+        resource_attrs: Mapping[str, str],
+        now: float,
+    ) -> bool:
+        attrs = {**resource_attrs, **_attributes(point.attributes)}
+        job_id = attrs.get(semconv.JOB_ID, "")
+        rank = _parse_rank(attrs.get(semconv.RANK))
+        total = point.sum if point.HasField("sum") else 0.0
+        if (
+            not job_id
+            or rank is None
+            or not math.isfinite(total)
+            or total < 0
+            or temporality
+            not in (AGGREGATION_TEMPORALITY_CUMULATIVE, AGGREGATION_TEMPORALITY_DELTA)
+        ):
+            self.counters.points_invalid += 1
+            return False
+        job = self._jobs.get(job_id)
+        if job is None:
+            if len(self._jobs) >= self.max_jobs:
+                self.counters.points_over_limit += 1
+                return False
+            job = self._jobs[job_id] = _JobState(last_seen=now)
+        if rank not in job.deltas and len(job.deltas) >= self.max_ranks_per_job:
+            self.counters.points_over_limit += 1
+            return False
+
+        count, delta_total = int(point.count), float(total)
+        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
+            key: _SeriesKey = (name, job_id, rank, tuple(sorted(attrs.items())))
+            last = self._cumulative.get(key)
+            self._cumulative[key] = _Cumulative(point.start_time_unix_nano, count, total, now)
+            if last is not None and last.start_time_unix_nano == point.start_time_unix_nano:
+                if count < last.count or total < last.total - 1e-12:
+                    self.counters.resets += 1
+                else:
+                    count, delta_total = count - last.count, total - last.total
+            elif last is not None:
+                self.counters.resets += 1
+        job.last_seen = now
+        self.counters.points_accepted += 1
+        if count == 0:
+            # An unchanged cumulative point says the rank stopped producing spans; it must
+            # not count as "still reporting".
+            return True
+        job.rank_last_seen[rank] = now
+        job.deltas.setdefault(rank, deque()).append(_Delta(now, kind, count, delta_total))
+        return True
+
+    # ----------------------------------------------------------------- windows
+
+    def job_ids(self) -> list[str]:
+        return list(self._jobs)
+
+    def window(self, job_id: str, now: float) -> JobWindow:
+        """The job's window ending at ``now``; ranks silent for ``rank_timeout_s`` are left out."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return JobWindow(now=now, ranks={})
+        start = now - self.window_s
+        ranks: dict[int, RankWindow] = {}
+        for rank, deltas in job.deltas.items():
+            if now - job.rank_last_seen.get(rank, -math.inf) > self.rank_timeout_s:
+                continue
+            sums = {"wait": 0.0, "lateness": 0.0, "step": 0.0}
+            steps = 0
+            for delta in deltas:
+                if delta.received_at < start:
+                    continue
+                sums[delta.kind] += delta.total
+                if delta.kind == "step":
+                    steps += delta.count
+            ranks[rank] = RankWindow(
+                steps=steps,
+                step_time_sum_s=sums["step"],
+                wait_sum_s=sums["wait"],
+                lateness_sum_s=sums["lateness"],
+                applied_delay_s=self._mean_delay(job, rank, start, now),
+            )
+        return JobWindow(now=now, ranks=ranks)
+
+    def record_decision(self, job_id: str, now: float, delays: Mapping[int, float]) -> None:
+        """Remember what ranks were told, to add it back when estimating natural waits."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.decisions.append((now, dict(delays)))
+
+    @staticmethod
+    def _mean_delay(job: _JobState, rank: int, start: float, now: float) -> float:
+        """Time-weighted mean of the delay published for ``rank`` over [start, now]."""
+        if not job.decisions or now <= start:
+            return 0.0
+        weighted = 0.0
+        entries = list(job.decisions)
+        for index, (at, delays) in enumerate(entries):
+            until = entries[index + 1][0] if index + 1 < len(entries) else now
+            lo, hi = max(at, start), min(until, now)
+            if hi > lo:
+                weighted += delays.get(rank, 0.0) * (hi - lo)
+        return weighted / (now - start)
+
+    # ----------------------------------------------------------------- expiry
+
+    def expire(self, now: float) -> list[str]:
+        """Drop old observations, and forget jobs silent for ``job_timeout_s``; returns them."""
+        start = now - self.window_s
+        forgotten = [j for j, s in self._jobs.items() if now - s.last_seen > self.job_timeout_s]
+        for job_id in forgotten:
+            del self._jobs[job_id]
+        for job in self._jobs.values():
+            for rank in list(job.deltas):
+                deltas = job.deltas[rank]
+                while deltas and deltas[0].received_at < start:
+                    deltas.popleft()
+                if not deltas and now - job.rank_last_seen.get(rank, now) > self.job_timeout_s:
+                    del job.deltas[rank]
+                    job.rank_last_seen.pop(rank, None)
+            # Keep the last decision before the window start: it was in force at the start.
+            while len(job.decisions) > 1 and job.decisions[1][0] <= start:
+                job.decisions.popleft()
+        stale = [k for k, c in self._cumulative.items() if now - c.seen_at > self.job_timeout_s]
+        for key in stale:
+            del self._cumulative[key]
+        return forgotten
+
+
+def _attributes(pairs: Iterable[KeyValue]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        text = _any_value_text(pair.value)
+        if text is not None:
+            out[pair.key] = text
+    return out
+
+
+def _any_value_text(value: AnyValue) -> str | None:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return str(value.int_value)
+    if which == "double_value":
+        return repr(value.double_value)
+    if which == "bool_value":
+        return "true" if value.bool_value else "false"
+    return None
+
+
+def _parse_rank(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw) if "." in raw else int(raw)
+    except ValueError:
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    return value if value >= 0 else None
+
+
+def _point_count(metric: metrics_pb2.Metric, data_field: str | None) -> int:
+    if data_field is None:
+        return 1
+    return max(1, len(getattr(metric, data_field).data_points))
