@@ -1,0 +1,394 @@
+package join
+
+import (
+	"math"
+	"slices"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+// MaxRanks bounds rank and pg_size values: anything larger is malformed input, and the
+// per-collective rank bitset stays small.
+const MaxRanks = 1 << 20
+
+// MaxMissingNamed bounds the ranks named in Released.Missing (MissingRanks has the count),
+// so one lost node of a 4096-rank job does not make a 20 KB attribute on every span.
+const MaxMissingNamed = 256
+
+// recycleLimit bounds the free lists; beyond it released objects go to the GC.
+const recycleLimit = 1024
+
+type pending[R any] struct {
+	key        Key
+	op         string
+	step       int64
+	pgSize     int
+	bytes      int64
+	deadline   int64
+	members    []Member[R]
+	seen       []uint64
+	prev, next *pending[R]
+}
+
+func (p *pending[R]) has(rank int) bool {
+	word := rank >> 6
+	return word < len(p.seen) && p.seen[word]&(1<<(uint(rank)&63)) != 0
+}
+
+func (p *pending[R]) mark(rank int) {
+	word := rank >> 6
+	if word >= len(p.seen) {
+		p.seen = append(p.seen, make([]uint64, word+1-len(p.seen))...)
+	}
+	p.seen[word] |= 1 << (uint(rank) & 63)
+}
+
+// Engine joins collective spans across ranks. See the package comment.
+type Engine[R any] struct {
+	cfg   Config
+	clock Clock
+
+	pending map[Key]*pending[R]
+	// oldest and newest are the ends of a list of pending collectives in first-arrival
+	// order, which is also deadline order, so expiry and eviction pop from the front.
+	oldest, newest *pending[R]
+	buffered       int
+
+	// recently released keys, so that a member arriving after its collective was
+	// released is passed through as late instead of opening a collective that never fills.
+	recent     map[Key]struct{}
+	recentRing []Key
+	recentPos  int
+
+	jobs   map[string]*jobState
+	phases phaseCache
+
+	freePending  []*pending[R]
+	freeReleased []*Released[R]
+	scratchEnds  []int64
+	scratchVals  []float64
+
+	stats Stats
+}
+
+// New returns an engine; cfg must have passed Validate.
+func New[R any](cfg Config, clock Clock) *Engine[R] {
+	recentSize := 2 * cfg.MaxPending
+	return &Engine[R]{
+		cfg:        cfg,
+		clock:      clock,
+		pending:    make(map[Key]*pending[R]),
+		recent:     make(map[Key]struct{}, recentSize),
+		recentRing: make([]Key, recentSize),
+		jobs:       make(map[string]*jobState),
+		phases:     newPhaseCache(cfg.MaxPhaseEntries),
+	}
+}
+
+// Stats returns the engine's counters.
+func (e *Engine[R]) Stats() Stats {
+	s := e.stats
+	s.Pending = len(e.pending)
+	s.BufferedSpans = e.buffered
+	s.PhaseEntries = len(e.phases.index)
+	return s
+}
+
+// Add joins one arrival. Collectives it releases (the one it completes, or the oldest ones
+// it evicts to stay within bounds) are appended to out. A rejected arrival is not kept: the
+// caller forwards its span unannotated and counts the outcome.
+func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released[R]) {
+	if a.EndUnixNano <= a.StartUnixNano {
+		return e.reject(RejectedBadDuration), out
+	}
+	if a.PGSize < 1 || a.PGSize > MaxRanks || (a.WorldSize > 0 && a.PGSize > a.WorldSize) {
+		return e.reject(RejectedPGSizeMismatch), out
+	}
+	if a.Rank < 0 || a.Rank >= MaxRanks || (a.WorldSize > 0 && a.Rank >= a.WorldSize) ||
+		(a.PG == semconv.DefaultPG && a.Rank >= a.PGSize) {
+		return e.reject(RejectedRankOutOfGroup), out
+	}
+	p, ok := e.pending[a.Key]
+	if ok {
+		if a.PGSize != p.pgSize {
+			return e.reject(RejectedPGSizeMismatch), out
+		}
+		if p.has(a.Rank) {
+			return e.reject(RejectedDuplicate), out
+		}
+	} else {
+		if _, late := e.recent[a.Key]; late {
+			return e.reject(RejectedLate), out
+		}
+		for len(e.pending) >= e.cfg.MaxPending {
+			out = append(out, e.release(e.oldest, ReleasedEvicted))
+		}
+	}
+	for e.buffered >= e.cfg.MaxBufferedSpans {
+		victim := e.oldest
+		out = append(out, e.release(victim, ReleasedEvicted))
+		if victim == p {
+			// The arrival's own collective was the oldest: it is gone, and this member
+			// is as late as any other arrival after a release.
+			return e.reject(RejectedLate), out
+		}
+	}
+	if p == nil {
+		p = e.open(a)
+	}
+	p.mark(a.Rank)
+	p.members = append(p.members, Member[R]{
+		Rank:          a.Rank,
+		Topology:      a.Topology,
+		StartUnixNano: a.StartUnixNano,
+		EndUnixNano:   a.EndUnixNano,
+		Duration:      float64(a.EndUnixNano-a.StartUnixNano) / 1e9,
+		Ref:           a.Ref,
+	})
+	e.buffered++
+	e.stats.Accepted++
+	if len(p.members) == p.pgSize {
+		out = append(out, e.release(p, ReleasedComplete))
+	}
+	return Accepted, out
+}
+
+func (e *Engine[R]) reject(o Outcome) Outcome {
+	e.stats.Rejected[o]++
+	return o
+}
+
+func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
+	var p *pending[R]
+	if n := len(e.freePending); n > 0 {
+		p = e.freePending[n-1]
+		e.freePending = e.freePending[:n-1]
+	} else {
+		p = &pending[R]{}
+	}
+	p.key = a.Key
+	p.op = a.Op
+	p.step = a.Step
+	p.pgSize = a.PGSize
+	p.bytes = a.Bytes
+	p.deadline = e.clock.Now().UnixNano() + int64(e.cfg.WaitTimeout)
+	if cap(p.members) < a.PGSize && a.PGSize <= 4096 {
+		p.members = make([]Member[R], 0, a.PGSize)
+	}
+	e.pending[a.Key] = p
+	p.prev = e.newest
+	p.next = nil
+	if e.newest != nil {
+		e.newest.next = p
+	} else {
+		e.oldest = p
+	}
+	e.newest = p
+	return p
+}
+
+func (e *Engine[R]) unlink(p *pending[R]) {
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		e.oldest = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	} else {
+		e.newest = p.prev
+	}
+	p.prev, p.next = nil, nil
+}
+
+// Expire releases the collectives whose wait_timeout has passed, appending them to out.
+func (e *Engine[R]) Expire(out []*Released[R]) []*Released[R] {
+	now := e.clock.Now().UnixNano()
+	for e.oldest != nil && e.oldest.deadline <= now {
+		out = append(out, e.release(e.oldest, ReleasedTimeout))
+	}
+	return out
+}
+
+// Drain releases every pending collective (at shutdown), appending them to out.
+func (e *Engine[R]) Drain(out []*Released[R]) []*Released[R] {
+	for e.oldest != nil {
+		out = append(out, e.release(e.oldest, ReleasedShutdown))
+	}
+	return out
+}
+
+// NextDeadline returns the earliest pending deadline (unix ns) and whether there is one.
+func (e *Engine[R]) NextDeadline() (int64, bool) {
+	if e.oldest == nil {
+		return 0, false
+	}
+	return e.oldest.deadline, true
+}
+
+// Recycle hands a Released back once the caller is done with it (optional; it saves
+// allocations). The caller must not touch r afterwards.
+func (e *Engine[R]) Recycle(r *Released[R]) {
+	if len(e.freeReleased) >= recycleLimit {
+		return
+	}
+	clear(r.Members)
+	r.Members = r.Members[:0]
+	r.Missing = r.Missing[:0]
+	e.freeReleased = append(e.freeReleased, r)
+}
+
+func (e *Engine[R]) newReleased() *Released[R] {
+	if n := len(e.freeReleased); n > 0 {
+		r := e.freeReleased[n-1]
+		e.freeReleased = e.freeReleased[:n-1]
+		return r
+	}
+	return &Released[R]{}
+}
+
+func (e *Engine[R]) rememberReleased(k Key) {
+	if len(e.recentRing) == 0 {
+		return
+	}
+	old := e.recentRing[e.recentPos]
+	if old.Job != "" || old.PG != "" {
+		delete(e.recent, old)
+	}
+	e.recentRing[e.recentPos] = k
+	e.recent[k] = struct{}{}
+	e.recentPos++
+	if e.recentPos == len(e.recentRing) {
+		e.recentPos = 0
+	}
+}
+
+// release removes p from the pending set and computes its figures and verdicts.
+func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
+	delete(e.pending, p.key)
+	e.unlink(p)
+	e.rememberReleased(p.key)
+	n := len(p.members)
+	e.buffered -= n
+
+	r := e.newReleased()
+	r.Key = p.key
+	r.Op = p.op
+	r.Step = p.step
+	r.PGSize = p.pgSize
+	r.Reason = reason
+	// Swap the member slices so neither side allocates.
+	r.Members, p.members = p.members, r.Members[:0]
+	r.MissingRanks = p.pgSize - n
+	r.Missing = r.Missing[:0]
+	if r.MissingRanks > 0 {
+		r.Missing = e.nameMissing(p, r.Missing)
+	}
+	switch {
+	case r.MissingRanks == 0:
+		e.stats.ReleasedComplete++
+	default:
+		e.stats.ReleasedIncomplete++
+	}
+	if reason == ReleasedEvicted {
+		e.stats.Evicted++
+	}
+
+	job := e.job(p.key.Job)
+	lateIdx := e.measure(r)
+	if r.MissingRanks == 0 && p.key.PG != semconv.DefaultPG {
+		rememberMembers(job, p.key.PG, r.Members)
+	}
+	e.judge(job, r, lateIdx, p.bytes)
+
+	if len(e.freePending) < recycleLimit {
+		clear(p.seen)
+		e.freePending = append(e.freePending, p)
+	}
+	return r
+}
+
+// measure fills skew, transfer, lateness, wait and clock offsets, and returns the index of
+// the last arrival (the member with the shortest duration; ties go to the lowest rank), or
+// -1 when there are no members.
+func (e *Engine[R]) measure(r *Released[R]) int {
+	members := r.Members
+	if len(members) == 0 {
+		return -1
+	}
+	minDur, maxDur := math.Inf(1), math.Inf(-1)
+	lateIdx := -1
+	for i := range members {
+		d := members[i].Duration
+		if d < minDur || (d == minDur && members[i].Rank < members[lateIdx].Rank) {
+			minDur = d
+			lateIdx = i
+		}
+		if d > maxDur {
+			maxDur = d
+		}
+	}
+	r.Skew = maxDur - minDur
+	r.Transfer = minDur
+
+	// A blocking collective ends at nearly the same true time on every member, so each
+	// host's end time against the members' median end time is its clock offset.
+	ends := e.scratchEnds[:0]
+	for i := range members {
+		ends = append(ends, members[i].EndUnixNano)
+	}
+	slices.Sort(ends)
+	mid := len(ends) / 2
+	median := float64(ends[mid])
+	if len(ends)%2 == 0 {
+		median = (float64(ends[mid-1]) + float64(ends[mid])) / 2
+	}
+	e.scratchEnds = ends
+
+	for i := range members {
+		m := &members[i]
+		m.Lateness = maxDur - m.Duration
+		m.Wait = m.Duration - minDur
+		m.ClockOffset = (float64(m.EndUnixNano) - median) / 1e9
+		if m.Wait > 0 {
+			e.phases.addWait(r.Job, r.Step, m.Rank, m.Wait)
+		}
+	}
+	return lateIdx
+}
+
+func (e *Engine[R]) nameMissing(p *pending[R], dst []int) []int {
+	if p.key.PG == semconv.DefaultPG {
+		for rank := 0; rank < p.pgSize && len(dst) < MaxMissingNamed; rank++ {
+			if !p.has(rank) {
+				dst = append(dst, rank)
+			}
+		}
+		return dst
+	}
+	job := e.jobs[p.key.Job]
+	if job == nil {
+		return dst
+	}
+	for _, rank := range job.pgMembers[p.key.PG] {
+		if len(dst) >= MaxMissingNamed {
+			break
+		}
+		if !p.has(rank) {
+			dst = append(dst, rank)
+		}
+	}
+	return dst
+}
+
+// AddPhase records one rank's phase span for causes (and train.step for the relative
+// lateness threshold).
+func (e *Engine[R]) AddPhase(ph Phase) {
+	if ph.Duration < 0 || ph.Rank < 0 || ph.Rank >= MaxRanks || ph.Kind >= numPhaseKinds {
+		return
+	}
+	if ph.Kind == PhaseStep {
+		e.job(ph.Job).stepDuration[int32(ph.Rank)] = ph.Duration
+	}
+	e.phases.add(ph)
+}

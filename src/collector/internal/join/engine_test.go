@@ -1,0 +1,527 @@
+package join
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
+
+func newTestEngine(t *testing.T, mutate func(*Config)) (*Engine[int], *fakeClock) {
+	t.Helper()
+	cfg := DefaultConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	return New[int](cfg, clock), clock
+}
+
+// base is the true time every collective of a test ends at.
+const base = int64(1_700_000_100) * 1e9
+
+// arrival builds rank's span of collective seq in pg that ends at trueEnd (+ the host's clock
+// offset) and lasted duration.
+func arrival(pg string, pgSize int, seq int64, rank int, duration time.Duration,
+	trueEnd int64, clockOffset time.Duration,
+) *Arrival[int] {
+	end := trueEnd + int64(clockOffset)
+	return &Arrival[int]{
+		Key:           Key{Job: "job", PG: pg, Seq: seq},
+		Op:            "all_reduce",
+		PGSize:        pgSize,
+		Step:          seq,
+		Rank:          rank,
+		Topology:      Topology{Host: fmt.Sprintf("node%d", rank/2), Switch: "sw0", NIC: "mlx5_0"},
+		StartUnixNano: end - int64(duration),
+		EndUnixNano:   end,
+		Bytes:         1 << 20,
+		Ref:           rank,
+	}
+}
+
+func addAll(t *testing.T, e *Engine[int], arrivals ...*Arrival[int]) []*Released[int] {
+	t.Helper()
+	var out []*Released[int]
+	for _, a := range arrivals {
+		var outcome Outcome
+		outcome, out = e.Add(a, out)
+		if outcome != Accepted {
+			t.Fatalf("rank %d seq %d: outcome %q", a.Rank, a.Seq, outcome.Reason())
+		}
+	}
+	return out
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+func memberByRank(t *testing.T, r *Released[int], rank int) *Member[int] {
+	t.Helper()
+	for i := range r.Members {
+		if r.Members[i].Rank == rank {
+			return &r.Members[i]
+		}
+	}
+	t.Fatalf("rank %d not a member", rank)
+	return nil
+}
+
+func TestCompleteCollectiveFigures(t *testing.T) {
+	e, _ := newTestEngine(t, nil)
+	durations := []time.Duration{40 * time.Millisecond, 30 * time.Millisecond,
+		10 * time.Millisecond, 35 * time.Millisecond}
+	var arrivals []*Arrival[int]
+	for rank, d := range durations {
+		arrivals = append(arrivals, arrival("default", 4, 0, rank, d, base, 0))
+	}
+	out := addAll(t, e, arrivals[:3]...)
+	if len(out) != 0 {
+		t.Fatalf("released before every member arrived: %d", len(out))
+	}
+	out = addAll(t, e, arrivals[3])
+	if len(out) != 1 {
+		t.Fatalf("want 1 release, got %d", len(out))
+	}
+	r := out[0]
+	if !r.Complete() || r.Reason != ReleasedComplete {
+		t.Fatalf("want complete, got reason %s missing %d", r.Reason, r.MissingRanks)
+	}
+	if !near(r.Skew, 0.030) || !near(r.Transfer, 0.010) {
+		t.Errorf("skew %g transfer %g, want 0.030 and 0.010", r.Skew, r.Transfer)
+	}
+	late := memberByRank(t, r, 2)
+	if !near(late.Lateness, 0.030) || !near(late.Wait, 0) {
+		t.Errorf("rank 2 lateness %g wait %g", late.Lateness, late.Wait)
+	}
+	early := memberByRank(t, r, 0)
+	if !near(early.Lateness, 0) || !near(early.Wait, 0.030) {
+		t.Errorf("rank 0 lateness %g wait %g", early.Lateness, early.Wait)
+	}
+	if s := e.Stats(); s.Pending != 0 || s.BufferedSpans != 0 || s.ReleasedComplete != 1 {
+		t.Errorf("stats after release: %+v", s)
+	}
+}
+
+func TestClockShiftKeepsSkewAndStraggler(t *testing.T) {
+	run := func(offsets []time.Duration) ([]float64, []int, map[int]float64) {
+		e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 4, 0 })
+		var skews []float64
+		var stragglers []int
+		offsetsByRank := map[int]float64{}
+		for seq := range int64(4) {
+			var arrivals []*Arrival[int]
+			for rank := range 4 {
+				d := 20 * time.Millisecond
+				if rank == 1 {
+					d = 2 * time.Millisecond // rank 1 arrives 18 ms late
+				}
+				end := base + seq*int64(time.Second)
+				arrivals = append(arrivals, arrival("default", 4, seq, rank, d, end, offsets[rank]))
+			}
+			r := addAll(t, e, arrivals...)[0]
+			skews = append(skews, r.Skew)
+			for _, m := range r.Members {
+				offsetsByRank[m.Rank] = m.ClockOffset
+				if m.Verdict == VerdictStraggler {
+					stragglers = append(stragglers, m.Rank)
+				}
+			}
+		}
+		return skews, stragglers, offsetsByRank
+	}
+	skews0, stragglers0, _ := run([]time.Duration{0, 0, 0, 0})
+	shifted := []time.Duration{2 * time.Second, -2 * time.Second, 0, 1500 * time.Millisecond}
+	skews1, stragglers1, offsets := run(shifted)
+	for i := range skews0 {
+		if !near(skews0[i], skews1[i]) || !near(skews0[i], 0.018) {
+			t.Errorf("collective %d: skew %g unshifted, %g shifted, want 0.018", i, skews0[i], skews1[i])
+		}
+	}
+	if fmt.Sprint(stragglers0) != fmt.Sprint(stragglers1) || len(stragglers0) != 3 ||
+		stragglers0[0] != 1 {
+		t.Errorf("stragglers unshifted %v shifted %v, want rank 1 from the 2nd collective on",
+			stragglers0, stragglers1)
+	}
+	// The median end is the mean of the two middle offsets (0 and 1.5 s) = 0.75 s.
+	want := map[int]float64{0: 1.25, 1: -2.75, 2: -0.75, 3: 0.75}
+	for rank, w := range want {
+		if !near(offsets[rank], w) {
+			t.Errorf("rank %d clock offset %g, want %g", rank, offsets[rank], w)
+		}
+	}
+}
+
+func TestTimeoutNamesMissingRanks(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) { c.WaitTimeout = time.Second })
+	addAll(t, e,
+		arrival("default", 4, 7, 0, 10*time.Millisecond, base, 0),
+		arrival("default", 4, 7, 3, 10*time.Millisecond, base, 0))
+	if out := e.Expire(nil); len(out) != 0 {
+		t.Fatalf("released before wait_timeout")
+	}
+	clock.Advance(time.Second)
+	out := e.Expire(nil)
+	if len(out) != 1 {
+		t.Fatalf("want 1 timeout release, got %d", len(out))
+	}
+	r := out[0]
+	if r.Reason != ReleasedTimeout || r.MissingRanks != 2 || fmt.Sprint(r.Missing) != "[1 2]" {
+		t.Errorf("reason %s missing %d %v, want timeout 2 [1 2]", r.Reason, r.MissingRanks, r.Missing)
+	}
+	if s := e.Stats(); s.ReleasedIncomplete != 1 || s.Pending != 0 || s.BufferedSpans != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	// A member arriving after the release is late, not the start of a new collective.
+	outcome, _ := e.Add(arrival("default", 4, 7, 1, time.Millisecond, base, 0), nil)
+	if outcome != RejectedLate {
+		t.Errorf("late member: outcome %q, want late_arrival", outcome.Reason())
+	}
+}
+
+func TestSubgroupMissingRanksFromEarlierCollectives(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) { c.WaitTimeout = time.Second })
+	// Group "tp1" holds global ranks 4..7 of an 8-rank job.
+	for rank := 4; rank < 8; rank++ {
+		a := arrival("tp1", 4, 0, rank, 5*time.Millisecond, base, 0)
+		a.WorldSize = 8
+		addAll(t, e, a)
+	}
+	for _, rank := range []int{4, 6} {
+		a := arrival("tp1", 4, 1, rank, 5*time.Millisecond, base, 0)
+		a.WorldSize = 8
+		addAll(t, e, a)
+	}
+	// A group never seen complete can only give the count.
+	addAll(t, e, arrival("tp9", 2, 0, 3, 5*time.Millisecond, base, 0))
+	clock.Advance(time.Second)
+	out := e.Expire(nil)
+	if len(out) != 2 {
+		t.Fatalf("want 2 releases, got %d", len(out))
+	}
+	if out[0].MissingRanks != 2 || fmt.Sprint(out[0].Missing) != "[5 7]" {
+		t.Errorf("tp1: missing %d %v, want 2 [5 7]", out[0].MissingRanks, out[0].Missing)
+	}
+	if out[1].MissingRanks != 1 || len(out[1].Missing) != 0 {
+		t.Errorf("tp9: missing %d %v, want 1 []", out[1].MissingRanks, out[1].Missing)
+	}
+}
+
+func TestOverlappingProcessGroups(t *testing.T) {
+	e, _ := newTestEngine(t, nil)
+	// Rank 1 belongs to the world group and to "dp0" = {0, 1}; the same seq in two groups
+	// are different collectives.
+	out := addAll(t, e,
+		arrival("default", 3, 5, 0, 9*time.Millisecond, base, 0),
+		arrival("dp0", 2, 5, 1, 4*time.Millisecond, base, 0),
+		arrival("default", 3, 5, 1, 3*time.Millisecond, base, 0),
+		arrival("dp0", 2, 5, 0, 6*time.Millisecond, base, 0),
+		arrival("default", 3, 5, 2, 8*time.Millisecond, base, 0),
+	)
+	if len(out) != 2 {
+		t.Fatalf("want 2 releases, got %d", len(out))
+	}
+	if out[0].PG != "dp0" || !near(out[0].Skew, 0.002) || len(out[0].Members) != 2 {
+		t.Errorf("first release %s skew %g members %d", out[0].PG, out[0].Skew, len(out[0].Members))
+	}
+	if out[1].PG != "default" || !near(out[1].Skew, 0.006) || len(out[1].Members) != 3 {
+		t.Errorf("second release %s skew %g members %d", out[1].PG, out[1].Skew, len(out[1].Members))
+	}
+}
+
+func TestRejections(t *testing.T) {
+	e, _ := newTestEngine(t, nil)
+	addAll(t, e, arrival("default", 4, 0, 0, time.Millisecond, base, 0))
+	bad := func(mutate func(*Arrival[int])) Outcome {
+		a := arrival("default", 4, 0, 1, time.Millisecond, base, 0)
+		mutate(a)
+		o, out := e.Add(a, nil)
+		if len(out) != 0 {
+			t.Fatalf("a rejected arrival released something")
+		}
+		return o
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Arrival[int])
+		want   Outcome
+	}{
+		{"duplicate", func(a *Arrival[int]) { a.Rank = 0 }, RejectedDuplicate},
+		{"rank >= pg_size in default", func(a *Arrival[int]) { a.Rank = 4 }, RejectedRankOutOfGroup},
+		{"negative rank", func(a *Arrival[int]) { a.Rank = -1 }, RejectedRankOutOfGroup},
+		{"rank >= world size", func(a *Arrival[int]) { a.PG, a.Rank, a.WorldSize = "x", 9, 8 },
+			RejectedRankOutOfGroup},
+		{"pg_size disagreement", func(a *Arrival[int]) { a.PGSize = 5 }, RejectedPGSizeMismatch},
+		{"pg_size zero", func(a *Arrival[int]) { a.PGSize = 0 }, RejectedPGSizeMismatch},
+		{"pg_size > world", func(a *Arrival[int]) { a.WorldSize = 2 }, RejectedPGSizeMismatch},
+		{"zero duration", func(a *Arrival[int]) { a.StartUnixNano = a.EndUnixNano },
+			RejectedBadDuration},
+		{"negative duration", func(a *Arrival[int]) { a.StartUnixNano = a.EndUnixNano + 1 },
+			RejectedBadDuration},
+	}
+	for _, tc := range cases {
+		if got := bad(tc.mutate); got != tc.want {
+			t.Errorf("%s: outcome %q, want %q", tc.name, got.Reason(), tc.want.Reason())
+		}
+	}
+	s := e.Stats()
+	if s.Accepted != 1 || s.BufferedSpans != 1 || s.Rejected[RejectedRankOutOfGroup] != 3 ||
+		s.Rejected[RejectedPGSizeMismatch] != 3 || s.Rejected[RejectedBadDuration] != 2 ||
+		s.Rejected[RejectedDuplicate] != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestMaxPendingEvictsOldestFirst(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.MaxPending = 3 })
+	for seq := range int64(3) {
+		addAll(t, e, arrival("default", 2, seq, 0, time.Millisecond, base, 0))
+	}
+	_, out := e.Add(arrival("default", 2, 3, 0, time.Millisecond, base, 0), nil)
+	if len(out) != 1 || out[0].Seq != 0 || out[0].Reason != ReleasedEvicted ||
+		out[0].MissingRanks != 1 || fmt.Sprint(out[0].Missing) != "[1]" {
+		t.Fatalf("want seq 0 evicted with rank 1 missing, got %+v", out)
+	}
+	if s := e.Stats(); s.Pending != 3 || s.Evicted != 1 || s.ReleasedIncomplete != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestMaxBufferedSpansEvictsOldestFirst(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.MaxBufferedSpans = 4 })
+	addAll(t, e,
+		arrival("default", 8, 0, 0, time.Millisecond, base, 0),
+		arrival("default", 8, 0, 1, time.Millisecond, base, 0),
+		arrival("default", 8, 1, 0, time.Millisecond, base, 0),
+		arrival("default", 8, 1, 1, time.Millisecond, base, 0))
+	o, out := e.Add(arrival("default", 8, 1, 2, time.Millisecond, base, 0), nil)
+	if o != Accepted || len(out) != 1 || out[0].Seq != 0 || out[0].Reason != ReleasedEvicted {
+		t.Fatalf("want seq 0 evicted and the arrival accepted, got %q %+v", o.Reason(), out)
+	}
+	if s := e.Stats(); s.BufferedSpans != 3 || s.Pending != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// straggle runs n collectives of 4 ranks where lateRank (or nobody, -1) arrives late by
+// lateness, and returns the verdict of each rank in the last one.
+func straggle(t *testing.T, e *Engine[int], startSeq int64, n int, lateRank int,
+	lateness time.Duration,
+) (last *Released[int]) {
+	t.Helper()
+	for i := range n {
+		seq := startSeq + int64(i)
+		var arrivals []*Arrival[int]
+		for rank := range 4 {
+			d := lateness + time.Millisecond
+			if rank == lateRank {
+				d = time.Millisecond
+			}
+			arrivals = append(arrivals, arrival("default", 4, seq, rank, d, base, 0))
+		}
+		last = addAll(t, e, arrivals...)[0]
+	}
+	return last
+}
+
+func TestFlagAfterKOfWAndClearWithHysteresis(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 3, 6, 1 })
+	r := straggle(t, e, 0, 2, 2, 20*time.Millisecond)
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictClear {
+		t.Fatalf("flagged after 2 late collectives (K=3): verdict %d", v)
+	}
+	r = straggle(t, e, 2, 1, 2, 20*time.Millisecond)
+	m := memberByRank(t, r, 2)
+	if m.Verdict != VerdictStraggler || m.Cause != semconv.CauseUnknown {
+		t.Fatalf("not flagged after 3 of 6: verdict %d cause %q", m.Verdict, m.Cause)
+	}
+	if v := memberByRank(t, r, 0).Verdict; v != VerdictClear {
+		t.Errorf("rank 0 verdict %d, want clear", v)
+	}
+	// Below min_lateness nobody is late; rank 2 stays flagged (late 3, then 2 of the last 6)
+	// until its count falls to clear_k = 1.
+	r = straggle(t, e, 3, 3, -1, 0)
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictUnchanged {
+		t.Fatalf("rank 2 cleared while late in 3 of the last 6: verdict %d", v)
+	}
+	r = straggle(t, e, 6, 1, -1, 0) // window: late 2 of 6
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictUnchanged {
+		t.Fatalf("rank 2 cleared while late in 2 of the last 6 (clear_k=1): verdict %d", v)
+	}
+	r = straggle(t, e, 7, 1, -1, 0) // window: late 1 of 6
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictClear {
+		t.Fatalf("rank 2 still flagged at 1 of 6: verdict %d", v)
+	}
+}
+
+func TestLatenessThresholdIsRelativeToStepDuration(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
+	// 20 ms late against a 1 s step is below 5% (50 ms): not late.
+	e.AddPhase(Phase{Job: "job", Step: 0, Rank: 2, Kind: PhaseStep, Duration: 1.0})
+	r := straggle(t, e, 0, 1, 2, 20*time.Millisecond)
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictClear {
+		t.Fatalf("20 ms on a 1 s step counted as late: verdict %d", v)
+	}
+	r = straggle(t, e, 1, 1, 2, 60*time.Millisecond)
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictStraggler {
+		t.Fatalf("60 ms on a 1 s step not late: verdict %d", v)
+	}
+}
+
+func TestMissingRankCountsAsLate(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) {
+		c.FlagK, c.FlagWindow, c.ClearK, c.WaitTimeout = 2, 4, 0, time.Second
+	})
+	for seq := range int64(2) {
+		for _, rank := range []int{0, 1, 3} {
+			addAll(t, e, arrival("default", 4, seq, rank, time.Millisecond, base, 0))
+		}
+		clock.Advance(time.Second)
+		e.Expire(nil)
+	}
+	// Rank 2 is flagged now: it never arrived twice. On a complete collective where it is
+	// not the late one it keeps its flag (no annotation), the others are clear.
+	r := straggle(t, e, 10, 1, 0, 20*time.Millisecond)
+	if v := memberByRank(t, r, 2).Verdict; v != VerdictUnchanged {
+		t.Errorf("rank 2 verdict %d, want unchanged (flagged)", v)
+	}
+}
+
+// phases records every rank's phases for a step: each takes 10 ms, plus extra for rank 2.
+func phases(e *Engine[int], step int64, extraKind PhaseKind, extra float64, backwardWait float64) {
+	for rank := range 4 {
+		for _, kind := range []PhaseKind{PhaseFetch, PhaseForward, PhaseBackward, PhaseOptimizer} {
+			d := 0.010
+			if rank == 2 && kind == extraKind {
+				d += extra
+			}
+			if rank != 2 && kind == PhaseBackward {
+				d += backwardWait // DDP: the early ranks' backward holds their wait
+			}
+			e.AddPhase(Phase{Job: "job", Step: step, Rank: rank, Kind: kind, Duration: d})
+		}
+	}
+}
+
+func TestCause(t *testing.T) {
+	cases := []struct {
+		name      string
+		extraKind PhaseKind
+		extra     float64
+		wantCause string
+	}{
+		{"slow dataloader", PhaseFetch, 0.040, semconv.CauseData},
+		{"slow forward", PhaseForward, 0.040, semconv.CauseCompute},
+		{"slow backward net of waits", PhaseBackward, 0.040, semconv.CauseCompute},
+		{"nothing explains it", PhaseForward, 0.005, semconv.CauseUnknown},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
+			phases(e, 0, tc.extraKind, tc.extra, 0.040)
+			r := straggle(t, e, 0, 1, 2, 40*time.Millisecond)
+			m := memberByRank(t, r, 2)
+			if m.Verdict != VerdictStraggler || m.Cause != tc.wantCause {
+				t.Errorf("verdict %d cause %q, want straggler %q", m.Verdict, m.Cause, tc.wantCause)
+			}
+		})
+	}
+}
+
+func TestCauseNetworkWhenTransferAboveBaseline(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
+	// Build the transfer baseline (1 ms) with unremarkable collectives.
+	straggle(t, e, 100, 6, -1, 0)
+	// Step 0: no phase explains the lateness, and the transfer is 10x the baseline.
+	phases(e, 0, PhaseForward, 0, 0)
+	var arrivals []*Arrival[int]
+	for rank := range 4 {
+		d := 50 * time.Millisecond
+		if rank == 2 {
+			d = 10 * time.Millisecond
+		}
+		arrivals = append(arrivals, arrival("default", 4, 0, rank, d, base, 0))
+	}
+	r := addAll(t, e, arrivals...)[0]
+	if m := memberByRank(t, r, 2); m.Verdict != VerdictStraggler || m.Cause != semconv.CauseNetwork {
+		t.Errorf("verdict %d cause %q, want straggler network", m.Verdict, m.Cause)
+	}
+}
+
+func TestSuspectedDomain(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 8, 0 })
+	topo := func(a *Arrival[int]) *Arrival[int] {
+		// Ranks 1 and 2 sit behind switch "leaf7"; each rank has its own host.
+		a.Host = fmt.Sprintf("node%d", a.Rank)
+		a.Switch = "leaf0"
+		if a.Rank == 1 || a.Rank == 2 {
+			a.Switch = "leaf7"
+		}
+		return a
+	}
+	var last *Released[int]
+	for seq := range int64(4) {
+		late := 1 + int(seq%2) // ranks 1 and 2 take turns being late
+		var arrivals []*Arrival[int]
+		for rank := range 4 {
+			d := 30 * time.Millisecond
+			if rank == late {
+				d = time.Millisecond
+			}
+			arrivals = append(arrivals, topo(arrival("default", 4, seq, rank, d, base, 0)))
+		}
+		last = addAll(t, e, arrivals...)[0]
+	}
+	m := memberByRank(t, last, 2)
+	if m.Verdict != VerdictStraggler || m.Domain != "switch:leaf7" {
+		t.Errorf("rank 2 verdict %d domain %q, want straggler switch:leaf7", m.Verdict, m.Domain)
+	}
+	if got := SuspectedDomains([]Topology{{Host: "a", Switch: "unknown", NIC: "mlx5_0"},
+		{Host: "b", Switch: "unknown", NIC: "mlx5_0"}}); len(got) != 0 {
+		t.Errorf("unknown switch or NICs on different hosts suspected: %v", got)
+	}
+	got := SuspectedDomains([]Topology{{Host: "a", Switch: "s", NIC: "mlx5_1"},
+		{Host: "a", Switch: "s", NIC: "mlx5_1"}})
+	if fmt.Sprint(got) != "[nic:mlx5_1 switch:s]" {
+		t.Errorf("suspected %v", got)
+	}
+	if d := DomainOf(Topology{Host: "a", Switch: "s", NIC: "mlx5_1"}, got); d != "nic:mlx5_1" {
+		t.Errorf("most specific domain %q, want nic:mlx5_1", d)
+	}
+}
+
+func TestDrainReleasesEverything(t *testing.T) {
+	e, _ := newTestEngine(t, nil)
+	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0),
+		arrival("default", 2, 1, 1, time.Millisecond, base, 0))
+	out := e.Drain(nil)
+	if len(out) != 2 || out[0].Reason != ReleasedShutdown || out[1].Reason != ReleasedShutdown {
+		t.Fatalf("drain: %+v", out)
+	}
+	if s := e.Stats(); s.Pending != 0 || s.BufferedSpans != 0 {
+		t.Errorf("stats after drain %+v", s)
+	}
+}
+
+func TestPhaseCacheIsBounded(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.MaxPhaseEntries = 8 })
+	for step := range int64(100) {
+		e.AddPhase(Phase{Job: "job", Step: step, Rank: 0, Kind: PhaseForward, Duration: 0.01})
+	}
+	if n := e.Stats().PhaseEntries; n != 8 {
+		t.Errorf("phase entries %d, want 8", n)
+	}
+	if e.phases.get("job", 99, 0) == nil || e.phases.get("job", 91, 0) != nil {
+		t.Errorf("phase cache kept the wrong entries")
+	}
+}
