@@ -102,9 +102,12 @@ class CudaEventTimer:
         try:
             event = self._starts[handle]
             if event is None:
-                event = self._starts[handle] = self._factory()
-                self._ends[handle] = self._factory()
-            event.record(stream) if stream is not None else event.record()
+                event, end_event = self._factory(), self._factory()
+                self._starts[handle], self._ends[handle] = event, end_event
+            if stream is None:
+                event.record()
+            else:
+                event.record(stream)
         except Exception as error:
             self.failed += 1
             self._free.append(handle)
@@ -121,7 +124,10 @@ class CudaEventTimer:
         event = self._ends[handle]
         try:
             assert event is not None  # created together with the start event
-            event.record(stream) if stream is not None else event.record()
+            if stream is None:
+                event.record()
+            else:
+                event.record(stream)
         except Exception as error:
             self.failed += 1
             self._state[handle] = _FREE

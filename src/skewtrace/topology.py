@@ -6,10 +6,11 @@ so the collector can say that the stragglers of a window share a switch or a NIC
 Switch, first match wins:
 
 1. ``SKEWTRACE_SWITCH``;
-2. the topology file named by ``SKEWTRACE_TOPOLOGY``, else Slurm's ``topology.conf`` next
-   to ``SLURM_CONF`` or at ``/etc/slurm/topology.conf`` (a missing default file is not an
-   error). The file is a Slurm ``topology.conf`` or a YAML/JSON file of skewtrace's own
-   format, told apart by extension and content (see ``docs/topology.md``);
+2. the topology file named by ``SKEWTRACE_TOPOLOGY``, else Slurm's own: ``topology.yaml``
+   or ``topology.conf`` in the directory of ``SLURM_CONF`` (default ``/etc/slurm``); a
+   missing default file is not an error. The file is a Slurm ``topology.conf``, a Slurm
+   ``topology.yaml`` or a YAML/JSON file of skewtrace's own format, told apart by
+   extension and content (see ``docs/topology.md``);
 3. ``unknown``. A node the file does not list is ``unknown`` with one warning per process.
 
 NIC, first match wins (never raises):
@@ -158,14 +159,14 @@ def _slurm_logical_lines(text: str) -> list[tuple[int, str]]:
             pending.append(line[:-1])
             continue
         pending.append(line)
-        joined = " ".join(part.strip() for part in pending).strip()
+        # Slurm glues a continued line on as it stands: "Nodes=a[1-2],\" + "b3" is
+        # "Nodes=a[1-2],b3".
+        joined = "".join(pending).strip()
         pending = []
         if joined:
             logical.append((start, joined))
-    if pending:
-        joined = " ".join(part.strip() for part in pending).strip()
-        if joined:
-            logical.append((start, joined))
+    if pending and "".join(pending).strip():
+        logical.append((start, "".join(pending).strip()))
     return logical
 
 
@@ -260,7 +261,12 @@ def _mapping(path: str, node: yaml.Node, what: str) -> list[tuple[yaml.Node, yam
 
 
 def _scalar(path: str, node: yaml.Node, what: str) -> str:
-    if not isinstance(node, yaml.ScalarNode) or not str(node.value).strip():
+    # Any scalar names a thing (a switch may be called 7), but null or blank names none.
+    if (
+        not isinstance(node, yaml.ScalarNode)
+        or node.tag == "tag:yaml.org,2002:null"
+        or not str(node.value).strip()
+    ):
         raise TopologyError(f"{path}:{_mark(node)}: {what} must be a non-empty string")
     return str(node.value).strip()
 
@@ -295,6 +301,9 @@ def _parse_structured(path: str, text: str, is_json: bool) -> _TopologyFile:
             json.loads(text)
         except json.JSONDecodeError as error:
             raise TopologyError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from None
+        # Valid JSON has tabs only between tokens (never raw inside strings), and YAML
+        # does not take tabs there.
+        text = text.replace("\t", " ")
     try:
         # compose() keeps line numbers, so later errors can point at the line. JSON is
         # read the same way: the syntax was checked above, and YAML reads JSON documents.
@@ -304,9 +313,11 @@ def _parse_structured(path: str, text: str, is_json: bool) -> _TopologyFile:
         raise TopologyError(f"{path}:{line}: invalid YAML: {error.problem}") from None
     except yaml.YAMLError as error:
         raise TopologyError(f"{path}:1: invalid YAML: {error}") from None
-    topology = _TopologyFile(path)
     if root is None:
         raise TopologyError(f"{path}:1: the file is empty")
+    if isinstance(root, yaml.SequenceNode):
+        return _parse_slurm_yaml(path, root)
+    topology = _TopologyFile(path)
     sections = _mapping(path, root, "the top level")
     for key, value in sections:
         section = _scalar(path, key, "a key")
@@ -347,6 +358,94 @@ def _parse_structured(path: str, text: str, is_json: bool) -> _TopologyFile:
                 f"{path}:{_mark(key)}: unknown section {section!r} "
                 "(expected nodes, patterns, switches)"
             )
+    return topology
+
+
+# --------------------------------------------------------------------------------------
+# Slurm's topology.yaml (Slurm 24.11+): a list of named topologies
+#
+#   - topology: fabric
+#     cluster_default: true
+#     tree:
+#       switches:
+#         - {switch: s0, children: "s[1-2]"}
+#         - {switch: s1, nodes: "node[01-04]"}
+#   - topology: blocks
+#     block: {block_sizes: [4], blocks: [{block: b1, nodes: "node[01-04]"}]}
+
+
+def _slurm_yaml_field(path: str, item: yaml.Node, key: str) -> yaml.Node | None:
+    if not isinstance(item, yaml.MappingNode):
+        raise TopologyError(f"{path}:{_mark(item)}: expected a mapping")
+    for item_key, value in item.value:
+        if isinstance(item_key, yaml.ScalarNode) and item_key.value == key:
+            return value
+    return None
+
+
+def _pick_slurm_topology(path: str, root: yaml.SequenceNode) -> tuple[str, yaml.Node] | None:
+    """The topology whose leaves say most about the fabric: a tree before blocks, the
+    cluster default first within each kind."""
+    candidates: list[tuple[int, int, str, yaml.Node]] = []
+    for item in root.value:
+        if _slurm_yaml_field(path, item, "topology") is None:
+            raise TopologyError(f"{path}:{_mark(item)}: a topology entry needs topology:")
+        default_node = _slurm_yaml_field(path, item, "cluster_default")
+        is_default = isinstance(default_node, yaml.ScalarNode) and default_node.value.lower() in (
+            "true",
+            "yes",
+            "on",
+        )
+        for rank, kind in enumerate(("tree", "block")):
+            body = _slurm_yaml_field(path, item, kind)
+            if body is not None:
+                candidates.append((rank, 0 if is_default else 1, kind, body))
+                break
+    if not candidates:
+        return None
+    candidates.sort(key=lambda candidate: candidate[:2])
+    return candidates[0][2], candidates[0][3]
+
+
+def _parse_slurm_yaml(path: str, root: yaml.SequenceNode) -> _TopologyFile:
+    topology = _TopologyFile(path)
+    picked = _pick_slurm_topology(path, root)
+    if picked is None:
+        return topology  # only flat topologies: no switches to report
+    kind, body = picked
+    list_key, name_key = ("switches", "switch") if kind == "tree" else ("blocks", "block")
+    items = _slurm_yaml_field(path, body, list_key)
+    if not isinstance(items, yaml.SequenceNode):
+        raise TopologyError(f"{path}:{_mark(body)}: {kind} needs a list under {list_key}:")
+    declared: dict[str, int] = {}
+    children: list[tuple[int, str, str]] = []
+    for item in items.value:
+        name_node = _slurm_yaml_field(path, item, name_key)
+        if name_node is None:
+            raise TopologyError(f"{path}:{_mark(item)}: each entry needs {name_key}:")
+        name = _scalar(path, name_node, name_key)
+        if name in declared:
+            raise TopologyError(
+                f"{path}:{_mark(item)}: {name!r} already defined on line {declared[name]}"
+            )
+        declared[name] = _mark(item)
+        for field_name in ("nodes", "children"):
+            value = _slurm_yaml_field(path, item, field_name)
+            if value is None:
+                continue
+            try:
+                members = expand_hostlist(_scalar(path, value, field_name))
+            except HostlistError as error:
+                raise TopologyError(f"{path}:{_mark(value)}: {error}") from None
+            for member in members:
+                if field_name == "nodes":
+                    topology.nodes.setdefault(member, _NodeEntry(name, (), _mark(item)))
+                else:
+                    children.append((_mark(value), member, name))
+    for line, child, parent in children:
+        if child not in declared:
+            raise TopologyError(f"{path}:{line}: switch {child!r} is not defined")
+        topology.parents.setdefault(child, parent)
     return topology
 
 
@@ -393,15 +492,18 @@ def load_topology_file(path: str | os.PathLike[str]) -> _TopologyFile:
     return parsed
 
 
-def _topology_path(env: Mapping[str, str]) -> tuple[str | None, bool]:
-    """(path, explicitly configured). Slurm keeps topology.conf next to slurm.conf."""
+def _topology_path(env: Mapping[str, str]) -> tuple[str, bool]:
+    """(path, explicitly configured). Slurm keeps its topology file next to slurm.conf
+    and reads topology.yaml in preference to topology.conf."""
     explicit = env.get(SKEWTRACE_TOPOLOGY, "").strip()
     if explicit:
         return explicit, True
     slurm_conf = env.get("SLURM_CONF", "").strip()
-    if slurm_conf:
-        return str(Path(slurm_conf).parent / "topology.conf"), False
-    return DEFAULT_SLURM_TOPOLOGY, False
+    directory = Path(slurm_conf).parent if slurm_conf else Path(DEFAULT_SLURM_TOPOLOGY).parent
+    yaml_file = directory / "topology.yaml"
+    if yaml_file.is_file():
+        return str(yaml_file), False
+    return str(directory / "topology.conf"), False
 
 
 _warned_lock = threading.Lock()
@@ -462,7 +564,7 @@ def discover_topology(
     parsed: _TopologyFile | None = None
     # With the switch given, only a file the user named is worth reading (for its NICs);
     # Slurm's default file then cannot fail a start-up it has nothing to add to.
-    if path is not None and (explicit or not env_switch):
+    if explicit or not env_switch:
         try:
             parsed = load_topology_file(path)
         except FileNotFoundError:
