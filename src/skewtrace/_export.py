@@ -1,0 +1,514 @@
+"""Off the hot path: turn recorded event tuples into OTel spans and export them.
+
+One daemon thread wakes every ``export_interval_millis``, drains the recorder, builds
+``ReadableSpan`` objects with explicit IDs, parents and timestamps, and hands them to a sink:
+
+- the span processors of a TracerProvider the user configured (their exporters, their
+  batching), with the rank's resource merged into the provider's; or
+- a private OTLP exporter (gRPC or http/protobuf per ``OTEL_EXPORTER_OTLP_PROTOCOL``) that
+  reads the standard ``OTEL_EXPORTER_OTLP_*`` variables. The global provider is never touched.
+
+Nothing here raises into training: failures are logged and counted
+(``skewtrace.spans.export_failed``). The final flush is bounded by ``shutdown_timeout_millis``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+
+from skewtrace import semconv
+from skewtrace._ids import SpanIdGenerator, step_root_span_id, step_trace_id
+from skewtrace._recorder import COLLECTIVE, PACING, PHASE, STEP, TIMING_CUDA_EVENT, Recorder
+from skewtrace.version import __version__
+
+logger = logging.getLogger("skewtrace")
+
+SCOPE = InstrumentationScope("skewtrace", __version__)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+# Steps whose IDs are remembered: async collectives may finish a few steps after they began.
+_STEP_CACHE = 256
+# Spans per export call: keeps one OTLP request well under gRPC's 4 MiB default.
+_EXPORT_BATCH = 512
+# CUDA-timed spans wait at most this many for their events before falling back to host time.
+_MAX_PENDING_CUDA = 4096
+
+OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+OTEL_EXPORTER_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+OTEL_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
+DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS = 10_000
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the materializer needs to know about the rank (resolved lazily in zero-code use)."""
+
+    job_id: str
+    rank: int
+    resource: Resource
+
+
+class CudaPoller(Protocol):
+    def poll(self) -> list[tuple[int, float]]: ...
+
+
+class SpanMaterializer:
+    """Event tuples -> ReadableSpans. Owned by the export thread; not thread-safe."""
+
+    def __init__(
+        self, identity: Identity, epoch_anchor_ns: int, cuda_timer: CudaPoller | None = None
+    ) -> None:
+        self._job = identity.job_id
+        self._is_root_rank = identity.rank == 0
+        self._resource = identity.resource
+        self._anchor = epoch_anchor_ns
+        self._ids = SpanIdGenerator()
+        self._steps: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._cuda_timer = cuda_timer
+        self._cuda_pending: OrderedDict[int, tuple[object, ...]] = OrderedDict()
+
+    def _step_ids(self, step: int) -> tuple[int, int]:
+        """(trace id, this rank's train.step span id) for ``step``."""
+        ids = self._steps.get(step)
+        if ids is None:
+            ids = (step_trace_id(self._job, step), self._ids.new_span_id())
+            self._steps[step] = ids
+            if len(self._steps) > _STEP_CACHE:
+                self._steps.popitem(last=False)
+        return ids
+
+    def _span(
+        self,
+        name: str,
+        step: int,
+        start_ns: int,
+        end_ns: int,
+        attributes: dict[str, Any],
+        span_id: int | None = None,
+        parent: SpanContext | None = None,
+    ) -> ReadableSpan:
+        trace_id, step_span_id = self._step_ids(step)
+        if parent is None:
+            parent = SpanContext(trace_id, step_span_id, is_remote=False, trace_flags=_SAMPLED)
+        context = SpanContext(
+            trace_id,
+            span_id if span_id is not None else self._ids.new_span_id(),
+            is_remote=False,
+            trace_flags=_SAMPLED,
+        )
+        return ReadableSpan(
+            name=name,
+            context=context,
+            parent=parent,
+            resource=self._resource,
+            attributes=attributes,
+            kind=SpanKind.INTERNAL,
+            start_time=start_ns + self._anchor,
+            end_time=max(end_ns, start_ns) + self._anchor,
+            instrumentation_scope=SCOPE,
+        )
+
+    def materialize(self, events: Sequence[tuple[object, ...]], final: bool = False) -> list[
+        ReadableSpan
+    ]:
+        spans: list[ReadableSpan] = []
+        for event in events:
+            try:
+                self._one(event, spans)
+            except Exception:  # a malformed event must not stop the rest
+                logger.debug("skewtrace: skipped event %r", event, exc_info=True)
+        self._resolve_cuda(spans, final)
+        return spans
+
+    def _one(self, event: tuple[Any, ...], spans: list[ReadableSpan]) -> None:
+        kind = event[0]
+        if kind == PHASE:
+            _, name, step, start, end, timing, handle = event
+            if handle is not None and self._cuda_timer is not None:
+                self._cuda_pending[handle] = event
+                if len(self._cuda_pending) > _MAX_PENDING_CUDA:
+                    _, oldest = self._cuda_pending.popitem(last=False)
+                    self._phase(oldest, spans, None)
+                return
+            self._phase(event, spans, None)
+        elif kind == STEP:
+            _, step, start, end = event
+            trace_id, step_span_id = self._step_ids(step)
+            root_id = step_root_span_id(self._job, step)
+            root = SpanContext(
+                trace_id, root_id, is_remote=not self._is_root_rank, trace_flags=_SAMPLED
+            )
+            attributes = {semconv.STEP: step}
+            spans.append(
+                self._span(semconv.SPAN_STEP, step, start, end, attributes, step_span_id, root)
+            )
+            if self._is_root_rank:
+                spans.append(
+                    ReadableSpan(
+                        name=semconv.SPAN_STEP_ROOT,
+                        context=SpanContext(trace_id, root_id, False, trace_flags=_SAMPLED),
+                        parent=None,
+                        resource=self._resource,
+                        attributes={semconv.STEP: step},
+                        start_time=start + self._anchor,
+                        end_time=end + self._anchor,
+                        instrumentation_scope=SCOPE,
+                    )
+                )
+        elif kind == COLLECTIVE:
+            (_, step, start, end, op, pg, pg_size, seq, nbytes, is_async, source, timing) = event
+            attributes = {
+                semconv.STEP: step,
+                semconv.COLLECTIVE_OP: op,
+                semconv.COLLECTIVE_PG: pg,
+                semconv.COLLECTIVE_PG_SIZE: pg_size,
+                semconv.COLLECTIVE_SEQ: seq,
+                semconv.COLLECTIVE_BYTES: nbytes,
+                semconv.COLLECTIVE_ASYNC: is_async,
+                semconv.COLLECTIVE_SOURCE: source,
+                semconv.TIMING: timing,
+            }
+            name = semconv.SPAN_COLLECTIVE_PREFIX + str(op)
+            spans.append(self._span(name, step, start, end, attributes))
+        elif kind == PACING:
+            _, step, start, end, delay, version = event
+            attributes = {
+                semconv.STEP: step,
+                semconv.PACING_DELAY: float(delay),
+                semconv.PACING_VERSION: int(version),
+            }
+            spans.append(self._span(semconv.SPAN_PACING_DELAY, step, start, end, attributes))
+        else:
+            raise ValueError(f"unknown event kind {kind!r}")
+
+    def _phase(
+        self, event: tuple[Any, ...], spans: list[ReadableSpan], cuda_seconds: float | None
+    ) -> None:
+        _, name, step, start, end, timing, _handle = event
+        attributes: dict[str, Any] = {semconv.STEP: step}
+        if cuda_seconds is not None:
+            end = start + int(cuda_seconds * 1e9)
+            timing = TIMING_CUDA_EVENT
+        if timing is not None:
+            attributes[semconv.TIMING] = timing
+        spans.append(self._span(name, step, start, end, attributes))
+
+    def _resolve_cuda(self, spans: list[ReadableSpan], final: bool) -> None:
+        if self._cuda_timer is None or not self._cuda_pending:
+            return
+        try:
+            resolved = self._cuda_timer.poll()
+        except Exception:
+            logger.debug("skewtrace: CUDA event poll failed", exc_info=True)
+            resolved = []
+        for handle, seconds in resolved:
+            event = self._cuda_pending.pop(handle, None)
+            if event is not None:
+                self._phase(event, spans, seconds)
+        if final:
+            # At exit unresolved events fall back to host times rather than vanish.
+            while self._cuda_pending:
+                _, event = self._cuda_pending.popitem(last=False)
+                self._phase(event, spans, None)
+
+
+class SpanSink(Protocol):
+    def export(self, spans: Sequence[ReadableSpan]) -> bool: ...
+    def flush(self, timeout_millis: int) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+class ProcessorSink:
+    """Feeds a user TracerProvider's span processors (its exporters and batching apply)."""
+
+    def __init__(self, provider: Any) -> None:
+        self._provider = provider
+        self._processor = provider._active_span_processor
+
+    def export(self, spans: Sequence[ReadableSpan]) -> bool:
+        on_end = self._processor.on_end
+        for span in spans:
+            on_end(span)
+        return True
+
+    def flush(self, timeout_millis: int) -> None:
+        self._provider.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        # The provider is the user's; it shuts down with their program.
+        return None
+
+
+class ExporterSink:
+    """A private span exporter, created lazily on the export thread."""
+
+    def __init__(self, factory: Callable[[], SpanExporter]) -> None:
+        self._factory = factory
+        self._exporter: SpanExporter | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> SpanExporter:
+        with self._lock:
+            if self._exporter is None:
+                self._exporter = self._factory()
+            return self._exporter
+
+    def export(self, spans: Sequence[ReadableSpan]) -> bool:
+        return self._get().export(spans) == SpanExportResult.SUCCESS
+
+    def flush(self, timeout_millis: int) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        with self._lock:
+            exporter = self._exporter
+        if exporter is not None:
+            # Also aborts a retry backoff in progress on the export thread.
+            exporter.shutdown()
+
+
+def _protocol(signal_var: str) -> str:
+    protocol = os.environ.get(signal_var) or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL) or "grpc"
+    protocol = protocol.strip().lower()
+    if protocol not in ("grpc", "http/protobuf"):
+        raise ValueError(
+            f"{OTEL_EXPORTER_OTLP_PROTOCOL}={protocol!r}: skewtrace supports grpc and http/protobuf"
+        )
+    return protocol
+
+
+def otlp_span_exporter() -> SpanExporter:
+    """An OTLP span exporter configured from the standard OTEL_EXPORTER_OTLP_* variables."""
+    if _protocol(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    return HttpSpanExporter()
+
+
+def otlp_metric_exporter() -> Any:
+    if _protocol(OTEL_EXPORTER_OTLP_METRICS_PROTOCOL) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter()
+
+
+class ExportStats:
+    def __init__(self) -> None:
+        self.exported = 0
+        self.failed = 0
+
+
+class BackgroundExporter:
+    """The daemon thread: drain, materialize, export, every interval; bounded final flush."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        sink: SpanSink,
+        identity: Callable[[], Identity | None],
+        interval_millis: int,
+        cuda_timer: CudaPoller | None = None,
+    ) -> None:
+        self._recorder = recorder
+        self._sink = sink
+        self._identity = identity
+        self._interval_s = interval_millis / 1000.0
+        self._cuda_timer = cuda_timer
+        self._materializer: SpanMaterializer | None = None
+        self._disabled = False
+        self.stats = ExportStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="skewtrace-export", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, set_value
+
+        # Our own OTLP calls must not be traced by other instrumentations (grpc, requests).
+        attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(self._interval_s)
+                self._wake.clear()
+                self._cycle(final=False)
+            self._cycle(final=True)
+        finally:
+            self._done.set()
+
+    def _cycle(self, final: bool) -> None:
+        try:
+            while True:
+                events = self._recorder.drain(_EXPORT_BATCH)
+                if not events and not (final and self._materializer is not None):
+                    return
+                materializer = self._get_materializer()
+                if materializer is None:
+                    return
+                spans = materializer.materialize(events, final=final and not events)
+                if spans:
+                    self._export(spans)
+                if not events:
+                    return
+                if not final and self._stop.is_set():
+                    return
+        except Exception:
+            logger.exception("skewtrace: export cycle failed; continuing")
+
+    def _get_materializer(self) -> SpanMaterializer | None:
+        if self._materializer is None and not self._disabled:
+            try:
+                identity = self._identity()
+            except Exception:
+                logger.exception("skewtrace: cannot identify this rank; spans are discarded")
+                self._disabled = True
+                return None
+            if identity is None:
+                return None
+            self._materializer = SpanMaterializer(
+                identity, self._recorder.epoch_anchor_ns, self._cuda_timer
+            )
+        if self._disabled:
+            # Keep memory bounded by discarding what cannot be exported.
+            self._recorder.drain(self._recorder.capacity)
+        return self._materializer
+
+    def _export(self, spans: list[ReadableSpan]) -> None:
+        try:
+            ok = self._sink.export(spans)
+        except Exception:
+            logger.warning("skewtrace: span export raised", exc_info=True)
+            ok = False
+        if ok:
+            self.stats.exported += len(spans)
+        else:
+            self.stats.failed += len(spans)
+
+    def flush_now(self) -> None:
+        self._wake.set()
+
+    def shutdown(self, timeout_millis: int) -> bool:
+        """Stop the thread after a final drain; True if everything finished in time."""
+        deadline = time.monotonic() + timeout_millis / 1000.0
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._done.wait(max(0.0, deadline - time.monotonic()))
+        finished = self._done.is_set() or not self._thread.is_alive()
+        if finished:
+            try:
+                self._sink.flush(max(0, int((deadline - time.monotonic()) * 1000)))
+            except Exception:
+                logger.debug("skewtrace: flush failed", exc_info=True)
+        else:
+            logger.warning(
+                "skewtrace: final export did not finish within %d ms; remaining spans dropped",
+                timeout_millis,
+            )
+        try:
+            self._sink.shutdown()
+        except Exception:
+            logger.debug("skewtrace: exporter shutdown failed", exc_info=True)
+        return finished
+
+
+def metric_export_interval_millis() -> int:
+    raw = os.environ.get(OTEL_METRIC_EXPORT_INTERVAL, "").strip()
+    try:
+        return int(raw) if raw else DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
+    except ValueError:
+        return DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
+
+
+class SelfMetrics:
+    """skewtrace.events.dropped / spans.exported / spans.export_failed as observable counters.
+
+    Observable: the hot path only bumps plain ints; the SDK reads them on its own schedule.
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        stats: ExportStats,
+        meter_provider: Any | None,
+        resource: Callable[[], Resource | None],
+    ) -> None:
+        self._recorder = recorder
+        self._stats = stats
+        self._own_provider: Any | None = None
+        self._meter_provider = meter_provider
+        self._resource = resource
+        self._started = False
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        provider = self._meter_provider
+        if provider is None:
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+            reader = PeriodicExportingMetricReader(
+                otlp_metric_exporter(), export_interval_millis=metric_export_interval_millis()
+            )
+            resource = self._resource() or Resource.create({})
+            provider = MeterProvider(metric_readers=[reader], resource=resource)
+            self._own_provider = provider
+        meter = provider.get_meter("skewtrace", __version__)
+
+        def dropped(_options: CallbackOptions) -> list[Observation]:
+            counts = self._recorder.dropped()
+            return [Observation(n, {"reason": reason}) for reason, n in counts.items()]
+
+        def exported(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(self._stats.exported)]
+
+        def failed(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(self._stats.failed)]
+
+        meter.create_observable_counter(
+            semconv.METRIC_EVENTS_DROPPED, [dropped], unit="1",
+            description="events dropped because the rank's buffer was full",
+        )
+        meter.create_observable_counter(
+            semconv.METRIC_SPANS_EXPORTED, [exported], unit="1",
+            description="spans handed to the exporter",
+        )
+        meter.create_observable_counter(
+            semconv.METRIC_SPANS_EXPORT_FAILED, [failed], unit="1",
+            description="spans the exporter reported as failed",
+        )
+
+    def shutdown(self, timeout_millis: int) -> None:
+        if self._own_provider is not None:
+            self._own_provider.shutdown(timeout_millis=timeout_millis)
+            self._own_provider = None

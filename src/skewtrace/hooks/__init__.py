@@ -1,0 +1,11 @@
+"""Where skewtrace attaches to PyTorch: collectives, DDP buckets, module, optimizer, data.
+
+Each hook only reads clocks and appends a tuple to the session's recorder; see
+:mod:`skewtrace._recorder`. Everything installed here is undone by ``Patches.restore()``.
+"""
+
+from __future__ import annotations
+
+from skewtrace.hooks._patches import MARKER, Patches
+
+__all__ = ["MARKER", "Patches"]

@@ -1,0 +1,89 @@
+"""State shared by the hooks of one instrumentation session."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from skewtrace import semconv
+from skewtrace._recorder import PACING, Recorder, now_ns
+
+logger = logging.getLogger("skewtrace")
+
+
+class GroupState:
+    """Our per-group sequence counter: in SPMD code every member makes the same calls in
+    the same order, so the n-th call on a group has the same number on every member."""
+
+    __slots__ = ("name", "seq", "size")
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+        self.seq = 0
+
+    def next_seq(self) -> int:
+        seq = self.seq
+        self.seq = seq + 1
+        return seq
+
+
+class HookContext:
+    def __init__(self, recorder: Recorder, pacer: Any | None = None, device: Any | None = None,
+                 cuda_timer: Any | None = None) -> None:
+        self.recorder = recorder
+        self.pacer = pacer
+        self.device = device
+        self.cuda_timer = cuda_timer
+        # depth > 0 while this thread is inside a traced collective or a DDP hook: nested
+        # collectives (a user comm hook calling dist.all_reduce) are not counted twice.
+        self.tls = threading.local()
+        self._groups: dict[Any, GroupState] = {}
+        self._groups_lock = threading.Lock()
+        self._pacing_failed_logged = False
+
+    def depth(self) -> int:
+        return getattr(self.tls, "depth", 0)
+
+    def group_state(self, group: Any) -> GroupState | None:
+        """The counter of ``group`` (None = the world group); None if this rank is not in it."""
+        import torch.distributed.distributed_c10d as c10d
+
+        world = c10d.GroupMember.WORLD
+        pg = world if group is None else group
+        state = self._groups.get(pg)
+        if state is not None:
+            return state
+        if pg is None or pg is c10d.GroupMember.NON_GROUP_MEMBER:
+            return None
+        if c10d._rank_not_in_group(pg):
+            return None
+        if pg is world:
+            name = semconv.DEFAULT_PG_NAME
+        else:
+            name = str(getattr(pg, "group_name", "") or c10d._get_process_group_name(pg))
+        with self._groups_lock:
+            state = self._groups.setdefault(pg, GroupState(name, int(pg.size())))  # type: ignore[union-attr]
+        return state
+
+    def maybe_pace(self) -> None:
+        """Once per step, before its first collective: apply the pacer's current delay."""
+        recorder = self.recorder
+        if self.pacer is None or recorder.paced_step == recorder.step:
+            return
+        recorder.paced_step = recorder.step
+        try:
+            delay, version = self.pacer.current_delay()
+            if delay <= 0:
+                return
+            from skewtrace.pacer.client import apply_delay
+
+            start = now_ns()
+            apply_delay(delay, self.device)
+            recorder.record((PACING, recorder.step, start, now_ns(), float(delay), int(version)))
+        except Exception:
+            # Pacing fails open: a broken pacer never stops training.
+            if not self._pacing_failed_logged:
+                self._pacing_failed_logged = True
+                logger.warning("skewtrace: pacing failed; continuing without", exc_info=True)

@@ -1,0 +1,116 @@
+"""``forward`` and ``backward`` spans from hooks on the model passed to instrument().
+
+forward: a forward pre-hook and a forward hook. backward: starts when autograd computes the
+gradient of the model's output (a tensor hook placed by the forward hook) and ends after the
+autograd engine's final callbacks, which is where DDP waits for its gradient all-reduces; our
+end callback is queued from inside the first so it runs after DDP's.
+
+On CUDA the same points record pooled CUDA events instead (``_cuda_timing``), resolved later
+by the export thread; host clock reads would measure kernel launches, not work.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from skewtrace import semconv
+from skewtrace._recorder import PHASE, TIMING_HOST, now_ns
+from skewtrace.hooks._context import HookContext
+from skewtrace.hooks._patches import Patches
+
+logger = logging.getLogger("skewtrace")
+
+
+def _first_grad_tensor(output: Any) -> Any:
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        for item in output:
+            found = _first_grad_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+class ModuleHooks:
+    def __init__(self, ctx: HookContext, model: Any, use_cuda: bool) -> None:
+        self._ctx = ctx
+        self._cuda = ctx.cuda_timer if use_cuda else None
+        self._forward_start = 0
+        self._forward_handle: int | None = None
+        self._backward_step = -1
+        self._backward_start = 0
+        self._backward_handle: int | None = None
+        self._handles = [
+            model.register_forward_pre_hook(self._pre_forward),
+            model.register_forward_hook(self._post_forward),
+        ]
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _pre_forward(self, _module: Any, _args: Any) -> None:
+        recorder = self._ctx.recorder
+        if not recorder.active:
+            return
+        start = now_ns()
+        recorder.mark_activity(start)
+        self._forward_start = start
+        if self._cuda is not None:
+            self._forward_handle = self._cuda.start()
+
+    def _post_forward(self, _module: Any, _args: Any, output: Any) -> None:
+        recorder = self._ctx.recorder
+        if not recorder.active:
+            return
+        handle = self._forward_handle
+        if handle is not None:
+            self._cuda.stop(handle)  # type: ignore[union-attr]
+            self._forward_handle = None
+        end = now_ns()
+        recorder.record((PHASE, semconv.SPAN_FORWARD, recorder.step, self._forward_start, end,
+                         TIMING_HOST, handle))
+        try:
+            tensor = _first_grad_tensor(output)
+            if tensor is not None:
+                tensor.register_hook(self._on_output_grad)
+        except Exception:
+            logger.debug("skewtrace: backward not traced", exc_info=True)
+
+    def _on_output_grad(self, _grad: Any) -> None:
+        recorder = self._ctx.recorder
+        if not recorder.active or self._backward_step == recorder.step:
+            return
+        self._backward_step = recorder.step
+        self._backward_start = now_ns()
+        if self._cuda is not None:
+            self._backward_handle = self._cuda.start()
+        from torch.autograd import Variable
+
+        Variable._execution_engine.queue_callback(self._queue_end)
+
+    def _queue_end(self) -> None:
+        from torch.autograd import Variable
+
+        Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _end_backward(self) -> None:
+        recorder = self._ctx.recorder
+        handle = self._backward_handle
+        if handle is not None:
+            self._cuda.stop(handle)  # type: ignore[union-attr]
+            self._backward_handle = None
+        recorder.record((PHASE, semconv.SPAN_BACKWARD, self._backward_step,
+                         self._backward_start, now_ns(), TIMING_HOST, handle))
+
+
+def instrument_module(ctx: HookContext, model: Any, use_cuda: bool, patches: Patches) -> None:
+    hooks = ModuleHooks(ctx, model, use_cuda)
+    patches.on_restore(hooks.remove)

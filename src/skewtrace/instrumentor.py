@@ -1,0 +1,321 @@
+"""``SkewtraceInstrumentor``: the OpenTelemetry instrumentor behind ``skewtrace.instrument()``.
+
+Registered under the ``opentelemetry_instrumentor`` entry point, so
+``opentelemetry-instrument python train.py`` instruments a training script with no code
+change. Without a model, optimizer or dataloader to attach to, that zero-code path traces
+every ``torch.distributed`` collective, every optimizer step (which also delimits
+``train.step``), and each ``DistributedDataParallel`` built afterwards (forward, backward,
+gradient buckets). Rank, world size and job id are then resolved when the first spans are
+exported, after ``init_process_group``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Collection, Iterable, Iterator
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,
+)
+
+from skewtrace._export import (
+    BackgroundExporter,
+    ExporterSink,
+    Identity,
+    ProcessorSink,
+    SelfMetrics,
+    SpanSink,
+    otlp_span_exporter,
+)
+from skewtrace._recorder import Recorder
+from skewtrace.config import Settings, resolve_job_id
+from skewtrace.hooks import Patches
+from skewtrace.hooks._context import HookContext
+from skewtrace.resource import RankInfo, build_resource, discover_rank_info
+
+logger = logging.getLogger("skewtrace")
+
+_instruments = ("torch >= 2.2",)
+
+
+def _sdk_provider(provider: Any) -> Any | None:
+    """``provider`` if it is an SDK TracerProvider we can feed spans into, else None."""
+    if provider is not None and hasattr(provider, "_active_span_processor"):
+        return provider
+    return None
+
+
+def _model_device(model: Any) -> Any | None:
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError, TypeError):
+        return None
+
+
+class Session:
+    """One instrumentation: the recorder, the hooks it installed, the export thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        model: Any | None,
+        optimizer: Any | None,
+        dataloader: Any | None,
+        tracer_provider: Any | None,
+        meter_provider: Any | None,
+        pacing_client: Any | None,
+        zero_code: bool,
+    ) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._identity: Identity | None = None
+        self._closed = False
+
+        provider = tracer_provider
+        if provider is None:
+            from opentelemetry import trace
+
+            provider = _sdk_provider(trace.get_tracer_provider())
+        elif _sdk_provider(provider) is None:
+            raise TypeError(
+                "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider "
+                f"(got {type(provider).__name__})")
+        self._user_provider = provider
+
+        # Resolve who we are now when we can, so a missing job id fails at the call site.
+        self._rank_info: RankInfo | None = None
+        if not zero_code:
+            self._rank_info = discover_rank_info()
+            job_id = resolve_job_id(settings.job_id, self._rank_info.world_size)
+            self.settings = settings = settings.with_job_id(job_id)
+
+        device = _model_device(model) if model is not None else None
+        use_cuda, cuda_timer = self._cuda(model)
+        self.recorder = Recorder(settings.buffer_events)
+        if pacing_client is None and settings.pacer_url:
+            pacing_client = self._pacing_client()
+        self._own_pacer = pacing_client is not None and settings.pacer_url is not None
+        self.ctx = HookContext(self.recorder, pacer=pacing_client, device=device,
+                               cuda_timer=cuda_timer)
+
+        sink: SpanSink
+        if self._user_provider is not None:
+            sink = ProcessorSink(self._user_provider)
+        else:
+            sink = ExporterSink(otlp_span_exporter)
+        self.exporter = BackgroundExporter(
+            self.recorder, sink, self.identity, settings.export_interval_millis, cuda_timer)
+        self.metrics = SelfMetrics(self.recorder, self.exporter.stats, meter_provider,
+                                   self._resource_or_none)
+
+        self.patches = Patches()
+        try:
+            self._install(model, optimizer, dataloader, use_cuda, zero_code)
+        except BaseException:
+            self.patches.restore()
+            raise
+        if not zero_code:
+            self.identity()
+        try:
+            self.metrics.start()
+        except Exception:
+            logger.warning("skewtrace: self-metrics disabled", exc_info=True)
+        self.exporter.start()
+        atexit.register(self.close)
+        try:
+            from multiprocessing import util
+
+            # multiprocessing children leave through os._exit, which skips atexit.
+            util.Finalize(self, Session.close, args=(self,), exitpriority=10)
+        except Exception:
+            pass
+
+    def _cuda(self, model: Any | None) -> tuple[bool, Any | None]:
+        if model is None:
+            return False, None
+        try:
+            from skewtrace._cuda_timing import CudaEventTimer, cuda_available_for
+        except ImportError:
+            return False, None
+        try:
+            if cuda_available_for(model):
+                return True, CudaEventTimer()
+        except Exception:
+            logger.warning("skewtrace: CUDA event timing unavailable; using host clocks",
+                           exc_info=True)
+        return False, None
+
+    def _pacing_client(self) -> Any | None:
+        settings = self.settings
+        try:
+            from skewtrace.pacer.client import PacingClient
+
+            info = self._rank_info or discover_rank_info()
+            client = PacingClient(
+                str(settings.pacer_url), str(settings.job_id), info.rank,
+                max_delay_s=settings.pacing_max_delay,
+                poll_interval_s=settings.pacer_poll_interval_millis / 1000.0,
+                token=settings.pacer_token)
+            client.start()
+            return client
+        except Exception:
+            logger.warning("skewtrace: pacing client unavailable; pacing is off", exc_info=True)
+            return None
+
+    def _install(self, model: Any | None, optimizer: Any | None, dataloader: Any | None,
+                 use_cuda: bool, zero_code: bool) -> None:
+        from skewtrace.hooks.collectives import patch_collectives, patch_ddp_register
+        from skewtrace.hooks.dataloader import instrument_dataloader
+        from skewtrace.hooks.optimizer import instrument_optimizer
+
+        patch_collectives(self.ctx, self.patches)
+        patch_ddp_register(self.patches)
+        if model is not None:
+            self._instrument_model(model, use_cuda)
+        elif zero_code:
+            self._patch_ddp_init()
+        instrument_optimizer(self.ctx, optimizer, self.patches)
+        if dataloader is not None:
+            instrument_dataloader(self.ctx, dataloader, self.patches)
+
+    def _instrument_model(self, model: Any, use_cuda: bool) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        from skewtrace.hooks.collectives import detach_ddp, instrument_ddp
+        from skewtrace.hooks.module import instrument_module
+
+        instrument_module(self.ctx, model, use_cuda, self.patches)
+        if isinstance(model, DistributedDataParallel):
+            instrument_ddp(self.ctx, model)
+            self.patches.on_restore(lambda: detach_ddp(model))
+
+    def _patch_ddp_init(self) -> None:
+        import functools
+
+        from torch.nn.parallel import DistributedDataParallel
+
+        original = DistributedDataParallel.__dict__["__init__"]
+        session = self
+
+        @functools.wraps(original)
+        def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
+            original(ddp, *args, **kwargs)
+            if not session._closed:
+                try:
+                    use_cuda, _ = session._cuda(ddp)
+                    session._instrument_model(ddp, use_cuda and session.ctx.cuda_timer
+                                              is not None)
+                except Exception:
+                    logger.warning("skewtrace: could not instrument DDP model", exc_info=True)
+
+        self.patches.replace(DistributedDataParallel, "__init__", __init__, original)
+
+    def identity(self) -> Identity | None:
+        with self._lock:
+            if self._identity is None:
+                info = self._rank_info or discover_rank_info()
+                job_id = resolve_job_id(self.settings.job_id, info.world_size)
+                device_index = getattr(self.ctx.device, "index", None)
+                base = self._user_provider.resource if self._user_provider else None
+                resource = build_resource(job_id, info, device_index=device_index, base=base)
+                self._identity = Identity(job_id=job_id, rank=info.rank, resource=resource)
+            return self._identity
+
+    def _resource_or_none(self) -> Any | None:
+        try:
+            identity = self.identity()
+        except Exception:
+            return None
+        return identity.resource if identity else None
+
+    def flush(self) -> None:
+        self.exporter.flush_now()
+
+    def close(self) -> None:
+        """Restore what was wrapped, then flush within the shutdown timeout. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.recorder.active = False
+        self.patches.restore()
+        timeout = self.settings.shutdown_timeout_millis
+        import time
+
+        deadline = time.monotonic() + timeout / 1000.0
+        self.exporter.shutdown(timeout)
+        if self._own_pacer and self.ctx.pacer is not None:
+            try:
+                self.ctx.pacer.stop()
+            except Exception:
+                logger.debug("skewtrace: pacer client stop failed", exc_info=True)
+        remaining = max(0, int((deadline - time.monotonic()) * 1000))
+        # The metrics SDK's own shutdown is not bounded by our budget: run it aside.
+        closer = threading.Thread(target=self._close_metrics, args=(remaining,), daemon=True,
+                                  name="skewtrace-metrics-close")
+        closer.start()
+        closer.join(remaining / 1000.0)
+        atexit.unregister(self.close)
+
+    def _close_metrics(self, timeout_millis: int) -> None:
+        try:
+            self.metrics.shutdown(timeout_millis)
+        except Exception:
+            logger.debug("skewtrace: metrics shutdown failed", exc_info=True)
+
+
+class SkewtraceInstrumentor(BaseInstrumentor):
+    """Instruments distributed PyTorch training; see :func:`skewtrace.instrument`."""
+
+    _session: Session | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        zero_code = not any(
+            kwargs.get(key) is not None for key in ("model", "optimizer", "dataloader"))
+        zero_code = zero_code and not kwargs.get("_explicit", False)
+        settings = Settings.from_env(
+            job_id=kwargs.get("job_id"),
+            pacer_url=kwargs.get("pacer_url"),
+            buffer_events=kwargs.get("buffer_events"),
+            export_interval_millis=kwargs.get("export_interval_millis"),
+            shutdown_timeout_millis=kwargs.get("shutdown_timeout_millis"),
+        )
+        if not settings.enabled:
+            logger.info("skewtrace: disabled by SKEWTRACE_ENABLED/OTEL_SDK_DISABLED")
+            return
+        self._session = Session(
+            settings,
+            model=kwargs.get("model"),
+            optimizer=kwargs.get("optimizer"),
+            dataloader=kwargs.get("dataloader"),
+            tracer_provider=kwargs.get("tracer_provider"),
+            meter_provider=kwargs.get("meter_provider"),
+            pacing_client=kwargs.get("pacing_client"),
+            zero_code=zero_code,
+        )
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    @property
+    def session(self) -> Session | None:
+        return self._session
+
+
+def traced_iterable(iterable: Iterable[Any]) -> Iterator[Any]:
+    """Iterate ``iterable`` with a ``dataloader.fetch`` span per item (needs instrument())."""
+    from skewtrace.hooks.dataloader import traced_iterable as _traced
+
+    session = SkewtraceInstrumentor().session
+    if session is None:
+        return iter(iterable)
+    return _traced(iterable, session.ctx)
