@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+)
+
+// sink is an OTLP/gRPC traces and metrics receiver that only counts: the end of the
+// pipeline in the end-to-end benchmark, and a backend stand-in that can say whether the
+// spans it got were annotated by barrierskew.
+type sink struct {
+	ptraceotlp.UnimplementedGRPCServer
+	start            time.Time
+	traceRequests    atomic.Int64
+	spans            atomic.Int64
+	annotatedSpans   atomic.Int64
+	metricRequests   atomic.Int64
+	metricDataPoints atomic.Int64
+	firstSpanAt      atomic.Int64 // unix nanos
+	lastSpanAt       atomic.Int64
+
+	mu         sync.Mutex
+	stragglers map[string]int64 // "rank:cause" -> spans flagged
+}
+
+// SinkStats is printed as one JSON line per report and once at exit.
+type SinkStats struct {
+	Mode             string           `json:"mode"`
+	Listen           string           `json:"listen"`
+	Seconds          float64          `json:"seconds"`
+	TraceRequests    int64            `json:"trace_requests"`
+	Spans            int64            `json:"spans"`
+	AnnotatedSpans   int64            `json:"annotated_spans"`
+	MetricRequests   int64            `json:"metric_requests"`
+	MetricDataPoints int64            `json:"metric_data_points"`
+	ActiveSeconds    float64          `json:"active_seconds"`
+	SpansPerSecond   float64          `json:"spans_per_second_active"`
+	Stragglers       map[string]int64 `json:"stragglers"`
+}
+
+func newSink() *sink {
+	return &sink{start: time.Now(), stragglers: map[string]int64{}}
+}
+
+func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	s.traceRequests.Add(1)
+	td := req.Traces()
+	n := int64(td.SpanCount())
+	if n > 0 {
+		now := time.Now().UnixNano()
+		s.firstSpanAt.CompareAndSwap(0, now)
+		s.lastSpanAt.Store(now)
+	}
+	s.spans.Add(n)
+	s.countAnnotations(td)
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+func (s *sink) countAnnotations(td ptrace.Traces) {
+	var annotated int64
+	var flagged map[string]int64
+	for i := 0; i < td.ResourceSpans().Len(); i++ {
+		rs := td.ResourceSpans().At(i)
+		rank := "?"
+		if v, ok := rs.Resource().Attributes().Get(attrRank); ok {
+			rank = v.AsString()
+		}
+		for j := 0; j < rs.ScopeSpans().Len(); j++ {
+			spans := rs.ScopeSpans().At(j).Spans()
+			for k := 0; k < spans.Len(); k++ {
+				attrs := spans.At(k).Attributes()
+				if _, ok := attrs.Get(attrBarrierSkew); ok {
+					annotated++
+				}
+				if v, ok := attrs.Get(attrStraggler); ok && v.Type() == pcommon.ValueTypeBool && v.Bool() {
+					cause := "?"
+					if c, ok := attrs.Get(attrStragCause); ok {
+						cause = c.AsString()
+					}
+					if flagged == nil {
+						flagged = map[string]int64{}
+					}
+					flagged[rank+":"+cause]++
+				}
+			}
+		}
+	}
+	s.annotatedSpans.Add(annotated)
+	if flagged != nil {
+		s.mu.Lock()
+		for key, n := range flagged {
+			s.stragglers[key] += n
+		}
+		s.mu.Unlock()
+	}
+}
+
+type metricsSink struct {
+	pmetricotlp.UnimplementedGRPCServer
+	parent *sink
+}
+
+func (m *metricsSink) Export(_ context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
+	m.parent.metricRequests.Add(1)
+	m.parent.metricDataPoints.Add(int64(req.Metrics().DataPointCount()))
+	return pmetricotlp.NewExportResponse(), nil
+}
+
+func (s *sink) stats(listen string) SinkStats {
+	st := SinkStats{
+		Mode:             "sink",
+		Listen:           listen,
+		Seconds:          time.Since(s.start).Seconds(),
+		TraceRequests:    s.traceRequests.Load(),
+		Spans:            s.spans.Load(),
+		AnnotatedSpans:   s.annotatedSpans.Load(),
+		MetricRequests:   s.metricRequests.Load(),
+		MetricDataPoints: s.metricDataPoints.Load(),
+		Stragglers:       map[string]int64{},
+	}
+	first, last := s.firstSpanAt.Load(), s.lastSpanAt.Load()
+	if first > 0 && last > first {
+		st.ActiveSeconds = time.Duration(last - first).Seconds()
+		st.SpansPerSecond = float64(st.Spans) / st.ActiveSeconds
+	}
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.stragglers))
+	for key := range s.stragglers {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		st.Stragglers[key] = s.stragglers[key]
+	}
+	s.mu.Unlock()
+	return st
+}
+
+// runSink serves until ctx ends, printing a JSON stats line to out every interval (and a
+// first one, with the bound address, as soon as it listens).
+func runSink(ctx context.Context, listen string, interval time.Duration, out io.Writer) error {
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("-listen %q: %w", listen, err)
+	}
+	server := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	s := newSink()
+	ptraceotlp.RegisterGRPCServer(server, s)
+	pmetricotlp.RegisterGRPCServer(server, &metricsSink{parent: s})
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- server.Serve(lis) }()
+
+	addr := lis.Addr().String()
+	enc := json.NewEncoder(out)
+	report := func() { _ = enc.Encode(s.stats(addr)) }
+	report()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			server.GracefulStop()
+			report()
+			return nil
+		case err := <-serveErr:
+			return err
+		case <-ticker.C:
+			report()
+		}
+	}
+}
