@@ -63,6 +63,10 @@ class CudaEventTimer:
     ``event_factory`` builds one timing event; it defaults to
     ``torch.cuda.Event(enable_timing=True)`` (tests pass a fake). Events are created on
     first use of a slot, so an idle timer costs no CUDA resources.
+
+    Handles are unique for the life of the timer (a slot's handle changes each time the
+    slot is reused), so a result from :meth:`poll` can never be mistaken for a newer
+    ``start`` that got the same slot while the result was being read.
     """
 
     def __init__(
@@ -77,9 +81,10 @@ class CudaEventTimer:
         self._starts: list[_TimingEvent | None] = [None] * pool_size
         self._ends: list[_TimingEvent | None] = [None] * pool_size
         self._state = [_FREE] * pool_size
+        self._handle = list(range(pool_size))  # slot -> its current handle
         self._free: collections.deque[int] = collections.deque(range(pool_size))
         self._stopped: collections.deque[int] = collections.deque()
-        self._pending: list[int] = []  # owned by the polling thread
+        self._pending: list[int] = []  # slots, owned by the polling thread
         self.pool_size = pool_size
         self.exhausted = 0
         """``start`` calls refused because every pair was in flight (host timing used)."""
@@ -88,6 +93,18 @@ class CudaEventTimer:
         self.misused = 0
         """``stop``/``discard`` calls with a handle that was not started."""
 
+    def _release(self, slot: int) -> None:
+        self._state[slot] = _FREE
+        self._handle[slot] += self.pool_size  # the next user of the slot gets a new handle
+        self._free.append(slot)
+
+    def _started_slot(self, handle: int) -> int | None:
+        slot = handle % self.pool_size
+        if handle < 0 or self._handle[slot] != handle or self._state[slot] != _STARTED:
+            self.misused += 1
+            return None
+        return slot
+
     def start(self, stream: object | None = None) -> int | None:
         """Record a start event on ``stream`` (default: the current stream).
 
@@ -95,33 +112,35 @@ class CudaEventTimer:
         event could not be recorded; the caller then times on the host.
         """
         try:
-            handle = self._free.popleft()
+            # LIFO: the slot freed last is reused first, so a timer with few pairs in
+            # flight creates few CUDA events however large the pool is.
+            slot = self._free.pop()
         except IndexError:
             self.exhausted += 1
             return None
         try:
-            event = self._starts[handle]
+            event = self._starts[slot]
             if event is None:
                 event, end_event = self._factory(), self._factory()
-                self._starts[handle], self._ends[handle] = event, end_event
+                self._starts[slot], self._ends[slot] = event, end_event
             if stream is None:
                 event.record()
             else:
                 event.record(stream)
         except Exception as error:
             self.failed += 1
-            self._free.append(handle)
+            self._release(slot)
             _logger.debug("skewtrace: CUDA start event failed: %r", error)
             return None
-        self._state[handle] = _STARTED
-        return handle
+        self._state[slot] = _STARTED
+        return self._handle[slot]
 
     def stop(self, handle: int, stream: object | None = None) -> None:
         """Record the end event of ``handle`` on ``stream``; :meth:`poll` resolves it."""
-        if not 0 <= handle < self.pool_size or self._state[handle] != _STARTED:
-            self.misused += 1
+        slot = self._started_slot(handle)
+        if slot is None:
             return
-        event = self._ends[handle]
+        event = self._ends[slot]
         try:
             assert event is not None  # created together with the start event
             if stream is None:
@@ -130,21 +149,18 @@ class CudaEventTimer:
                 event.record(stream)
         except Exception as error:
             self.failed += 1
-            self._state[handle] = _FREE
-            self._free.append(handle)
+            self._release(slot)
             _logger.debug("skewtrace: CUDA end event failed: %r", error)
             return
-        self._state[handle] = _STOPPED
-        self._stopped.append(handle)
+        self._state[slot] = _STOPPED
+        self._stopped.append(slot)
 
     def discard(self, handle: int) -> None:
         """Give back a started handle whose work will not be stopped (an exception in
         forward, say); without this the slot would be lost for good."""
-        if not 0 <= handle < self.pool_size or self._state[handle] != _STARTED:
-            self.misused += 1
-            return
-        self._state[handle] = _FREE
-        self._free.append(handle)
+        slot = self._started_slot(handle)
+        if slot is not None:
+            self._release(slot)
 
     @property
     def in_flight(self) -> int:
@@ -155,9 +171,8 @@ class CudaEventTimer:
         """(handle, elapsed seconds) for every stopped pair whose events both completed.
 
         Uses ``query()`` only, so it never waits for the GPU; pairs still running stay
-        pending for the next call. Resolved handles go back to the pool, so a handle
-        number is reused afterwards: read its result before the next ``start``. Call from
-        one thread at a time.
+        pending for the next call. Resolved slots go back to the pool. Call from one
+        thread at a time.
         """
         while True:
             try:
@@ -166,23 +181,22 @@ class CudaEventTimer:
                 break
         resolved: list[tuple[int, float]] = []
         still_running: list[int] = []
-        for handle in self._pending:
-            start, end = self._starts[handle], self._ends[handle]
+        for slot in self._pending:
+            start, end = self._starts[slot], self._ends[slot]
             assert start is not None and end is not None
             try:
                 # Start and end may sit on different streams: both must report done
                 # before elapsed_time may be read.
                 if not (end.query() and start.query()):
-                    still_running.append(handle)
+                    still_running.append(slot)
                     continue
                 elapsed = start.elapsed_time(end) / 1000.0  # milliseconds
             except Exception as error:
                 self.failed += 1
-                _logger.debug("skewtrace: CUDA event pair %d failed: %r", handle, error)
+                _logger.debug("skewtrace: CUDA event pair %d failed: %r", slot, error)
             else:
-                resolved.append((handle, elapsed))
-            self._state[handle] = _FREE
-            self._free.append(handle)
+                resolved.append((self._handle[slot], elapsed))
+            self._release(slot)
         self._pending = still_running
         return resolved
 
