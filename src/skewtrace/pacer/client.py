@@ -141,7 +141,7 @@ class PacingClient:
             self._failing = True
             _log.warning(
                 "pacer %s unusable (%s); no pacing delay until it answers again "
-                "(retrying with backoff up to %.0f s)",
+                "(retrying with backoff up to %g s)",
                 self.url,
                 exc,
                 self.max_backoff_s,

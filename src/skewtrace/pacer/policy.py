@@ -59,10 +59,12 @@ class PolicyParams:
     """Upper bound on any delay the controller publishes (ranks also cap on their side)."""
 
     wait_fraction: float = 0.5
-    """A delay is at most this fraction of the rank's natural wait per step."""
+    """A delay is at most this fraction of the rank's observed wait per step (and of its
+    natural wait). Applied delays shrink the observed wait, so in steady state a rank whose
+    natural earliness is ``e`` settles at ``e * f / (1 + f)`` (a third of ``e`` at 0.5)."""
 
     margin_s: float = 0.002
-    """A delay stays at least this far below the rank's natural wait per step, so the paced
+    """A delay stays at least this far below the rank's observed wait per step, so the paced
     rank still arrives before the latest one on average."""
 
     gain: float = 0.5
@@ -249,7 +251,18 @@ def _delays(
         if rank in (latest_observed, latest_natural) or not persistently_early:
             delays[rank] = 0.0
             continue
-        bound = min(params.max_delay_s, params.wait_fraction * wait, wait - params.margin_s)
+        # The bounds use the *observed* barrier wait as well as the natural one: the pacer
+        # cannot see whether a rank applied its delay (it may have capped it or failed open),
+        # and a bound on the natural wait alone would then ratchet the delay up to the whole
+        # wait. Against the observed wait a delay that is applied shrinks its own bound, so the
+        # loop settles with the rank still early: d = f * (e - d), i.e. d = e * f / (1 + f).
+        observed_wait = observed.wait_per_step_s
+        bound = min(
+            params.max_delay_s,
+            params.wait_fraction * wait,
+            params.wait_fraction * observed_wait,
+            observed_wait - params.margin_s,
+        )
         before = previous_delays.get(rank, 0.0)
         smoothed = before + params.gain * (bound - before)
         # Smoothing moves toward the bound from either side; clamp again so a bound that

@@ -1,0 +1,534 @@
+"""The pacer service over real sockets: OTLP/gRPC metrics in, HTTP decisions out.
+
+Requests are built from the generated opentelemetry-proto messages and sent with a real grpc
+channel to the service's real gRPC server; decisions are read with urllib from its real HTTP
+server. The service's clock is injected (a fake monotonic clock the test advances) and the
+decision loop is driven with ``tick(now)``, so scenarios that take tens of seconds of
+"job time" run in well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from conftest import free_port
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from skewtrace import semconv
+from skewtrace.pacer.policy import PolicyParams
+from skewtrace.pacer.service import PacerConfig, PacerService
+
+CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
+START_NS = 1_700_000_000_000_000_000
+BOUNDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _kv(key: str, value: str | int) -> KeyValue:
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def _buckets(count: int, total: float) -> list[int]:
+    """All observations in the bucket of their mean: enough for a realistic-looking point."""
+    counts = [0] * (len(BOUNDS) + 1)
+    mean = total / count if count else 0.0
+    index = next((i for i, b in enumerate(BOUNDS) if mean <= b), len(BOUNDS))
+    counts[index] = count
+    return counts
+
+
+def histogram(
+    name: str,
+    temporality: int,
+    points: list[tuple[dict[str, str | int], int, float]],
+    start_ns: int = START_NS,
+) -> metrics_pb2.Metric:
+    metric = metrics_pb2.Metric(name=name, unit="s")
+    metric.histogram.aggregation_temporality = temporality
+    for attrs, count, total in points:
+        point = metric.histogram.data_points.add(
+            start_time_unix_nano=start_ns,
+            time_unix_nano=start_ns + 1,
+            count=count,
+            sum=total,
+            explicit_bounds=BOUNDS,
+            bucket_counts=_buckets(count, total),
+        )
+        point.attributes.extend(_kv(k, v) for k, v in attrs.items())
+    return metric
+
+
+def request(*metrics: metrics_pb2.Metric) -> metrics_service_pb2.ExportMetricsServiceRequest:
+    req = metrics_service_pb2.ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add(
+        resource=Resource(attributes=[_kv(semconv.SERVICE_NAME, "otelcol-skewtrace")])
+    )
+    rm.scope_metrics.add().metrics.extend(metrics)
+    return req
+
+
+@dataclass
+class SimulatedJob:
+    """Per-rank running totals of what the barrierskew connector would have counted."""
+
+    job_id: str
+    world: int = 4
+    step_s: float = 0.130
+    late_rank: int | None = 3
+    lateness_s: float = 0.030
+    collectives_per_step: int = 3
+    totals: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+
+    def run_steps(self, steps: int) -> None:
+        for rank in range(self.world):
+            late = self.late_rank is not None
+            wait = self.lateness_s if late and rank != self.late_rank else 0.0
+            lateness = self.lateness_s if late and rank == self.late_rank else 0.0
+            for metric, per_step, count in (
+                (semconv.METRIC_STEP_DURATION, self.step_s, 1),
+                (semconv.METRIC_RANK_WAIT, wait, self.collectives_per_step),
+                (semconv.METRIC_RANK_LATENESS, lateness, self.collectives_per_step),
+            ):
+                total = self.totals.setdefault((metric, rank), [0, 0.0])
+                total[0] += steps * count
+                total[1] += steps * per_step
+
+    def export(self, temporality: int, previous: dict[Any, list[float]] | None = None) -> Any:
+        metrics = []
+        for metric in (
+            semconv.METRIC_STEP_DURATION,
+            semconv.METRIC_RANK_WAIT,
+            semconv.METRIC_RANK_LATENESS,
+        ):
+            points = []
+            for rank in range(self.world):
+                count, total = self.totals.get((metric, rank), [0, 0.0])
+                if temporality == DELTA and previous is not None:
+                    before = previous.get((metric, rank), [0, 0.0])
+                    count, total = count - before[0], total - before[1]
+                attrs: dict[str, str | int] = {
+                    semconv.JOB_ID: self.job_id,
+                    semconv.RANK: rank,
+                    semconv.HOST_NAME: f"node{rank // 2}",
+                    semconv.SWITCH: "leaf0",
+                    semconv.NIC: "eth0",
+                }
+                points.append((attrs, int(count), total))
+            metrics.append(histogram(metric, temporality, points))
+        return request(*metrics)
+
+    def snapshot(self) -> dict[Any, list[float]]:
+        return {k: list(v) for k, v in self.totals.items()}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+def _start(
+    clock: FakeClock, reader: InMemoryMetricReader | None = None, **overrides: Any
+) -> PacerService:
+    config = PacerConfig(
+        otlp_port=0,
+        http_port=0,
+        decision_interval_s=3600.0,  # the test drives tick(now) itself
+        **overrides,
+    )
+    provider = MeterProvider(metric_readers=[reader]) if reader else MeterProvider()
+    service = PacerService(config, meter_provider=provider, clock=clock)
+    service.start()
+    return service
+
+
+@pytest.fixture
+def service(clock: FakeClock, reader: InMemoryMetricReader) -> Iterator[PacerService]:
+    svc = _start(clock, reader, job_timeout_s=30.0)
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture
+def stub(service: PacerService) -> Iterator[metrics_service_pb2_grpc.MetricsServiceStub]:
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.otlp_port}")
+    yield metrics_service_pb2_grpc.MetricsServiceStub(channel)
+    channel.close()
+
+
+def get(service: PacerService, path: str, token: str | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(f"http://127.0.0.1:{service.http_port}{path}")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def drive(
+    service: PacerService,
+    stub: metrics_service_pb2_grpc.MetricsServiceStub,
+    clock: FakeClock,
+    jobs: list[SimulatedJob],
+    seconds: float,
+    temporality: int = CUMULATIVE,
+) -> None:
+    """Run the jobs for ``seconds``: 1 s flushes from the 'collector', 0.5 s decision ticks."""
+    previous = {job.job_id: job.snapshot() for job in jobs}
+    for half_second in range(int(seconds * 2)):
+        clock.now += 0.5
+        for job in jobs:
+            job.run_steps(4)  # ~130 ms steps
+        if half_second % 2 == 1:
+            for job in jobs:
+                response = stub.Export(job.export(temporality, previous[job.job_id]), timeout=5)
+                assert response.partial_success.rejected_data_points == 0
+                previous[job.job_id] = job.snapshot()
+        service.tick()
+
+
+# ------------------------------------------------------------------ decisions
+
+
+@pytest.mark.parametrize("temporality", [CUMULATIVE, DELTA], ids=["cumulative", "delta"])
+def test_straggler_job_is_paced_over_grpc_and_http(
+    service: PacerService, stub: Any, clock: FakeClock, temporality: int
+) -> None:
+    job = SimulatedJob("job-a")
+    status, body = get(service, "/v1/pacing?job=job-a")
+    assert status == 200 and body == {"job": "job-a", "version": 0, "active": False, "delays": {}}
+
+    drive(service, stub, clock, [job], 10.0, temporality)
+    status, body = get(service, "/v1/pacing?job=job-a")
+    assert status == 200
+    assert body["active"] is True
+    assert body["version"] >= 1
+    assert set(body["delays"]) == {"0", "1", "2"}, body  # never the late rank
+    for delay in body["delays"].values():
+        # the simulated ranks do not apply their delays (open loop), so the observed wait
+        # stays 30 ms per step and the delay settles at half of it
+        assert 0.010 < delay <= 0.015 + 1e-6
+    # ... and the natural spread is the observed 30 ms plus the delay the pacer believes applied
+    delay = body["delays"]["0"]
+    assert body["spread"] == pytest.approx((0.030 + delay) / 0.130, rel=0.1)
+
+
+def test_cumulative_and_delta_give_the_same_decisions(clock: FakeClock) -> None:
+    answers = []
+    for temporality in (CUMULATIVE, DELTA):
+        clock.now = 1000.0
+        svc = _start(clock)
+        channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+        try:
+            stub = metrics_service_pb2_grpc.MetricsServiceStub(channel)
+            drive(svc, stub, clock, [SimulatedJob("j")], 8.0, temporality)
+            _, body = get(svc, "/v1/pacing?job=j")
+            answers.append((body["active"], body["version"], body["delays"]))
+        finally:
+            channel.close()
+            svc.stop()
+    assert answers[0] == answers[1]
+    assert answers[0][0] is True
+
+
+def test_jobs_are_independent_and_forgotten_after_timeout(
+    service: PacerService, stub: Any, clock: FakeClock
+) -> None:
+    unstable, stable = SimulatedJob("unstable"), SimulatedJob("stable", late_rank=None)
+    drive(service, stub, clock, [unstable, stable], 10.0)
+    assert get(service, "/v1/pacing?job=unstable")[1]["active"] is True
+    stable_body = get(service, "/v1/pacing?job=stable")[1]
+    assert stable_body["active"] is False and stable_body["delays"] == {}
+    assert sorted(get(service, "/v1/jobs")[1]["jobs"]) == ["stable", "unstable"]
+
+    # "unstable" stops reporting; "stable" goes on
+    previous = stable.snapshot()
+    for _ in range(40):  # 40 s > job_timeout_s (30)
+        clock.now += 1.0
+        stable.run_steps(8)
+        stub.Export(stable.export(CUMULATIVE, previous), timeout=5)
+        service.tick()
+    assert get(service, "/v1/jobs")[1]["jobs"] == ["stable"]
+    body = get(service, "/v1/pacing?job=unstable")[1]
+    assert body == {"job": "unstable", "version": 0, "active": False, "delays": {}}
+
+
+def test_pacing_turns_off_when_the_straggler_recovers(
+    service: PacerService, stub: Any, clock: FakeClock
+) -> None:
+    job = SimulatedJob("recovering")
+    drive(service, stub, clock, [job], 10.0)
+    on = get(service, "/v1/pacing?job=recovering")[1]
+    assert on["active"] is True
+    job.late_rank = None
+    drive(service, stub, clock, [job], 10.0)
+    off = get(service, "/v1/pacing?job=recovering")[1]
+    assert off["active"] is False and off["delays"] == {}
+    assert off["version"] > on["version"]
+
+
+def test_counter_reset_is_not_a_negative_delta(
+    service: PacerService, stub: Any, clock: FakeClock
+) -> None:
+    job = SimulatedJob("restarted")
+    drive(service, stub, clock, [job], 6.0)
+    # The collector restarts: new start time, totals from zero.
+    job.totals.clear()
+    job.run_steps(8)
+    req = job.export(CUMULATIVE)
+    for metric in req.resource_metrics[0].scope_metrics[0].metrics:
+        for point in metric.histogram.data_points:
+            point.start_time_unix_nano = START_NS + 10**12
+    stub.Export(req, timeout=5)
+    health = get(service, "/healthz")[1]
+    assert health["resets"] == 12  # 3 metrics x 4 ranks
+    service.tick()
+    body = get(service, "/v1/pacing?job=restarted")[1]
+    assert all(0 <= d <= 0.05 for d in body["delays"].values())
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_points_are_counted_rejected_and_ignored(
+    service: PacerService, stub: Any, clock: FakeClock
+) -> None:
+    good = {semconv.JOB_ID: "j", semconv.RANK: 0}
+    no_rank = {semconv.JOB_ID: "j"}
+    no_job = {semconv.RANK: 1}
+    bad_rank = {semconv.JOB_ID: "j", semconv.RANK: "three"}
+    wait_as_gauge = metrics_pb2.Metric(name=semconv.METRIC_RANK_WAIT)
+    wait_as_gauge.gauge.data_points.add(as_double=1.0)
+    req = request(
+        histogram(
+            semconv.METRIC_RANK_WAIT,
+            CUMULATIVE,
+            [(good, 3, 0.01), (no_rank, 3, 0.01), (no_job, 3, 0.01), (bad_rank, 1, 0.0)],
+        ),
+        histogram(semconv.METRIC_STEP_DURATION, CUMULATIVE, [(good, 1, float("nan"))]),
+        histogram(semconv.METRIC_STEP_DURATION, 0, [(good, 1, 0.1)]),  # unspecified temporality
+        histogram("some.other.metric", CUMULATIVE, [(good, 1, 0.1), (good, 2, 0.2)]),
+        histogram(semconv.METRIC_BARRIER_SKEW, CUMULATIVE, [(good, 1, 0.1)]),
+        wait_as_gauge,
+    )
+    response = stub.Export(req, timeout=5)
+    assert response.partial_success.rejected_data_points == 6
+    assert "dropped" in response.partial_success.error_message
+    health = get(service, "/healthz")[1]
+    assert health["points_accepted"] == 1
+    assert health["points_invalid"] == 6
+    assert health["points_unknown_metric"] == 2
+    assert health["points_unused"] == 1
+
+    # A request that is not protobuf at all: INVALID_ARGUMENT, counted, server still serves.
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.otlp_port}")
+    raw = channel.unary_unary(
+        "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        raw(b"\xff\xff\xff\xff garbage", timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    channel.close()
+    assert get(service, "/healthz")[1]["otlp_requests_undecodable"] == 1
+    service.tick()
+    assert get(service, "/healthz")[0] == 200
+
+
+def test_http_errors(service: PacerService) -> None:
+    assert get(service, "/v1/pacing")[0] == 400
+    assert get(service, "/v1/pacing?job=a&job=b")[0] == 400
+    assert get(service, "/v1/pacing?job=" + "x" * 300)[0] == 400
+    status, body = get(service, "/nope")
+    assert status == 404 and "error" in body
+
+
+def test_bearer_token(clock: FakeClock) -> None:
+    svc = _start(clock, token="s3cret")
+    try:
+        assert get(svc, "/v1/pacing?job=j")[0] == 401
+        assert get(svc, "/v1/pacing?job=j", token="wrong")[0] == 401
+        assert get(svc, "/v1/jobs")[0] == 401
+        assert get(svc, "/v1/pacing?job=j", token="s3cret")[0] == 200
+        assert get(svc, "/healthz")[0] == 200  # liveness stays open
+    finally:
+        svc.stop()
+
+
+# ------------------------------------------------------------------ own metrics
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    out: dict[str, list[Any]] = {}
+    assert data is not None
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+def test_own_metrics(
+    service: PacerService, stub: Any, clock: FakeClock, reader: InMemoryMetricReader
+) -> None:
+    drive(service, stub, clock, [SimulatedJob("m"), SimulatedJob("calm", late_rank=None)], 10.0)
+    points = _points(reader)
+    active = {p.attributes[semconv.JOB_ID]: p.value for p in points["skewtrace.pacing.active"]}
+    assert active == {"m": 1, "calm": 0}
+    delays = {
+        (p.attributes[semconv.JOB_ID], p.attributes[semconv.RANK]): p.value
+        for p in points["skewtrace.pacing.delay"]
+    }
+    assert set(delays) == {("m", 0), ("m", 1), ("m", 2)}
+    assert all(0 < v <= 0.05 for v in delays.values())
+    decisions = {
+        p.attributes[semconv.JOB_ID]: p.value for p in points["skewtrace.pacing.decisions"]
+    }
+    # one per job per 0.5 s tick, from the first export (1 s into the 10 s) on
+    assert decisions == {"m": 19, "calm": 19}
+
+
+def test_unreachable_metrics_endpoint_does_not_hurt(clock: FakeClock) -> None:
+    """Own metrics to a port nobody listens on: decisions are still served, stop is bounded."""
+    config = PacerConfig(
+        otlp_port=0,
+        http_port=0,
+        decision_interval_s=0.05,
+        metrics_endpoint=f"127.0.0.1:{free_port()}",
+        metrics_interval_s=0.1,
+    )
+    svc = PacerService(config)  # the real SDK provider with the OTLP exporter
+    svc.start()
+    try:
+        time.sleep(0.5)
+        assert get(svc, "/healthz")[0] == 200
+        assert get(svc, "/v1/pacing?job=x")[1]["active"] is False
+    finally:
+        started = time.monotonic()
+        svc.stop()
+        assert time.monotonic() - started < 8.0
+
+
+# ------------------------------------------------------------------ the console script
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skewtrace.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--window-s", "0"], {}, "--window-s='0': expected a positive number"),
+        (["--http", "localhost"], {}, "--http='localhost': expected HOST:PORT"),
+        ([], {"SKEWTRACE_PACER_GAIN": "2"}, "--gain (from SKEWTRACE_PACER_GAIN)='2'"),
+        (
+            ["--activate-threshold", "0.05", "--deactivate-threshold", "0.1"],
+            {},
+            "--deactivate-threshold (0.1) must be lower than --activate-threshold",
+        ),
+        (["--log-level", "loud"], {}, "--log-level='loud': expected one of"),
+    ],
+)
+def test_cli_bad_config_exits_2_naming_the_flag(
+    args: list[str], env: dict[str, str], needle: str
+) -> None:
+    result = _cli("pacer", *args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr
+
+
+def test_cli_serves_and_stops_on_sigterm() -> None:
+    http_port, otlp_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skewtrace.cli", "pacer", "--otlp-grpc", f"127.0.0.1:{otlp_port}"],
+        env={**os.environ, "SKEWTRACE_PACER_HTTP": f"127.0.0.1:{http_port}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        body = None
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{http_port}/healthz", timeout=1
+                ) as r:
+                    body = json.loads(r.read())
+                    break
+            except OSError:
+                time.sleep(0.2)
+        assert body is not None and body["status"] == "ok"
+        channel = grpc.insecure_channel(f"127.0.0.1:{otlp_port}")
+        stub = metrics_service_pb2_grpc.MetricsServiceStub(channel)
+        stub.Export(SimulatedJob("cli").export(CUMULATIVE), timeout=5)
+        channel.close()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+        assert proc.returncode == 0, out
+        assert "pacer listening" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_policy_params_reach_the_service(clock: FakeClock) -> None:
+    svc = _start(clock, policy=PolicyParams(max_delay_s=0.004))
+    channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+    try:
+        drive(
+            svc,
+            metrics_service_pb2_grpc.MetricsServiceStub(channel),
+            clock,
+            [SimulatedJob("capped")],
+            8.0,
+        )
+        body = get(svc, "/v1/pacing?job=capped")[1]
+        assert body["active"] is True
+        assert body["delays"] and all(d <= 0.004 for d in body["delays"].values())
+    finally:
+        channel.close()
+        svc.stop()
