@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from conftest import free_port
 
+from conftest import free_port
 from skewtrace.pacer.client import PacingClient, apply_delay, cuda_sleep_cycles, parse_decision
 
 POLL_S = 0.05
@@ -33,10 +33,10 @@ class ScriptedServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 outer.requests.append((time.monotonic(), dict(self.headers)))
                 outer.behaviour(self)
 

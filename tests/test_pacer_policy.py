@@ -10,6 +10,7 @@ meets its own feedback, which is what can make a controller flap.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable
@@ -62,7 +63,7 @@ class SimResult:
         return None
 
     def transitions(self) -> int:
-        return sum(1 for a, b in zip(self.active, self.active[1:], strict=False) if a != b)
+        return sum(1 for a, b in itertools.pairwise(self.active) if a != b)
 
 
 def simulate(
@@ -290,7 +291,7 @@ def test_hysteresis_table(
         active.append(decision.active)
         if spread > 0:
             assert decision.spread_fraction == pytest.approx(spread, rel=1e-9)
-    transitions = sum(1 for a, b in zip(active, active[1:], strict=False) if a != b)
+    transitions = sum(1 for a, b in itertools.pairwise(active) if a != b)
     assert transitions == expected_transitions, (name, active)
     assert active[-1] is ends_active
 

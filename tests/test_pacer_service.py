@@ -23,7 +23,6 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import free_port
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
@@ -31,6 +30,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from conftest import free_port
 from skewtrace import semconv
 from skewtrace.pacer.policy import PolicyParams
 from skewtrace.pacer.service import PacerConfig, PacerService
