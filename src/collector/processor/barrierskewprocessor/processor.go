@@ -2,37 +2,261 @@ package barrierskewprocessor // import "github.com/skewtrace/skewtrace/src/colle
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/selftel"
+	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 )
 
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
+// member is how a buffered collective span is held: a standalone ResourceSpans carrying a
+// copy of its resource and scope and the span itself, ready to be moved into the output.
+type member = ptrace.ResourceSpans
+
+// barrierSkewProcessor joins collective spans across ranks and annotates them.
+//
+//	ConsumeTraces(batch)
+//	  ├─ pass 1: phase spans ──────────────▶ engine phase cache (read, left in the batch)
+//	  ├─ pass 2: collective spans ─▶ moved out of the batch ─▶ engine.Add
+//	  │            malformed / rejected ─▶ left in the batch unannotated, counted
+//	  └─ batch (everything else) + collectives released by this batch (annotated) ─▶ next
+//	ticker (release_interval): collectives past wait_timeout ─▶ annotated, incomplete ─▶ next
+//	Shutdown: every pending collective ─▶ annotated, incomplete ─▶ next
 type barrierSkewProcessor struct {
-	next consumer.Traces
-	cfg  *Config
+	logger *zap.Logger
+	cfg    *Config
+	next   consumer.Traces
+	clock  join.Clock
+
+	mu            sync.Mutex
+	engine        *join.Engine[member]
+	scratch       []*join.Released[member]
+	resources     []spanio.Resource
+	malformed     map[string]int64
+	passedThrough int64
+
+	telemetry metric.Registration
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func newProcessor(
-	_ processor.Settings, cfg *Config, next consumer.Traces, _ realClock,
+	set processor.Settings, cfg *Config, next consumer.Traces, clock join.Clock,
 ) (*barrierSkewProcessor, error) {
-	return &barrierSkewProcessor{next: next, cfg: cfg}, nil
+	p := &barrierSkewProcessor{
+		logger:    set.Logger,
+		cfg:       cfg,
+		next:      next,
+		clock:     clock,
+		engine:    join.New[member](cfg.Config, clock),
+		malformed: make(map[string]int64),
+	}
+	reg, err := selftel.Register(set.MeterProvider,
+		"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor",
+		"otelcol_processor_barrierskew_", false, p.snapshot)
+	if err != nil {
+		return nil, err
+	}
+	p.telemetry = reg
+	return p, nil
 }
 
-func (p *barrierSkewProcessor) Start(context.Context, component.Host) error { return nil }
+func (p *barrierSkewProcessor) snapshot() selftel.Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	stats := p.engine.Stats()
+	return selftel.Snapshot{
+		Engine:        stats,
+		Malformed:     selftel.CountRejected(stats, p.malformed),
+		PassedThrough: p.passedThrough,
+	}
+}
 
-func (p *barrierSkewProcessor) Shutdown(context.Context) error { return nil }
+// Start launches the ticker that releases collectives past wait_timeout.
+func (p *barrierSkewProcessor) Start(context.Context, component.Host) error {
+	p.stop = make(chan struct{})
+	p.done = make(chan struct{})
+	go p.releaseLoop()
+	return nil
+}
 
+func (p *barrierSkewProcessor) releaseLoop() {
+	defer close(p.done)
+	ticker := time.NewTicker(p.cfg.ReleaseInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-ticker.C:
+			p.releaseExpired(context.Background())
+		}
+	}
+}
+
+// releaseExpired forwards the collectives whose wait_timeout has passed.
+func (p *barrierSkewProcessor) releaseExpired(ctx context.Context) {
+	p.mu.Lock()
+	out := ptrace.NewTraces()
+	p.scratch = p.engine.Expire(p.scratch[:0])
+	p.appendReleased(out)
+	p.mu.Unlock()
+	p.forward(ctx, out)
+}
+
+func (p *barrierSkewProcessor) forward(ctx context.Context, td ptrace.Traces) {
+	if td.ResourceSpans().Len() == 0 {
+		return
+	}
+	if err := p.next.ConsumeTraces(ctx, td); err != nil {
+		p.logger.Warn("forwarding released collective spans failed", zap.Error(err),
+			zap.Int("spans", td.SpanCount()))
+	}
+}
+
+// Shutdown forwards every pending collective (incomplete) and stops the ticker.
+func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
+	if p.stop != nil {
+		close(p.stop)
+		<-p.done
+		p.stop = nil
+	}
+	p.mu.Lock()
+	out := ptrace.NewTraces()
+	p.scratch = p.engine.Drain(p.scratch[:0])
+	p.appendReleased(out)
+	p.mu.Unlock()
+	var err error
+	if out.ResourceSpans().Len() > 0 {
+		err = p.next.ConsumeTraces(ctx, out)
+	}
+	if p.telemetry != nil {
+		err = errors.Join(err, p.telemetry.Unregister())
+		p.telemetry = nil
+	}
+	return err
+}
+
+// Capabilities: the processor moves collective spans out of the batch and annotates them.
 func (p *barrierSkewProcessor) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
 }
 
+// ConsumeTraces passes non-collective spans through at once and buffers collective spans
+// until their collective is released.
 func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	p.mu.Lock()
+	rss := td.ResourceSpans()
+	p.resources = p.resources[:0]
+	for i := range rss.Len() {
+		p.resources = append(p.resources, spanio.ParseResource(rss.At(i).Resource()))
+	}
+	// Phases first, so that a step's phases in this batch are known when its collectives
+	// in the same batch complete.
+	for i := range rss.Len() {
+		res := &p.resources[i]
+		sss := rss.At(i).ScopeSpans()
+		for j := range sss.Len() {
+			spans := sss.At(j).Spans()
+			for k := range spans.Len() {
+				span := spans.At(k)
+				if kind, phase := spanio.Classify(span.Name()); kind == spanio.KindPhase {
+					if ph, ok := spanio.ParsePhase(span, res, phase); ok {
+						p.engine.AddPhase(ph)
+					}
+				}
+			}
+		}
+	}
+	p.scratch = p.scratch[:0]
+	moved := false
+	for i := range rss.Len() {
+		rs := rss.At(i)
+		res := &p.resources[i]
+		sss := rs.ScopeSpans()
+		for j := range sss.Len() {
+			ss := sss.At(j)
+			ss.Spans().RemoveIf(func(span ptrace.Span) bool {
+				taken := p.take(rs, ss, span, res)
+				moved = moved || taken
+				return taken
+			})
+		}
+	}
+	if moved {
+		rss.RemoveIf(func(rs ptrace.ResourceSpans) bool {
+			rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool { return ss.Spans().Len() == 0 })
+			return rs.ScopeSpans().Len() == 0
+		})
+	}
+	p.appendReleased(td)
+	p.mu.Unlock()
+	if rss.Len() == 0 {
+		return nil
+	}
 	return p.next.ConsumeTraces(ctx, td)
+}
+
+// take moves a joinable collective span out of the batch into the engine and reports whether
+// it did; everything else stays in the batch.
+func (p *barrierSkewProcessor) take(
+	rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, span ptrace.Span, res *spanio.Resource,
+) bool {
+	if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective ||
+		spanio.IsAnnotated(span) {
+		p.passedThrough++
+		return false
+	}
+	var a join.Arrival[member]
+	if reason := spanio.ParseCollective(span, res, &a); reason != "" {
+		p.malformed[reason]++
+		return false
+	}
+	held := ptrace.NewResourceSpans()
+	rs.Resource().CopyTo(held.Resource())
+	held.SetSchemaUrl(rs.SchemaUrl())
+	heldScope := held.ScopeSpans().AppendEmpty()
+	ss.Scope().CopyTo(heldScope.Scope())
+	heldScope.SetSchemaUrl(ss.SchemaUrl())
+	heldSpan := heldScope.Spans().AppendEmpty()
+	span.MoveTo(heldSpan)
+	a.Ref = held
+	var outcome join.Outcome
+	outcome, p.scratch = p.engine.Add(&a, p.scratch)
+	if outcome != join.Accepted {
+		// Counted by the engine's rejection stats; the span goes back where it was.
+		heldSpan.MoveTo(span)
+		return false
+	}
+	return true
+}
+
+// appendReleased annotates the spans of the collectives in p.scratch and moves them into td.
+func (p *barrierSkewProcessor) appendReleased(td ptrace.Traces) {
+	if len(p.scratch) == 0 {
+		return
+	}
+	out := td.ResourceSpans()
+	for _, r := range p.scratch {
+		for i := range r.Members {
+			m := &r.Members[i]
+			spanio.Annotate(m.Ref.ScopeSpans().At(0).Spans().At(0), r, m)
+			m.Ref.MoveTo(out.AppendEmpty())
+		}
+		p.engine.Recycle(r)
+	}
+	p.scratch = p.scratch[:0]
 }

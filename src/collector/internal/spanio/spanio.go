@@ -1,0 +1,265 @@
+// Package spanio translates between pdata spans and the join engine: it reads collective and
+// phase spans (with their resource) into join values, and writes the engine's figures back
+// as span annotations. Both barrierskew components use it, so they read and write the same
+// names (internal/semconv).
+package spanio
+
+import (
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+// Kind classifies a span by name.
+type Kind uint8
+
+const (
+	// KindOther passes through untouched.
+	KindOther Kind = iota
+	// KindCollective is a collective.<op> span.
+	KindCollective
+	// KindPhase is train.step, dataloader.fetch, forward, backward or optimizer.step.
+	KindPhase
+)
+
+// Classify returns the span's kind and, for phases, which phase.
+func Classify(name string) (Kind, join.PhaseKind) {
+	switch name {
+	case semconv.SpanStep:
+		return KindPhase, join.PhaseStep
+	case semconv.SpanDataloaderFetch:
+		return KindPhase, join.PhaseFetch
+	case semconv.SpanForward:
+		return KindPhase, join.PhaseForward
+	case semconv.SpanBackward:
+		return KindPhase, join.PhaseBackward
+	case semconv.SpanOptimizerStep:
+		return KindPhase, join.PhaseOptimizer
+	}
+	if len(name) > len(semconv.SpanCollectivePrefix) &&
+		strings.HasPrefix(name, semconv.SpanCollectivePrefix) {
+		return KindCollective, 0
+	}
+	return KindOther, 0
+}
+
+// Resource is what the join needs from a rank's resource. Reason is non-empty when a
+// required attribute is missing or mistyped; every collective span under it is malformed.
+type Resource struct {
+	Job       string
+	Rank      int
+	WorldSize int
+	join.Topology
+	Reason string
+}
+
+// ParseResource reads a rank's resource. Integers may be strings because
+// OTEL_RESOURCE_ATTRIBUTES can only carry strings.
+func ParseResource(res pcommon.Resource) Resource {
+	attrs := res.Attributes()
+	var r Resource
+	job, reason := stringAttr(attrs, semconv.AttrJobID, true)
+	if reason != "" {
+		r.Reason = reason
+	}
+	r.Job = job
+	rank, reason := resourceInt(attrs, semconv.AttrRank, true)
+	if reason != "" && r.Reason == "" {
+		r.Reason = reason
+	}
+	r.Rank = int(rank)
+	world, reason := resourceInt(attrs, semconv.AttrWorldSize, false)
+	if reason != "" && r.Reason == "" {
+		r.Reason = reason
+	}
+	r.WorldSize = int(world)
+	r.Host, _ = stringAttr(attrs, semconv.AttrHostName, false)
+	r.Switch = topologyName(attrs, semconv.AttrSwitch)
+	r.NIC = topologyName(attrs, semconv.AttrNIC)
+	return r
+}
+
+func topologyName(attrs pcommon.Map, key string) string {
+	v, ok := attrs.Get(key)
+	if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" {
+		return semconv.UnknownTopology
+	}
+	return v.Str()
+}
+
+func stringAttr(attrs pcommon.Map, key string, required bool) (string, string) {
+	v, ok := attrs.Get(key)
+	if !ok {
+		if required {
+			return "", "missing:" + key
+		}
+		return "", ""
+	}
+	if v.Type() != pcommon.ValueTypeStr || (required && v.Str() == "") {
+		return "", "mistyped:" + key
+	}
+	return v.Str(), ""
+}
+
+func resourceInt(attrs pcommon.Map, key string, required bool) (int64, string) {
+	v, ok := attrs.Get(key)
+	if !ok {
+		if required {
+			return 0, "missing:" + key
+		}
+		return 0, ""
+	}
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return v.Int(), ""
+	case pcommon.ValueTypeStr:
+		n, err := strconv.ParseInt(v.Str(), 10, 64)
+		if err != nil {
+			return 0, "mistyped:" + key
+		}
+		return n, ""
+	default:
+		return 0, "mistyped:" + key
+	}
+}
+
+func spanInt(attrs pcommon.Map, key string) (int64, string) {
+	v, ok := attrs.Get(key)
+	if !ok {
+		return 0, "missing:" + key
+	}
+	if v.Type() != pcommon.ValueTypeInt {
+		return 0, "mistyped:" + key
+	}
+	return v.Int(), ""
+}
+
+// ParseCollective fills a from a collective span and its parsed resource. It returns the
+// malformed reason ("" when the span can be joined).
+func ParseCollective[R any](span ptrace.Span, res *Resource, a *join.Arrival[R]) string {
+	if res.Reason != "" {
+		return res.Reason
+	}
+	attrs := span.Attributes()
+	pg, reason := stringAttr(attrs, semconv.AttrCollectivePG, true)
+	if reason != "" {
+		return reason
+	}
+	seq, reason := spanInt(attrs, semconv.AttrCollectiveSeq)
+	if reason != "" {
+		return reason
+	}
+	pgSize, reason := spanInt(attrs, semconv.AttrCollectivePGSize)
+	if reason != "" {
+		return reason
+	}
+	step, reason := spanInt(attrs, semconv.AttrStep)
+	if reason != "" {
+		return reason
+	}
+	if pgSize < 1 || pgSize > join.MaxRanks {
+		return "pg_size_mismatch"
+	}
+	op, _ := stringAttr(attrs, semconv.AttrCollectiveOp, false)
+	if op == "" {
+		op = strings.TrimPrefix(span.Name(), semconv.SpanCollectivePrefix)
+	}
+	var bytes int64
+	if v, ok := attrs.Get(semconv.AttrCollectiveBytes); ok && v.Type() == pcommon.ValueTypeInt {
+		bytes = v.Int()
+	}
+	var async bool
+	if v, ok := attrs.Get(semconv.AttrCollectiveAsync); ok && v.Type() == pcommon.ValueTypeBool {
+		async = v.Bool()
+	}
+	*a = join.Arrival[R]{
+		Key:           join.Key{Job: res.Job, PG: pg, Seq: seq},
+		Op:            op,
+		PGSize:        int(pgSize),
+		Step:          step,
+		Rank:          res.Rank,
+		WorldSize:     res.WorldSize,
+		Topology:      res.Topology,
+		StartUnixNano: int64(span.StartTimestamp()),
+		EndUnixNano:   int64(span.EndTimestamp()),
+		Bytes:         bytes,
+		Async:         async,
+		Ref:           a.Ref,
+	}
+	return ""
+}
+
+// ParsePhase reads a phase span; ok is false when it cannot be attributed to a (job, step,
+// rank) or its duration is negative (such spans only pass through).
+func ParsePhase(span ptrace.Span, res *Resource, kind join.PhaseKind) (join.Phase, bool) {
+	if res.Reason != "" {
+		return join.Phase{}, false
+	}
+	step, reason := spanInt(span.Attributes(), semconv.AttrStep)
+	if reason != "" {
+		return join.Phase{}, false
+	}
+	start, end := span.StartTimestamp(), span.EndTimestamp()
+	if end < start {
+		return join.Phase{}, false
+	}
+	return join.Phase{
+		Job:      res.Job,
+		Step:     step,
+		Rank:     res.Rank,
+		Kind:     kind,
+		Duration: float64(end-start) / 1e9,
+	}, true
+}
+
+// IsAnnotated reports whether the barrierskew processor already joined this span.
+func IsAnnotated(span ptrace.Span) bool {
+	attrs := span.Attributes()
+	if _, ok := attrs.Get(semconv.AttrBarrierSkew); ok {
+		return true
+	}
+	_, ok := attrs.Get(semconv.AttrBarrierMissingRanks)
+	return ok
+}
+
+// Annotate writes the engine's figures for member m of released collective r onto span.
+func Annotate[R any](span ptrace.Span, r *join.Released[R], m *join.Member[R]) {
+	attrs := span.Attributes()
+	attrs.EnsureCapacity(attrs.Len() + 10)
+	attrs.PutDouble(semconv.AttrBarrierSkew, r.Skew)
+	attrs.PutDouble(semconv.AttrBarrierLateness, m.Lateness)
+	attrs.PutDouble(semconv.AttrBarrierWait, m.Wait)
+	attrs.PutDouble(semconv.AttrBarrierTransfer, r.Transfer)
+	attrs.PutDouble(semconv.AttrClockOffset, m.ClockOffset)
+	switch m.Verdict {
+	case join.VerdictStraggler:
+		attrs.PutBool(semconv.AttrStraggler, true)
+		attrs.PutStr(semconv.AttrStragglerCause, m.Cause)
+		if m.Domain != "" {
+			attrs.PutStr(semconv.AttrStragglerDomain, m.Domain)
+		}
+	case join.VerdictClear:
+		attrs.PutBool(semconv.AttrStraggler, false)
+	}
+	if r.MissingRanks > 0 {
+		attrs.PutInt(semconv.AttrBarrierMissingRanks, int64(r.MissingRanks))
+		attrs.PutStr(semconv.AttrBarrierMissing, FormatRanks(r.Missing))
+	}
+}
+
+// FormatRanks joins ranks with commas.
+func FormatRanks(ranks []int) string {
+	var b strings.Builder
+	for i, rank := range ranks {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(rank))
+	}
+	return b.String()
+}

@@ -1,0 +1,485 @@
+package barrierskewprocessor
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type harness struct {
+	proc  *barrierSkewProcessor
+	sink  *consumertest.TracesSink
+	clock *fakeClock
+	tel   *componenttest.Telemetry
+}
+
+func newHarness(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	cfg := createDefaultConfig()
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tel := componenttest.NewTelemetry()
+	set := processortest.NewNopSettings(Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	sink := new(consumertest.TracesSink)
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	proc, err := newProcessor(set, cfg, sink, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = proc.Shutdown(context.Background())
+		_ = tel.Shutdown(context.Background())
+	})
+	return &harness{proc: proc, sink: sink, clock: clock, tel: tel}
+}
+
+func (h *harness) consume(t *testing.T, b *fixture.Batch) {
+	t.Helper()
+	if err := h.proc.ConsumeTraces(context.Background(), b.Traces); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) spans() []fixture.SpanWithResource {
+	var out []fixture.SpanWithResource
+	for _, td := range h.sink.AllTraces() {
+		out = append(out, fixture.Spans(td)...)
+	}
+	return out
+}
+
+func (h *harness) collectives() []fixture.SpanWithResource {
+	var out []fixture.SpanWithResource
+	for _, s := range h.spans() {
+		if s.Span.Name() == "collective.all_reduce" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func double(t *testing.T, s ptrace.Span, key string) float64 {
+	t.Helper()
+	v, ok := s.Attributes().Get(key)
+	if !ok || v.Type() != pcommon.ValueTypeDouble {
+		t.Fatalf("span %s: %s missing or not a double (%v)", s.Name(), key, s.Attributes().AsRaw())
+	}
+	return v.Double()
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+var trueEnd = fixture.Base.Add(time.Second)
+
+// collective adds every rank's span of collective seq: each lasts 30 ms except the listed
+// ranks, which arrive late by lateBy.
+func collective(b *fixture.Batch, ranks []fixture.Rank, seq int64, late map[int]time.Duration) {
+	for _, r := range ranks {
+		d := 30 * time.Millisecond
+		if lateBy, ok := late[r.Rank]; ok {
+			d -= lateBy
+		}
+		b.AddCollective(r, fixture.Collective{PGSize: len(ranks), Seq: seq, Step: seq,
+			TrueEnd: trueEnd.Add(time.Duration(seq) * time.Second), Duration: d})
+	}
+}
+
+func TestCompleteCollectiveIsAnnotatedAndOtherSpansPassUnchanged(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(4)
+	b := fixture.NewBatch()
+	for _, r := range ranks {
+		b.AddPhase(r, semconv.SpanForward, 0, fixture.Base, 10*time.Millisecond)
+	}
+	collective(b, ranks, 0, map[int]time.Duration{2: 20 * time.Millisecond})
+	want := ptrace.NewTraces()
+	b.Traces.CopyTo(want)
+	h.consume(t, b)
+
+	spans := h.spans()
+	if len(spans) != 8 {
+		t.Fatalf("want 8 spans out, got %d", len(spans))
+	}
+	forwards := 0
+	for _, s := range spans {
+		if s.Span.Name() == semconv.SpanForward {
+			forwards++
+			if s.Span.Attributes().Len() != 1 {
+				t.Errorf("forward span modified: %v", s.Span.Attributes().AsRaw())
+			}
+		}
+	}
+	if forwards != 4 {
+		t.Errorf("want 4 forward spans passed through, got %d", forwards)
+	}
+	for _, s := range h.collectives() {
+		if !near(double(t, s.Span, semconv.AttrBarrierSkew), 0.020) {
+			t.Errorf("skew %g", double(t, s.Span, semconv.AttrBarrierSkew))
+		}
+		if !near(double(t, s.Span, semconv.AttrBarrierTransfer), 0.010) {
+			t.Errorf("transfer %g", double(t, s.Span, semconv.AttrBarrierTransfer))
+		}
+		lateness, wait := double(t, s.Span, semconv.AttrBarrierLateness),
+			double(t, s.Span, semconv.AttrBarrierWait)
+		wantLateness, wantWait := 0.0, 0.020
+		if s.Rank() == 2 {
+			wantLateness, wantWait = 0.020, 0
+		}
+		if !near(lateness, wantLateness) || !near(wait, wantWait) {
+			t.Errorf("rank %d lateness %g wait %g", s.Rank(), lateness, wait)
+		}
+		if v, ok := s.Span.Attributes().Get(semconv.AttrStraggler); !ok || v.Bool() {
+			t.Errorf("rank %d: training.straggler should be false after one late collective",
+				s.Rank())
+		}
+		if host, _ := s.Resource.Attributes().Get(semconv.AttrHostName); host.Str() == "" {
+			t.Errorf("resource lost on the annotated span")
+		}
+	}
+	if h.proc.engine.Stats().Pending != 0 {
+		t.Errorf("collective still pending")
+	}
+}
+
+func TestCollectiveSplitAcrossBatchesOutOfOrder(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(8)
+	// Every rank's span of two collectives in its own batch, shuffled, seq 1 before seq 0
+	// for some ranks.
+	var batches []*fixture.Batch
+	for seq := int64(0); seq < 2; seq++ {
+		for _, r := range ranks {
+			b := fixture.NewBatch()
+			b.AddCollective(r, fixture.Collective{PGSize: 8, Seq: seq, Step: seq,
+				TrueEnd: trueEnd, Duration: time.Duration(10+r.Rank) * time.Millisecond})
+			batches = append(batches, b)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(batches), func(i, j int) { batches[i], batches[j] = batches[j], batches[i] })
+	for i, b := range batches {
+		h.consume(t, b)
+		if got := len(h.collectives()); i < 8 && got == 16 {
+			t.Fatalf("all released after %d of 16 batches", i+1)
+		}
+	}
+	spans := h.collectives()
+	if len(spans) != 16 {
+		t.Fatalf("want 16 annotated collective spans, got %d", len(spans))
+	}
+	for _, s := range spans {
+		if !near(double(t, s.Span, semconv.AttrBarrierSkew), 0.007) {
+			t.Errorf("skew %g, want 0.007", double(t, s.Span, semconv.AttrBarrierSkew))
+		}
+	}
+}
+
+func TestClockOffsetsDoNotChangeSkewOrStraggler(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 4, 0 })
+	ranks := fixture.Ranks(4)
+	ranks[0].ClockOffset = 2 * time.Second
+	ranks[1].ClockOffset = -2 * time.Second
+	for seq := range int64(3) {
+		b := fixture.NewBatch()
+		collective(b, ranks, seq, map[int]time.Duration{1: 15 * time.Millisecond})
+		h.consume(t, b)
+	}
+	stragglers := map[int]int{}
+	for _, s := range h.collectives() {
+		if !near(double(t, s.Span, semconv.AttrBarrierSkew), 0.015) {
+			t.Errorf("skew %g with shifted clocks, want 0.015",
+				double(t, s.Span, semconv.AttrBarrierSkew))
+		}
+		if v, ok := s.Span.Attributes().Get(semconv.AttrStraggler); ok && v.Bool() {
+			stragglers[s.Rank()]++
+		}
+		offset := double(t, s.Span, semconv.AttrClockOffset)
+		// Median end of {+2, -2, 0, 0} s is 0.
+		want := map[int]float64{0: 2, 1: -2, 2: 0, 3: 0}[s.Rank()]
+		if math.Abs(offset-want) > 1e-3 {
+			t.Errorf("rank %d clock offset %g, want %g", s.Rank(), offset, want)
+		}
+	}
+	if len(stragglers) != 1 || stragglers[1] != 2 {
+		t.Errorf("stragglers %v, want rank 1 flagged in collectives 2 and 3", stragglers)
+	}
+}
+
+func TestAsyncAndSyncCollectivesJoinAlike(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(2)
+	b := fixture.NewBatch()
+	for _, r := range ranks {
+		for seq, async := range []bool{false, true} {
+			b.AddCollective(r, fixture.Collective{PGSize: 2, Seq: int64(seq), Async: async,
+				TrueEnd: trueEnd, Duration: time.Duration(5+5*r.Rank) * time.Millisecond})
+		}
+	}
+	h.consume(t, b)
+	spans := h.collectives()
+	if len(spans) != 4 {
+		t.Fatalf("want 4 collective spans, got %d", len(spans))
+	}
+	asyncSeen := 0
+	for _, s := range spans {
+		if v, _ := s.Span.Attributes().Get(semconv.AttrCollectiveAsync); v.Bool() {
+			asyncSeen++
+		}
+		if !near(double(t, s.Span, semconv.AttrBarrierSkew), 0.005) {
+			t.Errorf("skew %g, want 0.005", double(t, s.Span, semconv.AttrBarrierSkew))
+		}
+	}
+	if asyncSeen != 2 {
+		t.Errorf("training.collective.async kept on %d spans, want 2", asyncSeen)
+	}
+}
+
+func TestTickerReleasesIncompleteAfterWaitTimeout(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.WaitTimeout = 2 * time.Second
+		c.ReleaseInterval = 5 * time.Millisecond
+	})
+	ranks := fixture.Ranks(4)
+	b := fixture.NewBatch()
+	collective(b, ranks[:3], 0, nil)
+	// The fixture's pg_size is len(ranks)=3 above; make it a 4-rank collective.
+	for _, s := range fixture.Spans(b.Traces) {
+		s.Span.Attributes().PutInt(semconv.AttrCollectivePGSize, 4)
+	}
+	h.consume(t, b)
+	time.Sleep(30 * time.Millisecond)
+	if n := len(h.collectives()); n != 0 {
+		t.Fatalf("released %d spans before wait_timeout", n)
+	}
+	h.clock.Advance(2 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.collectives()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	spans := h.collectives()
+	if len(spans) != 3 {
+		t.Fatalf("ticker released %d spans, want 3", len(spans))
+	}
+	for _, s := range spans {
+		missing, _ := s.Span.Attributes().Get(semconv.AttrBarrierMissingRanks)
+		names, _ := s.Span.Attributes().Get(semconv.AttrBarrierMissing)
+		if missing.Int() != 1 || names.Str() != "3" {
+			t.Errorf("missing_ranks %v missing %q, want 1 and \"3\"", missing.AsRaw(), names.Str())
+		}
+	}
+	assertCounter(t, h, "otelcol_processor_barrierskew_collectives_released", "outcome",
+		"incomplete", 1)
+}
+
+func TestShutdownReleasesPendingAsIncomplete(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(4)
+	b := fixture.NewBatch()
+	collective(b, ranks, 0, nil)
+	for _, s := range fixture.Spans(b.Traces) {
+		s.Span.Attributes().PutInt(semconv.AttrCollectivePGSize, 8)
+		s.Resource.Attributes().PutInt(semconv.AttrWorldSize, 8)
+	}
+	h.consume(t, b)
+	if n := len(h.spans()); n != 0 {
+		t.Fatalf("%d spans forwarded before shutdown", n)
+	}
+	if err := h.proc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := h.collectives()
+	if len(spans) != 4 {
+		t.Fatalf("shutdown forwarded %d spans, want 4", len(spans))
+	}
+	for _, s := range spans {
+		names, _ := s.Span.Attributes().Get(semconv.AttrBarrierMissing)
+		if names.Str() != "4,5,6,7" {
+			t.Errorf("missing %q, want 4,5,6,7", names.Str())
+		}
+	}
+}
+
+func TestMalformedCollectivesForwardedUnannotatedAndCounted(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(2)
+	cases := []struct {
+		reason string
+		mutate func(fixture.SpanWithResource)
+	}{
+		{"missing:training.collective.seq", func(s fixture.SpanWithResource) {
+			s.Span.Attributes().Remove(semconv.AttrCollectiveSeq)
+		}},
+		{"mistyped:training.collective.pg_size", func(s fixture.SpanWithResource) {
+			s.Span.Attributes().PutStr(semconv.AttrCollectivePGSize, "two")
+		}},
+		{"missing:training.job.id", func(s fixture.SpanWithResource) {
+			s.Resource.Attributes().Remove(semconv.AttrJobID)
+		}},
+		{"bad_duration", func(s fixture.SpanWithResource) {
+			s.Span.SetStartTimestamp(s.Span.EndTimestamp() + 1)
+		}},
+		{"rank_outside_group", func(s fixture.SpanWithResource) {
+			s.Resource.Attributes().PutInt(semconv.AttrRank, 7)
+		}},
+		{"pg_size_mismatch", func(s fixture.SpanWithResource) {
+			s.Span.Attributes().PutInt(semconv.AttrCollectivePGSize, 3)
+		}},
+	}
+	// Rank 0 opens collective seq=100 so that the pg_size disagreement has something to
+	// disagree with; a duplicate of it comes last.
+	open := fixture.NewBatch()
+	open.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: 100, TrueEnd: trueEnd,
+		Duration: time.Millisecond})
+	h.consume(t, open)
+	for _, tc := range cases {
+		b := fixture.NewBatch()
+		b.AddCollective(ranks[1], fixture.Collective{PGSize: 2, Seq: 100, TrueEnd: trueEnd,
+			Duration: time.Millisecond})
+		tc.mutate(fixture.Spans(b.Traces)[0])
+		h.consume(t, b)
+	}
+	dup := fixture.NewBatch()
+	dup.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: 100, TrueEnd: trueEnd,
+		Duration: time.Millisecond})
+	h.consume(t, dup)
+
+	spans := h.collectives()
+	if len(spans) != len(cases)+1 {
+		t.Fatalf("want %d malformed spans forwarded, got %d", len(cases)+1, len(spans))
+	}
+	for _, s := range spans {
+		if _, ok := s.Span.Attributes().Get(semconv.AttrBarrierSkew); ok {
+			t.Errorf("malformed span annotated: %v", s.Span.Attributes().AsRaw())
+		}
+	}
+	for _, tc := range cases {
+		assertCounter(t, h, "otelcol_processor_barrierskew_spans_malformed", "reason", tc.reason, 1)
+	}
+	assertCounter(t, h, "otelcol_processor_barrierskew_spans_malformed", "reason", "duplicate", 1)
+}
+
+func TestStragglerCauseFromPhasesInTheSameBatch(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
+	ranks := fixture.Ranks(4)
+	b := fixture.NewBatch()
+	// Phases come after the collective in the batch: the processor reads them first anyway.
+	collective(b, ranks, 0, map[int]time.Duration{3: 25 * time.Millisecond})
+	for _, r := range ranks {
+		fetch := 5 * time.Millisecond
+		if r.Rank == 3 {
+			fetch += 25 * time.Millisecond
+		}
+		b.AddPhase(r, semconv.SpanDataloaderFetch, 0, fixture.Base, fetch)
+		b.AddPhase(r, semconv.SpanForward, 0, fixture.Base.Add(fetch), 10*time.Millisecond)
+	}
+	h.consume(t, b)
+	found := false
+	for _, s := range h.collectives() {
+		v, ok := s.Span.Attributes().Get(semconv.AttrStraggler)
+		if s.Rank() == 3 {
+			cause, _ := s.Span.Attributes().Get(semconv.AttrStragglerCause)
+			found = ok && v.Bool() && cause.Str() == semconv.CauseData
+			if !found {
+				t.Errorf("rank 3: %v", s.Span.Attributes().AsRaw())
+			}
+		} else if !ok || v.Bool() {
+			t.Errorf("rank %d: training.straggler %v", s.Rank(), v.AsRaw())
+		}
+	}
+	if !found {
+		t.Fatal("no straggler annotation")
+	}
+}
+
+func TestOwnTelemetry(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(4)
+	b := fixture.NewBatch()
+	collective(b, ranks[:2], 0, nil)
+	for _, s := range fixture.Spans(b.Traces) {
+		s.Span.Attributes().PutInt(semconv.AttrCollectivePGSize, 4)
+	}
+	b.AddPhase(ranks[0], semconv.SpanForward, 0, fixture.Base, time.Millisecond)
+	h.consume(t, b)
+	assertGauge(t, h, "otelcol_processor_barrierskew_pending_collectives", 1)
+	assertGauge(t, h, "otelcol_processor_barrierskew_buffered_spans", 2)
+	assertCounter(t, h, "otelcol_processor_barrierskew_spans_passed_through", "", "", 1)
+}
+
+func assertGauge(t *testing.T, h *harness, name string, want int64) {
+	t.Helper()
+	m, err := h.tel.GetMetric(name)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	g, ok := m.Data.(metricdata.Gauge[int64])
+	if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != want {
+		t.Errorf("%s = %+v, want %d", name, m.Data, want)
+	}
+}
+
+func assertCounter(t *testing.T, h *harness, name, key, value string, want int64) {
+	t.Helper()
+	m, err := h.tel.GetMetric(name)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("%s is %T", name, m.Data)
+	}
+	for _, dp := range sum.DataPoints {
+		if key == "" {
+			if dp.Value != want {
+				t.Errorf("%s = %d, want %d", name, dp.Value, want)
+			}
+			return
+		}
+		if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
+			if dp.Value != want {
+				t.Errorf("%s{%s=%s} = %d, want %d", name, key, value, dp.Value, want)
+			}
+			return
+		}
+	}
+	t.Errorf("%s{%s=%s} not reported: %+v", name, key, value, sum.DataPoints)
+}
