@@ -74,6 +74,12 @@ def test_slurm_node_name_differs_from_host_name() -> None:
     assert info.switch == "leaf2"
 
 
+def test_slurm_escaped_hash_is_not_a_comment(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=leaf\\#1 Nodes=n1  # the rest is a comment\n")
+    assert discover_topology("n1", env_with(conf)).switch == "leaf#1"
+
+
 def test_tree_leaf_wins_over_block() -> None:
     conf = DATA / "slurm_tree_and_block.conf"
     assert discover_topology("node01", env_with(conf)).switch == "leaf1"
