@@ -1,0 +1,613 @@
+"""Validates the "Training fabric" dashboard and the Grafana provisioning under ``grafana/``.
+
+Grafana itself cannot run here (no Docker, and its Go module is AGPL), so these tests check
+what Grafana would trip over, with a validator whose own negative tests show it catches a
+broken dashboard: required fields, panel ids, grid, targets, datasource uids that the
+provisioning defines, variables that exist, provisioning files Grafana's env interpolation
+would not mangle, and that the committed JSON is what ``grafana/generate_dashboard.py`` makes.
+The PromQL is parsed by ``promtool`` here and run against a real Prometheus in
+``test_dashboard_promql.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from prometheus_harness import (
+    dashboard_queries,
+    find_binary,
+    iter_panels,
+    promtool_check,
+    substitute_variables,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GRAFANA_DIR = REPO_ROOT / "grafana"
+DASHBOARD_PATH = GRAFANA_DIR / "dashboards" / "training-fabric.json"
+DATASOURCES_DIR = GRAFANA_DIR / "provisioning" / "datasources"
+DASHBOARD_PROVIDERS_DIR = GRAFANA_DIR / "provisioning" / "dashboards"
+SEMCONV_PATH = REPO_ROOT / "docs" / "semantic-conventions.md"
+
+DASHBOARD_UID = "skewtrace-training-fabric"
+GRID_COLUMNS = 24
+
+# Variables Grafana defines itself (global variables, data link and trace-to-X variables).
+GRAFANA_BUILTINS = frozenset(
+    {
+        "__all", "__auto", "__cell", "__dashboard", "__data", "__field", "__from", "__interval",
+        "__interval_ms", "__name", "__org", "__range", "__range_ms", "__range_s",
+        "__rate_interval", "__rate_interval_ms", "__series", "__span", "__tags", "__timeFilter",
+        "__timezone", "__to", "__trace", "__url", "__url_time_range", "__user", "__value",
+    }
+)  # fmt: skip
+
+# ${name}, ${name:format}, ${name.path...}, $name, [[name]]
+_REFERENCE = re.compile(r"\$\{([A-Za-z_]\w*)[^}]*\}|\$([A-Za-z_]\w*)|\[\[([A-Za-z_]\w*)\]\]")
+
+
+# --------------------------------------------------------------------------- the validator
+
+
+def _strings(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(json path, string) for every string value under node."""
+    if isinstance(node, str):
+        yield path, node
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _strings(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _strings(value, f"{path}[{index}]")
+
+
+def variable_references(text: str) -> set[str]:
+    return {next(g for g in match.groups() if g) for match in _REFERENCE.finditer(text)}
+
+
+def _uid_of(node: Mapping[str, Any]) -> str | None:
+    datasource = node.get("datasource")
+    if isinstance(datasource, Mapping):
+        uid = datasource.get("uid")
+        return None if uid is None else str(uid)
+    if isinstance(datasource, str):
+        # A bare string is a datasource *name* in old dashboards: it breaks when renamed.
+        return f"<name {datasource!r}>"
+    return None
+
+
+def validate_dashboard(
+    dashboard: Mapping[str, Any], datasource_uids: Mapping[str, str]
+) -> list[str]:
+    """Every problem Grafana would have with ``dashboard``; [] when there are none.
+
+    ``datasource_uids`` maps the provisioned datasource uids to their types.
+    """
+    errors: list[str] = []
+    for key in ("uid", "title", "panels", "schemaVersion", "templating"):
+        if key not in dashboard or dashboard[key] in (None, "", []):
+            errors.append(f"dashboard: missing {key}")
+    if len(str(dashboard.get("uid", ""))) > 40:
+        errors.append("dashboard: uid longer than Grafana's 40 characters")
+
+    variables = dashboard.get("templating", {}).get("list", [])
+    defined: list[str] = []
+    for variable in variables:
+        name = variable.get("name")
+        if not name:
+            errors.append("templating: variable without a name")
+            continue
+        if name in defined:
+            errors.append(f"templating: variable {name!r} defined twice")
+        uid = _uid_of(variable)
+        if variable.get("type") == "query":
+            if uid not in datasource_uids:
+                errors.append(f"variable {name!r}: datasource uid {uid!r} is not provisioned")
+            query = variable.get("query")
+            text = query.get("query", "") if isinstance(query, Mapping) else str(query or "")
+            if not text:
+                errors.append(f"variable {name!r}: empty query")
+            # A variable's query may only use variables defined before it (Grafana resolves
+            # them in order).
+            for ref in variable_references(text) - GRAFANA_BUILTINS:
+                if ref not in defined:
+                    errors.append(f"variable {name!r}: uses ${ref}, not defined before it")
+        defined.append(name)
+
+    known = set(defined) | GRAFANA_BUILTINS
+    for path, text in _strings({k: v for k, v in dashboard.items() if k != "templating"}):
+        for ref in sorted(variable_references(text) - known):
+            errors.append(f"{path}: undefined variable ${ref}")
+
+    seen_ids: set[int] = set()
+    for panel in iter_panels(dashboard):
+        panel_id = panel.get("id")
+        where = f"panel {panel_id} {panel.get('title', '')!r}"
+        if not isinstance(panel_id, int):
+            errors.append(f"{where}: id must be an integer")
+        elif panel_id in seen_ids:
+            errors.append(f"{where}: duplicate panel id {panel_id}")
+        else:
+            seen_ids.add(panel_id)
+        for key in ("type", "title", "gridPos"):
+            if not panel.get(key):
+                errors.append(f"{where}: missing {key}")
+        grid = panel.get("gridPos", {})
+        if grid:
+            if any(not isinstance(grid.get(k), int) for k in ("x", "y", "w", "h")):
+                errors.append(f"{where}: gridPos needs integer x, y, w, h")
+            elif grid["x"] < 0 or grid["w"] < 1 or grid["x"] + grid["w"] > GRID_COLUMNS:
+                errors.append(f"{where}: gridPos outside the {GRID_COLUMNS}-column grid")
+        if panel.get("type") == "row":
+            continue
+        panel_uid = _uid_of(panel)
+        if panel_uid is not None and panel_uid not in datasource_uids:
+            errors.append(f"{where}: datasource uid {panel_uid!r} is not provisioned")
+        targets = panel.get("targets") or []
+        if not targets:
+            errors.append(f"{where}: no targets")
+        ref_ids = [target.get("refId") for target in targets]
+        if len(set(ref_ids)) != len(ref_ids) or None in ref_ids:
+            errors.append(f"{where}: refIds must be present and unique, got {ref_ids}")
+        for target in targets:
+            uid = _uid_of(target) or panel_uid
+            label = f"{where} target {target.get('refId')}"
+            kind = datasource_uids.get(uid or "")
+            if kind is None:
+                errors.append(f"{label}: datasource uid {uid!r} is not provisioned")
+                continue
+            if kind == "prometheus" and not str(target.get("expr", "")).strip():
+                errors.append(f"{label}: empty PromQL expr")
+            if kind == "tempo" and not str(target.get("query", "")).strip():
+                errors.append(f"{label}: empty TraceQL query")
+    return errors
+
+
+def provisioned_datasources(directory: Path = DATASOURCES_DIR) -> dict[str, str]:
+    """uid -> type of every datasource in the provisioning files."""
+    uids: dict[str, str] = {}
+    for path in sorted(directory.glob("*.y*ml")):
+        for datasource in yaml.safe_load(path.read_text()).get("datasources", []):
+            uids[str(datasource.get("uid"))] = str(datasource.get("type"))
+    return uids
+
+
+def validate_datasource_provisioning(document: Mapping[str, Any], raw_text: str) -> list[str]:
+    """Problems in one datasources provisioning file."""
+    errors: list[str] = []
+    if document.get("apiVersion") != 1:
+        errors.append("apiVersion must be 1")
+    datasources = document.get("datasources") or []
+    if not datasources:
+        errors.append("no datasources")
+    uids = [str(ds.get("uid")) for ds in datasources]
+    if len(set(uids)) != len(uids):
+        errors.append(f"duplicate uids {uids}")
+    for datasource in datasources:
+        name = datasource.get("name")
+        for key in ("name", "uid", "type", "url"):
+            if not datasource.get(key):
+                errors.append(f"datasource {name!r}: missing {key}")
+        json_data = datasource.get("jsonData") or {}
+        linked = [d.get("datasourceUid") for d in json_data.get("exemplarTraceIdDestinations", [])]
+        for key in ("tracesToMetrics", "tracesToLogsV2", "serviceMap"):
+            if key in json_data:
+                linked.append(json_data[key].get("datasourceUid"))
+        for uid in linked:
+            if uid not in uids:
+                errors.append(f"datasource {name!r}: links to uid {uid!r}, not provisioned")
+    # Grafana expands $VAR and ${VAR} in provisioning files from its environment before
+    # parsing; a literal $ (PromQL's $__tags, ${__span...}) has to be written $$.
+    for line_number, line in enumerate(raw_text.splitlines(), 1):
+        code = line.split("#", 1)[0] if line.lstrip().startswith("#") else line
+        for match in re.finditer(r"\$+", code):
+            if len(match.group()) % 2 == 1:
+                errors.append(f"line {line_number}: unescaped $ (Grafana would expand it)")
+    return errors
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads(DASHBOARD_PATH.read_text()))
+
+
+@pytest.fixture(scope="module")
+def datasource_uids() -> dict[str, str]:
+    return provisioned_datasources()
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "generate_dashboard", GRAFANA_DIR / "generate_dashboard.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- the real files
+
+
+def test_committed_dashboard_is_what_the_generator_makes() -> None:
+    generator = _load_generator()
+    assert DASHBOARD_PATH.read_text() == generator.render(), (
+        "grafana/dashboards/training-fabric.json is stale: run "
+        "python grafana/generate_dashboard.py and commit the result"
+    )
+
+
+def test_dashboard_is_valid(dashboard: dict[str, Any], datasource_uids: dict[str, str]) -> None:
+    assert validate_dashboard(dashboard, datasource_uids) == []
+
+
+def test_dashboard_identity(dashboard: dict[str, Any]) -> None:
+    assert dashboard["uid"] == DASHBOARD_UID
+    assert dashboard["title"] == "Training fabric"
+    assert "id" not in dashboard or dashboard["id"] is None, "a provisioned dashboard has no id"
+
+
+def test_datasource_provisioning_is_valid() -> None:
+    files = sorted(DATASOURCES_DIR.glob("*.y*ml"))
+    assert files
+    for path in files:
+        text = path.read_text()
+        assert validate_datasource_provisioning(yaml.safe_load(text), text) == [], path
+
+
+def test_datasources_have_the_stable_uids_and_links(datasource_uids: dict[str, str]) -> None:
+    assert datasource_uids == {"skewtrace-prometheus": "prometheus", "skewtrace-tempo": "tempo"}
+    document = yaml.safe_load((DATASOURCES_DIR / "skewtrace.yaml").read_text())
+    by_uid = {ds["uid"]: ds for ds in document["datasources"]}
+    prometheus = by_uid["skewtrace-prometheus"]["jsonData"]
+    # The Collector's prometheus exporter puts the trace ID on exemplars as label trace_id.
+    assert prometheus["exemplarTraceIdDestinations"] == [
+        {"name": "trace_id", "datasourceUid": "skewtrace-tempo"}
+    ]
+    tempo = by_uid["skewtrace-tempo"]["jsonData"]
+    assert tempo["tracesToMetrics"]["datasourceUid"] == "skewtrace-prometheus"
+    tags = {tag["key"]: tag["value"] for tag in tempo["tracesToMetrics"]["tags"]}
+    assert tags == {"training.job.id": "training_job_id", "training.rank": "training_rank"}
+    for query in tempo["tracesToMetrics"]["queries"]:
+        # After Grafana's $$ unescaping the query must use the tag filter or a span tag.
+        unescaped = query["query"].replace("$$", "$")
+        assert "$__tags" in unescaped or "${__span.tags" in unescaped, query
+
+
+def test_dashboard_provider_points_at_the_mounted_dashboards() -> None:
+    providers = yaml.safe_load((DASHBOARD_PROVIDERS_DIR / "skewtrace.yaml").read_text())
+    assert providers["apiVersion"] == 1
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file"
+    compose = yaml.safe_load((GRAFANA_DIR / "docker-compose.yaml").read_text())
+    mounts = {
+        volume.split(":")[1]: volume.split(":")[0]
+        for volume in compose["services"]["grafana"]["volumes"]
+    }
+    source = mounts.get(provider["options"]["path"])
+    assert source is not None, "the provider's path is not a mount of the grafana service"
+    assert (GRAFANA_DIR / source / DASHBOARD_PATH.name).is_file()
+
+
+def test_every_panel_has_a_description(dashboard: dict[str, Any]) -> None:
+    missing = [
+        p["title"]
+        for p in iter_panels(dashboard)
+        if p["type"] != "row" and not p.get("description")
+    ]
+    assert missing == []
+
+
+def test_variables_for_job_and_process_group(dashboard: dict[str, Any]) -> None:
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert set(variables) >= {"job", "pg"}
+    assert "training_job_id" in variables["job"]["query"]["query"]
+    assert "training_collective_pg" in variables["pg"]["query"]["query"]
+    # The process group list depends on the chosen job.
+    assert "$job" in variables["pg"]["query"]["query"]
+
+
+def _panels_using(dashboard: Mapping[str, Any], needle: str) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for p in iter_panels(dashboard)
+        if any(needle in json.dumps(t) for t in p.get("targets", []))
+    ]
+
+
+QUANTILES = (0.5, 0.95, 0.99)
+
+# What issue 5 asks the dashboard to answer; each entry: a name and a test on the panels.
+REQUIRED_PANELS: list[tuple[str, Callable[[Mapping[str, Any]], bool]]] = [
+    (
+        "step time per rank",
+        lambda d: any(
+            "by (training_rank)" in json.dumps(p["targets"])
+            for p in _panels_using(d, "training_step_duration_seconds")
+        ),
+    ),
+    (
+        "barrier skew p50/p95/p99 over time",
+        lambda d: any(
+            p["type"] == "timeseries"
+            and all(f"histogram_quantile({q}," in json.dumps(p["targets"]) for q in QUANTILES)
+            for p in _panels_using(d, "training_barrier_skew_seconds_bucket")
+        ),
+    ),
+    (
+        "per-rank lateness heatmap",
+        lambda d: any(
+            p["type"] == "heatmap" and "training_rank" in json.dumps(p["targets"])
+            for p in _panels_using(d, "training_rank_lateness_seconds")
+        ),
+    ),
+    (
+        "current stragglers table with rank, node, switch, NIC, cause and a TraceQL link",
+        lambda d: any(
+            p["type"] == "table"
+            and all(
+                label in p["targets"][0]["expr"]
+                for label in ("training_rank", "host_name", "training_switch", "training_nic",
+                              "training_straggler_cause")
+            )
+            and any("/explore" in link["url"] for link in p["fieldConfig"]["defaults"]["links"])
+            for p in _panels_using(d, "training_straggler_ratio")
+        ),
+    ),
+    (
+        "lateness rolled up by switch",
+        lambda d: any(
+            "training_switch" in json.dumps(p["targets"])
+            for p in _panels_using(d, "training_rank_lateness_seconds_bucket")
+        ),
+    ),
+    (
+        "lateness rolled up by NIC",
+        lambda d: any(
+            "training_nic" in json.dumps(p["targets"])
+            for p in _panels_using(d, "training_rank_lateness_seconds_bucket")
+        ),
+    ),
+    ("host clock offsets", lambda d: bool(_panels_using(d, "training_clock_offset_seconds"))),
+    ("pacing state", lambda d: bool(_panels_using(d, "skewtrace_pacing_active"))),
+    (
+        "per-rank pacing delays",
+        lambda d: any(
+            "training_rank" in json.dumps(p["targets"])
+            for p in _panels_using(d, "skewtrace_pacing_delay_seconds")
+        ),
+    ),
+    ("collector pending", lambda d: bool(_panels_using(d, "pending"))),
+    ("collector incomplete", lambda d: bool(_panels_using(d, "incomplete"))),
+    ("collector evicted", lambda d: bool(_panels_using(d, "evicted"))),
+    ("dropped spans", lambda d: bool(_panels_using(d, "send_failed_spans"))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,present", REQUIRED_PANELS, ids=[n for n, _ in REQUIRED_PANELS])
+def test_dashboard_answers(
+    dashboard: dict[str, Any], name: str, present: Callable[[Mapping[str, Any]], bool]
+) -> None:
+    assert present(dashboard), f"no panel answers: {name}"
+
+
+def _prometheus_name(otel_name: str, kind: str, unit: str) -> str:
+    """The Prometheus name the Collector's prometheus exporter gives an OTel metric."""
+    name = otel_name.replace(".", "_")
+    if unit == "s":
+        name += "_seconds"
+    if kind.startswith("counter"):
+        name += "_total"
+    elif kind.startswith("gauge") and unit == "1":
+        name += "_ratio"
+    return name
+
+
+def semconv_prometheus_metrics() -> set[str]:
+    """Prometheus names of every metric docs/semantic-conventions.md lists (with histogram
+    series suffixes)."""
+    names: set[str] = set()
+    for line in SEMCONV_PATH.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`") or "." not in cells[0]:
+            continue
+        otel_name = cells[0].strip("`")
+        if not otel_name.startswith(("training.", "skewtrace.")) or " " in otel_name:
+            continue
+        kind = cells[1]
+        # Tables give the unit in a column (metric | type | unit | ...) or in the type
+        # ("gauge 0/1", "gauge s").
+        unit = cells[2] if len(cells) >= 4 and cells[2] in ("s", "1") else ""
+        if not unit:
+            unit = "1" if "0/1" in kind else "s" if kind.endswith(" s") else ""
+        if kind.split()[0] not in ("histogram", "gauge", "counter"):
+            continue
+        base = _prometheus_name(otel_name, kind, unit)
+        if kind.startswith("histogram"):
+            names.update({f"{base}_bucket", f"{base}_sum", f"{base}_count"})
+        else:
+            names.add(base)
+    return names
+
+
+def test_dashboard_metric_names_follow_the_semantic_conventions(dashboard: dict[str, Any]) -> None:
+    documented = semconv_prometheus_metrics()
+    assert "training_barrier_skew_seconds_bucket" in documented
+    assert "training_straggler_ratio" in documented
+    used = set()
+    for query in dashboard_queries(dashboard):
+        used |= set(re.findall(r"\b((?:training|skewtrace)_[a-z_]+)\b", query.expr))
+    # Label names share the metric prefix; take them out before comparing.
+    labels = {
+        "training_job_id", "training_rank", "training_switch", "training_nic",
+        "training_collective_pg", "training_collective_op", "training_straggler_cause",
+    }  # fmt: skip
+    assert sorted(used - labels - documented) == []
+
+
+def test_straggler_link_opens_the_flagged_spans_of_the_row(dashboard: dict[str, Any]) -> None:
+    (table,) = [p for p in iter_panels(dashboard) if p["title"] == "Current stragglers"]
+    (link,) = table["fieldConfig"]["defaults"]["links"]
+    # What Grafana does on click: interpolate, then the browser decodes the query string.
+    url = (
+        link["url"]
+        .replace("${__data.fields.training_job_id}", "job-7")
+        .replace("${__data.fields.training_rank}", "2")
+        .replace("${__from}", "1700000000000")
+        .replace("${__to}", "1700000600000")
+    )
+    assert "${" not in url
+    parsed = urllib.parse.urlsplit(url)
+    assert parsed.path == "/explore"
+    panes = json.loads(urllib.parse.parse_qs(parsed.query)["panes"][0])
+    (pane,) = panes.values()
+    assert pane["datasource"] == "skewtrace-tempo"
+    (query,) = pane["queries"]
+    assert query["queryType"] == "traceql"
+    assert query["query"] == (
+        '{ resource.training.job.id = "job-7" && resource.training.rank = 2 '
+        "&& span.training.straggler = true }"
+    )
+    assert pane["range"] == {"from": "1700000000000", "to": "1700000600000"}
+
+
+def test_promql_parses_with_promtool(dashboard: dict[str, Any]) -> None:
+    """Every PromQL expression (variables substituted as Grafana would) parses."""
+    promtool = find_binary("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing (apt-get install prometheus)")
+        pytest.skip("promtool missing (apt-get install prometheus)")
+    queries = dashboard_queries(dashboard)
+    assert len(queries) >= 15
+    exprs = [substitute_variables(q.expr, {"job": ".*", "pg": ".*"}) for q in queries]
+    assert promtool_check(exprs, promtool) == ""
+
+
+# --------------------------------------------------------------------------- the validator
+# catches broken dashboards (each mutation must produce its error)
+
+
+def _first_prometheus_target(d: dict[str, Any]) -> Any:
+    return next(t for p in iter_panels(d) for t in p.get("targets", []) if "expr" in t)
+
+
+def _first_non_row(d: dict[str, Any]) -> Any:
+    return next(p for p in iter_panels(d) if p["type"] != "row")
+
+
+def _break_variable(d: dict[str, Any]) -> None:
+    _first_prometheus_target(d)["expr"] += ' * on() group_left max(x{a="$nosuchvar"})'
+
+
+def _break_panel_id(d: dict[str, Any]) -> None:
+    panels: list[Any] = list(iter_panels(d))
+    panels[2]["id"] = panels[1]["id"]
+
+
+def _break_datasource(d: dict[str, Any]) -> None:
+    _first_prometheus_target(d)["datasource"] = {"type": "prometheus", "uid": "prom-typo"}
+
+
+def _break_targets(d: dict[str, Any]) -> None:
+    _first_non_row(d)["targets"] = []
+
+
+def _break_title(d: dict[str, Any]) -> None:
+    del d["title"]
+
+
+def _break_grid(d: dict[str, Any]) -> None:
+    _first_non_row(d)["gridPos"]["x"] = 20
+
+
+def _break_ref_ids(d: dict[str, Any]) -> None:
+    panel = next(p for p in iter_panels(d) if len(p.get("targets", [])) > 1)
+    panel["targets"][1]["refId"] = panel["targets"][0]["refId"]
+
+
+def _break_variable_order(d: dict[str, Any]) -> None:
+    d["templating"]["list"].reverse()
+
+
+def _break_expr(d: dict[str, Any]) -> None:
+    _first_prometheus_target(d)["expr"] = "  "
+
+
+def _break_link(d: dict[str, Any]) -> None:
+    table = next(p for p in iter_panels(d) if p["title"] == "Current stragglers")
+    table["fieldConfig"]["defaults"]["links"][0]["url"] += "&var-x=${rank}"
+
+
+BROKEN_DASHBOARDS = [
+    ("dangling variable", _break_variable, "undefined variable $nosuchvar"),
+    ("duplicate panel id", _break_panel_id, "duplicate panel id"),
+    ("unknown datasource uid", _break_datasource, "'prom-typo' is not provisioned"),
+    ("panel without targets", _break_targets, "no targets"),
+    ("missing title", _break_title, "dashboard: missing title"),
+    ("panel off the grid", _break_grid, "outside the 24-column grid"),
+    ("duplicate refId", _break_ref_ids, "refIds must be present and unique"),
+    ("variable used before defined", _break_variable_order, "uses $job, not defined before it"),
+    ("empty expr", _break_expr, "empty PromQL expr"),
+    ("dangling variable in a data link", _break_link, "undefined variable $rank"),
+]
+
+
+@pytest.mark.parametrize(
+    "mutate,expected",
+    [(m, e) for _, m, e in BROKEN_DASHBOARDS],
+    ids=[n for n, _, _ in BROKEN_DASHBOARDS],
+)
+def test_validator_catches_broken_dashboard(
+    dashboard: dict[str, Any],
+    datasource_uids: dict[str, str],
+    mutate: Callable[[dict[str, Any]], None],
+    expected: str,
+) -> None:
+    broken = copy.deepcopy(dashboard)
+    mutate(broken)
+    errors = validate_dashboard(broken, datasource_uids)
+    assert any(expected in error for error in errors), errors
+
+
+BROKEN_PROVISIONING = [
+    ("exemplar link to a missing uid", "datasourceUid: skewtrace-tempo", "datasourceUid: tempo-x",
+     "links to uid 'tempo-x'"),
+    ("unescaped $__tags", "{$$__tags}", "{$__tags}", "unescaped $"),
+    ("duplicate uid", "uid: skewtrace-tempo", "uid: skewtrace-prometheus", "duplicate uids"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [(o, n, e) for _, o, n, e in BROKEN_PROVISIONING],
+    ids=[name for name, *_ in BROKEN_PROVISIONING],
+)
+def test_validator_catches_broken_provisioning(old: str, new: str, expected: str) -> None:
+    text = (DATASOURCES_DIR / "skewtrace.yaml").read_text()
+    assert old in text
+    broken = text.replace(old, new, 1)
+    errors = validate_datasource_provisioning(yaml.safe_load(broken), broken)
+    assert any(expected in error for error in errors), errors
+
+
+def test_substitute_variables_rejects_unknown_variables() -> None:
+    assert substitute_variables('rate(x{j=~"$job"}[$__rate_interval])', {"job": "a"}) == (
+        'rate(x{j=~"a"}[30s])'
+    )
+    with pytest.raises(KeyError, match="nosuch"):
+        substitute_variables('x{a="$nosuch"}', {})
