@@ -85,6 +85,14 @@ class Session:
                 "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider "
                 f"(got {type(provider).__name__})")
         self._user_provider = provider
+        if meter_provider is None:
+            from opentelemetry import metrics
+            from opentelemetry.sdk.metrics import MeterProvider
+
+            global_meters = metrics.get_meter_provider()
+            # Only a configured SDK provider; the API's proxy means "none set".
+            if isinstance(global_meters, MeterProvider):
+                meter_provider = global_meters
 
         # Resolve who we are now when we can, so a missing job id fails at the call site.
         self._rank_info: RankInfo | None = None

@@ -1,0 +1,360 @@
+"""Single-process tests of the instrumentation: one gloo rank, spans read from an in-memory
+exporter behind a user TracerProvider (the multi-rank, real-OTLP tests are in
+test_instrumentation_multiproc.py)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from opentelemetry import trace
+from opentelemetry.metrics import _internal as metrics_api
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+
+import skewtrace
+from conftest import free_port
+from skewtrace import semconv
+from skewtrace._export import Identity, SpanMaterializer
+from skewtrace._ids import step_root_span_id, step_trace_id
+from skewtrace._recorder import COLLECTIVE, PHASE, STEP, Recorder
+from skewtrace.hooks import MARKER
+from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS
+from skewtrace.resource import RankInfo, build_resource
+
+
+@pytest.fixture(scope="module")
+def world_of_one() -> Iterator[None]:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def memory_provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "my-trainer"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    skewtrace.uninstrument()
+    provider.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _job_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("SKEWTRACE_JOB_ID", "unit-job")
+    monkeypatch.setenv("SKEWTRACE_EXPORT_INTERVAL_MILLIS", "20")
+    # No collector in unit tests: a global in-memory MeterProvider keeps the private OTLP
+    # metrics exporter (and its retries against localhost:4317) out of them.
+    reader = InMemoryMetricReader()
+    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", MeterProvider(metric_readers=[reader]))
+    yield
+    skewtrace.uninstrument()
+
+
+def _ddp_setup(batches: int = 4) -> tuple[DistributedDataParallel, Any, DataLoader[Any]]:
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8 * batches, 8), torch.randint(0, 2, (8 * batches,)))
+    return model, optimizer, DataLoader(data, batch_size=8)
+
+
+def _train(model: nn.Module, optimizer: Any, loader: Any) -> int:
+    steps = 0
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(inputs), targets).backward()
+        optimizer.step()
+        steps += 1
+    return steps
+
+
+# ------------------------------------------------------------------ recorder and materializer
+
+
+def test_full_buffer_drops_counts_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    recorder = Recorder(capacity=3)
+    with caplog.at_level(logging.WARNING, logger="skewtrace"):
+        for i in range(10):
+            recorder.record((STEP, i, 0, 1))
+    assert len(recorder.events) == 3
+    assert recorder.dropped() == {"buffer_full": 7}
+    assert sum("dropping events" in r.message for r in caplog.records) == 1
+
+
+def _identity(rank: int) -> Identity:
+    return Identity("job-x", rank, build_resource("job-x", RankInfo(rank, rank, 2),
+                                                  host_name="node1"))
+
+
+def test_materializer_builds_the_step_tree() -> None:
+    spans = {}
+    for rank in (0, 1):
+        materializer = SpanMaterializer(_identity(rank), epoch_anchor_ns=1_000)
+        spans[rank] = materializer.materialize([
+            (PHASE, semconv.SPAN_FORWARD, 0, 10, 20, "host", None),
+            (COLLECTIVE, 0, 20, 30, "all_reduce", "default", 2, 0, 64, False, "api", "host"),
+            (STEP, 0, 5, 40),
+        ])
+    names0 = [s.name for s in spans[0]]
+    assert names0 == ["forward", "collective.all_reduce", "train.step", "train.step.root"]
+    assert "train.step.root" not in [s.name for s in spans[1]]
+    root_id = step_root_span_id("job-x", 0)
+    for rank in (0, 1):
+        by_name = {s.name: s for s in spans[rank]}
+        step = by_name["train.step"]
+        assert step.context.trace_id == step_trace_id("job-x", 0)
+        assert step.parent is not None and step.parent.span_id == root_id
+        for child in ("forward", "collective.all_reduce"):
+            assert by_name[child].parent.span_id == step.context.span_id
+            assert by_name[child].context.trace_id == step.context.trace_id
+        coll = by_name["collective.all_reduce"]
+        assert coll.attributes[semconv.COLLECTIVE_SEQ] == 0
+        assert coll.attributes[semconv.COLLECTIVE_PG] == "default"
+        assert coll.start_time == 20 + 1_000 and coll.end_time == 30 + 1_000
+        assert step.resource.attributes[semconv.RANK] == rank
+    root = {s.name: s for s in spans[0]}["train.step.root"]
+    assert root.context.span_id == root_id and root.parent is None
+    assert spans[0][2].context.span_id != spans[1][2].context.span_id
+
+
+class _FakeCudaTimer:
+    def __init__(self) -> None:
+        self.resolved: list[tuple[int, float]] = []
+
+    def poll(self) -> list[tuple[int, float]]:
+        out, self.resolved = self.resolved, []
+        return out
+
+
+def test_cuda_event_durations_replace_host_durations() -> None:
+    """No GPU here: a fake timer stands in for CudaEventTimer's poll()."""
+    timer = _FakeCudaTimer()
+    materializer = SpanMaterializer(_identity(0), 0, cuda_timer=timer)
+    event = (PHASE, semconv.SPAN_BACKWARD, 3, 1_000, 2_000, "host", 17)
+    assert materializer.materialize([event]) == []  # waits for its CUDA events
+    timer.resolved = [(17, 0.5)]
+    (span,) = materializer.materialize([])
+    assert span.attributes[semconv.TIMING] == "cuda_event"
+    assert span.end_time - span.start_time == 500_000_000
+    # Unresolved at exit: host times instead of nothing.
+    assert materializer.materialize([(PHASE, "forward", 3, 0, 9, "host", 18)]) == []
+    (late,) = materializer.materialize([], final=True)
+    assert late.attributes[semconv.TIMING] == "host" and late.end_time - late.start_time == 9
+
+
+# ------------------------------------------------------------------ instrument / uninstrument
+
+
+def _wrapped_state() -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    for name in COLLECTIVE_FUNCTIONS:
+        if hasattr(c10d, name):
+            state[f"c10d.{name}"] = getattr(c10d, name)
+            state[f"dist.{name}"] = getattr(dist, name)
+    state["ddp.register_comm_hook"] = DistributedDataParallel.__dict__["register_comm_hook"]
+    return state
+
+
+def test_uninstrument_restores_every_wrapped_function(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    model, optimizer, loader = _ddp_setup()
+    before = _wrapped_state()
+    loader_class = type(loader)
+    module_hooks = (len(model._forward_pre_hooks), len(model._forward_hooks))
+    optimizer_hooks = (len(optimizer._optimizer_step_pre_hooks),
+                       len(optimizer._optimizer_step_post_hooks))
+
+    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
+                         tracer_provider=memory_provider[0])
+    during = _wrapped_state()
+    for key, original in before.items():
+        assert during[key] is not original, key
+        assert getattr(during[key], MARKER) is original, key
+    assert type(loader) is not loader_class and isinstance(loader, loader_class)
+    assert len(model._forward_pre_hooks) == module_hooks[0] + 1
+
+    skewtrace.uninstrument()
+    assert _wrapped_state() == before
+    assert type(loader) is loader_class
+    assert (len(model._forward_pre_hooks), len(model._forward_hooks)) == module_hooks
+    assert (len(optimizer._optimizer_step_pre_hooks),
+            len(optimizer._optimizer_step_post_hooks)) == optimizer_hooks
+    assert not skewtrace.is_instrumented()
+    # The model still trains after uninstrument (the DDP hook only forwards now).
+    assert _train(model, optimizer, loader) == 4
+
+
+def test_second_instrument_warns_and_keeps_the_first(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, _ = memory_provider
+    skewtrace.instrument(tracer_provider=provider, optimizer=torch.optim.SGD(
+        [nn.Parameter(torch.zeros(1))], lr=0.1))
+    session = skewtrace.SkewtraceInstrumentor().session
+    with pytest.warns(RuntimeWarning, match="twice"):
+        skewtrace.instrument(tracer_provider=provider)
+    assert skewtrace.SkewtraceInstrumentor().session is session
+
+
+def test_custom_tracer_provider_gets_spans_and_global_is_untouched(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = memory_provider
+    global_before = trace.get_tracer_provider()
+    model, optimizer, loader = _ddp_setup(batches=3)
+    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
+                         tracer_provider=provider)
+    assert _train(model, optimizer, loader) == 3
+    skewtrace.uninstrument()
+    assert trace.get_tracer_provider() is global_before
+    spans = exporter.get_finished_spans()
+    names = [s.name for s in spans]
+    for name in ("train.step.root", "train.step", "dataloader.fetch", "forward", "backward",
+                 "optimizer.step", "collective.all_reduce"):
+        assert name in names, name
+    assert names.count("train.step") == 3
+    assert all(semconv.STEP in s.attributes for s in spans)
+    resource = spans[0].resource.attributes
+    assert resource["service.name"] == "my-trainer"  # the user's choice is kept
+    assert resource[semconv.JOB_ID] == "unit-job" and resource[semconv.RANK] == 0
+    steps = sorted((s for s in spans if s.name == "train.step"),
+                   key=lambda s: s.attributes[semconv.STEP])
+    assert [s.attributes[semconv.STEP] for s in steps] == [0, 1, 2]
+    # Each step starts where the previous one ended.
+    for previous, current in itertools.pairwise(steps):
+        assert current.start_time == previous.end_time
+    fetch0 = min((s for s in spans if s.name == "dataloader.fetch"), key=lambda s: s.start_time)
+    assert steps[0].start_time == fetch0.start_time
+    ddp = [s for s in spans if s.name == "collective.all_reduce"
+           and s.attributes[semconv.COLLECTIVE_SOURCE] == "ddp"]
+    assert ddp and all(s.attributes[semconv.COLLECTIVE_ASYNC] for s in ddp)
+    seqs = [s.attributes[semconv.COLLECTIVE_SEQ] for s in spans
+            if s.name.startswith("collective.")]
+    assert sorted(seqs) == list(range(len(seqs)))
+
+
+class _FakePacingClient:
+    """Stands in for skewtrace.pacer.client.PacingClient (no pacer service in a unit test)."""
+
+    def __init__(self, delay: float, version: int) -> None:
+        self.delay, self.version, self.calls = delay, version, 0
+
+    def current_delay(self) -> tuple[float, int]:
+        self.calls += 1
+        return self.delay, self.version
+
+
+def test_pacing_delay_applied_once_per_step_before_first_collective(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = memory_provider
+    model, optimizer, loader = _ddp_setup(batches=3)
+    client = _FakePacingClient(0.02, 7)
+    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
+                         tracer_provider=provider, pacing_client=client)
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(inputs), targets).backward()
+        dist.all_reduce(torch.ones(1))  # a second collective in the step: no second delay
+        optimizer.step()
+    skewtrace.uninstrument()
+    assert client.calls == 3
+    spans = exporter.get_finished_spans()
+    pacing = [s for s in spans if s.name == "pacing.delay"]
+    assert [s.attributes[semconv.STEP] for s in pacing] == [0, 1, 2]
+    for span in pacing:
+        assert span.attributes[semconv.PACING_DELAY] == pytest.approx(0.02)
+        assert span.attributes[semconv.PACING_VERSION] == 7
+        assert (span.end_time - span.start_time) >= 0.018e9
+        first_collective = min(s.start_time for s in spans if s.name.startswith("collective.")
+                               and s.attributes[semconv.STEP] == span.attributes[semconv.STEP])
+        assert span.end_time <= first_collective
+
+
+def test_dataloader_is_instrumented_in_place(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = memory_provider
+    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=2)
+    original_class = type(loader)
+    skewtrace.instrument(dataloader=loader, tracer_provider=provider)
+    assert isinstance(loader, DataLoader) and len(loader) == 5
+    assert [len(batch[0]) for batch in loader] == [2] * 5
+    skewtrace.uninstrument()
+    assert type(loader) is original_class
+    fetches = [s for s in exporter.get_finished_spans() if s.name == "dataloader.fetch"]
+    assert len(fetches) == 5
+
+
+def test_builtin_iterables_are_rejected_with_advice(world_of_one: None) -> None:
+    with pytest.raises(TypeError, match="traced_iterable"):
+        skewtrace.instrument(dataloader=[1, 2, 3])
+    assert not skewtrace.is_instrumented()
+    # Nothing stays patched after a failed instrument().
+    assert not hasattr(dist.all_reduce, MARKER)
+
+
+def test_disabled_instrument_is_a_noop(world_of_one: None,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKEWTRACE_ENABLED", "false")
+    skewtrace.instrument(optimizer=torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1))
+    assert skewtrace.SkewtraceInstrumentor().session is None
+    assert not hasattr(dist.all_reduce, MARKER)
+
+
+def test_resource_honors_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer-svc")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=ml,training.rank=99")
+    monkeypatch.setenv("SKEWTRACE_SWITCH", "leaf7")
+    monkeypatch.setenv("SKEWTRACE_NIC", "mlx5_0")
+    attrs = build_resource("job-r", RankInfo(3, 1, 8), host_name="node3").attributes
+    assert attrs["service.name"] == "trainer-svc"
+    assert attrs["team"] == "ml"
+    assert attrs[semconv.RANK] == 3  # ours wins: the collector joins on it
+    assert attrs[semconv.LOCAL_RANK] == 1 and attrs[semconv.WORLD_SIZE] == 8
+    assert attrs[semconv.SWITCH] == "leaf7" and attrs[semconv.NIC] == "mlx5_0"
+    assert attrs[semconv.SERVICE_INSTANCE_ID] == "job-r/3"
+    assert attrs[semconv.HOST_NAME] == "node3"
+    assert semconv.GPU_UUID not in attrs
+
+
+def test_default_service_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    attrs = build_resource("j", RankInfo(0, 0, 1), host_name="h").attributes
+    assert attrs["service.name"] == semconv.DEFAULT_SERVICE_NAME
+
+
+def test_hot_path_record_is_cheap() -> None:
+    """A loose bound that catches gross regressions; benchmarks/overhead.py has the target."""
+    recorder = Recorder(capacity=1 << 20)
+    record = recorder.record
+    from skewtrace._recorder import now_ns
+
+    n = 20000
+    start = time.perf_counter()
+    for _ in range(n):
+        t0 = now_ns()
+        record((PHASE, "forward", 0, t0, now_ns(), "host", None))
+    per_event = (time.perf_counter() - start) / n
+    assert per_event < 20e-6
