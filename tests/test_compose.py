@@ -133,24 +133,37 @@ def test_collector_env_vars_exist_in_its_config(compose: dict[str, Any]) -> None
     """Each variable compose sets for the Collector is read by collector-config/otelcol.yaml,
     so renaming one there cannot silently leave the stack on defaults."""
     service = compose["services"]["otelcol-skewtrace"]
-    (config_mount,) = [v for v in service["volumes"] if "otelcol" in v.split(":")[0]]
-    config_text = (GRAFANA_DIR / config_mount.split(":")[0]).read_text()
-    used = set(re.findall(r"\$\{env:(\w+)", config_text))
+    mounted = {v.split(":")[1]: GRAFANA_DIR / v.split(":")[0] for v in service["volumes"]}
+    configs = [mounted[arg.split("=", 1)[1]] for arg in service["command"]]
+    assert REPO_ROOT / "collector-config" / "otelcol.yaml" in [c.resolve() for c in configs]
+    used = {name for c in configs for name in re.findall(r"\$\{env:(\w+)", c.read_text())}
     assert sorted(set(service["environment"]) - used) == []
 
 
 def test_traces_go_to_tempo_by_default(compose: dict[str, Any]) -> None:
     environment = compose["services"]["otelcol-skewtrace"]["environment"]
-    assert environment["SKEWTRACE_TRACES_ENDPOINT"] == "tempo:4317"
+    assert environment["SKEWTRACE_TRACES_BACKEND_ENDPOINT"] == "tempo:4317"
     tempo = yaml.safe_load((GRAFANA_DIR / "tempo.yaml").read_text())
     assert tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(
         ":4317"
     )
-    other = load_compose({"SKEWTRACE_TRACES_ENDPOINT": "jaeger.example:4317"})
+    other = load_compose({"SKEWTRACE_TRACES_BACKEND_ENDPOINT": "jaeger.example:4317"})
     assert (
-        other["services"]["otelcol-skewtrace"]["environment"]["SKEWTRACE_TRACES_ENDPOINT"]
+        other["services"]["otelcol-skewtrace"]["environment"]["SKEWTRACE_TRACES_BACKEND_ENDPOINT"]
         == "jaeger.example:4317"
     )
+
+
+def test_stack_overlay_routes_otlp_metrics_to_prometheus() -> None:
+    """The pacer's metrics reach Prometheus only through the overlay's own pipeline."""
+    overlay = yaml.safe_load((GRAFANA_DIR / "otelcol-stack.yaml").read_text())
+    base = yaml.safe_load((REPO_ROOT / "collector-config" / "otelcol.yaml").read_text())
+    (pipeline,) = overlay["service"]["pipelines"].values()
+    assert pipeline["receivers"] == ["otlp"] and pipeline["exporters"] == ["prometheus"]
+    # Components it names must exist in the config it is merged over.
+    assert "otlp" in base["receivers"] and "prometheus" in base["exporters"]
+    # A new pipeline id: merging must not replace the standard pipelines' lists.
+    assert not set(overlay["service"]["pipelines"]) & set(base["service"]["pipelines"])
 
 
 def test_pacer_env_vars_are_flags_it_knows(compose: dict[str, Any]) -> None:

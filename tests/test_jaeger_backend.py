@@ -175,12 +175,12 @@ def collector_env(traces_endpoint: str, ports: Mapping[str, int]) -> dict[str, s
         "SKEWTRACE_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
         "SKEWTRACE_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
         "SKEWTRACE_PROMETHEUS_ENDPOINT": f"127.0.0.1:{ports['prometheus']}",
-        "SKEWTRACE_TELEMETRY_HOST": "127.0.0.1",
-        "SKEWTRACE_TELEMETRY_PORT": str(ports["telemetry"]),
+        "SKEWTRACE_OTELCOL_METRICS_HOST": "127.0.0.1",
+        "SKEWTRACE_OTELCOL_METRICS_PORT": str(ports["telemetry"]),
         "SKEWTRACE_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
         "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{ports['pacer']}",
-        "SKEWTRACE_TRACES_ENDPOINT": traces_endpoint,
-        "SKEWTRACE_TRACES_INSECURE": "true",
+        "SKEWTRACE_TRACES_BACKEND_ENDPOINT": traces_endpoint,
+        "SKEWTRACE_TRACES_BACKEND_INSECURE": "true",
     }
 
 
