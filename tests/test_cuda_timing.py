@@ -10,6 +10,7 @@ wait. The NCCL hook is checked against the installed torch's real API, a real gl
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -410,3 +411,125 @@ def test_callback_errors_stay_out_of_c10d() -> None:
 
 def test_group_without_the_api_returns_false() -> None:
     assert register_nccl_completion_hook(object(), print) is False
+
+
+# --------------------------------------------------------------------------------------
+# On a GPU machine only (skipped on CI): the real events, NVML and NCCL.
+
+
+def _cuda_ready() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+requires_cuda = pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA GPU")
+
+
+@requires_cuda
+def test_real_events_resolve_without_blocking() -> None:
+    """A kernel that spins the GPU for a known time: poll() returns at once while it runs,
+    resolves it afterwards, and the device duration is the kernel's, not the launch's."""
+    import time
+
+    import torch
+
+    # Calibrate GPU spin cycles per second with plain events (synchronize is fine here,
+    # in the test, never in the timer).
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    cycles_per_second = 10_000_000 / (begin.elapsed_time(end) / 1000.0)
+    spin = 0.2  # seconds of GPU work
+
+    timer = CudaEventTimer(16)
+    launch_start = time.perf_counter()
+    handle = timer.start()
+    torch.cuda._sleep(int(spin * cycles_per_second))
+    assert handle is not None
+    timer.stop(handle)
+    launch = time.perf_counter() - launch_start
+
+    poll_start = time.perf_counter()
+    assert timer.poll() == []  # still spinning
+    assert time.perf_counter() - poll_start < 0.01  # and poll did not wait for it
+
+    deadline = time.monotonic() + 10
+    resolved: list[tuple[int, float]] = []
+    while not resolved and time.monotonic() < deadline:
+        time.sleep(0.005)
+        resolved = timer.poll()
+    [(got, elapsed)] = resolved
+    assert got == handle
+    assert elapsed == pytest.approx(spin, rel=0.2)
+    assert launch < spin / 10  # host clocks alone would have measured the launch
+    assert cuda_available_for(torch.zeros(1, device="cuda")) is True
+    assert cuda_available_for(torch.nn.Linear(2, 2).cuda()) is True
+
+
+@requires_cuda
+def test_real_gpu_attributes_match_torch() -> None:
+    import torch
+
+    from skewtrace.semconv import GPU_NAME, GPU_PCI_BUS_ID, GPU_UUID
+    from skewtrace.topology import gpu_attributes
+
+    torch.cuda.init()
+    props = torch.cuda.get_device_properties(0)
+    attributes = gpu_attributes(0)
+    assert str(attributes[GPU_UUID]).endswith(str(props.uuid))
+    assert attributes[GPU_NAME] == props.name
+    domain, bus, _ = str(attributes[GPU_PCI_BUS_ID]).split(":")
+    assert (int(domain, 16), int(bus, 16)) == (props.pci_domain_id, props.pci_bus_id)
+
+
+NCCL_SCRIPT = """
+import os, sys, time
+import torch, torch.distributed as dist
+from skewtrace._cuda_timing import register_nccl_completion_hook
+dist.init_process_group("nccl", init_method=sys.argv[1], rank=0, world_size=1,
+                        device_id=torch.device("cuda", 0))
+received = []
+ok = register_nccl_completion_hook(dist.group.WORLD, received.append)
+tensor = torch.ones(1 << 20, device="cuda")
+for _ in range(3):
+    dist.all_reduce(tensor)
+torch.cuda.synchronize()
+deadline = time.monotonic() + 10
+while ok and len(received) < 3 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(ok, len(received), [(w.op_type, w.active_duration > 0) for w in received[:1]])
+dist.destroy_process_group()
+"""
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    ("use_nccl2", "expected_prefix"),
+    [("0", "True 3 [('ALLREDUCE', True)]"), ("1", "False 0")],
+)
+def test_real_nccl_completion_hook(port_factory: Any, use_nccl2: str, expected_prefix: str) -> None:
+    """Classic ProcessGroupNCCL gives per-work timing; torch 2.15's default nccl2 does
+    not offer it to Python, and the helper must say so."""
+    env = {**os.environ, "TORCH_DIST_USE_NCCL2": use_nccl2}
+    result = subprocess.run(
+        [sys.executable, "-c", NCCL_SCRIPT, f"tcp://127.0.0.1:{port_factory()}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.stdout.strip().startswith(expected_prefix), result.stdout + result.stderr
+
+
+def test_backend_name_of_a_group_made_by_hand() -> None:
+    """A real gloo group built without init_process_group: c10d's registry does not know
+    it, its own backend name still says gloo, so no hook."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    group = dist.ProcessGroupGloo(store, 0, 1)
+    assert _cuda_timing._nccl_backend_name(group) == "gloo"
+    assert register_nccl_completion_hook(group, print) is False

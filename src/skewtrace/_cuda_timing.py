@@ -260,6 +260,12 @@ def _nccl_backend_name(pg: Any) -> str | None:
 
         return str(dist.get_backend(pg))
     except Exception:
+        pass
+    # A group c10d does not know by handle (made by hand, not by new_group) still names
+    # its own default backend.
+    try:
+        return str(pg._get_backend_name())
+    except Exception:
         return None
 
 
