@@ -32,6 +32,9 @@ type Config struct {
 	// DedupWindow is how many recent collective keys are remembered to count each annotated
 	// collective's skew once although every member's span carries it. Default 65536.
 	DedupWindow int `mapstructure:"dedup_window"`
+	// SeriesIdleTimeout forgets a series (and stops emitting it) when it has not been
+	// updated for this long, so finished jobs free their share of max_series. Default 15m.
+	SeriesIdleTimeout time.Duration `mapstructure:"series_idle_timeout"`
 }
 
 func createDefaultConfig() *Config {
@@ -45,6 +48,7 @@ func createDefaultConfig() *Config {
 		ClockOffsetSmoothing: 0.2,
 		ExemplarsPerPoint:    4,
 		DedupWindow:          65536,
+		SeriesIdleTimeout:    15 * time.Minute,
 	}
 }
 
@@ -76,6 +80,10 @@ func (c *Config) Validate() error {
 	}
 	if c.DedupWindow <= 0 {
 		errs = append(errs, fmt.Errorf("dedup_window must be > 0, got %d", c.DedupWindow))
+	}
+	if c.SeriesIdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("series_idle_timeout must be > 0, got %s",
+			c.SeriesIdleTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -2,35 +2,295 @@ package barrierskewconnector // import "github.com/skewtrace/skewtrace/src/colle
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/connector"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/selftel"
+	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 )
 
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
+// spanRef is what the connector keeps of a buffered span: enough for an exemplar.
+type spanRef struct {
+	traceID pcommon.TraceID
+	spanID  pcommon.SpanID
+}
+
+// barrierSkewConnector turns spans into the barrierskew metrics.
+//
+//	collective span annotated by the processor ──read──▶ aggregator   (one join per collective)
+//	collective span not annotated ──▶ own join engine ──released──▶ aggregator
+//	train.step ──▶ step duration histogram; phase spans ──▶ own engine (causes)
+//	ticker (metrics_flush_interval): expire own engine, emit cumulative metrics ──▶ next
 type barrierSkewConnector struct {
-	next consumer.Metrics
-	cfg  *Config
+	logger *zap.Logger
+	cfg    *Config
+	next   consumer.Metrics
+	clock  join.Clock
+
+	mu            sync.Mutex
+	engine        *join.Engine[spanRef]
+	scratch       []*join.Released[spanRef]
+	resources     []spanio.Resource
+	agg           *aggregator
+	malformed     map[string]int64
+	passedThrough int64
+	// seen remembers recent annotated collectives so that their skew (carried by every
+	// member's span) is counted once.
+	seen     map[join.Key]struct{}
+	seenRing []join.Key
+	seenPos  int
+
+	telemetry metric.Registration
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func newConnector(
-	_ connector.Settings, cfg *Config, next consumer.Metrics, _ realClock,
+	set connector.Settings, cfg *Config, next consumer.Metrics, clock join.Clock,
 ) (*barrierSkewConnector, error) {
-	return &barrierSkewConnector{next: next, cfg: cfg}, nil
+	c := &barrierSkewConnector{
+		logger:    set.Logger,
+		cfg:       cfg,
+		next:      next,
+		clock:     clock,
+		engine:    join.New[spanRef](cfg.Config, clock),
+		agg:       newAggregator(cfg),
+		malformed: make(map[string]int64),
+		seen:      make(map[join.Key]struct{}, cfg.DedupWindow),
+		seenRing:  make([]join.Key, cfg.DedupWindow),
+	}
+	reg, err := selftel.Register(set.MeterProvider, scopeName, "otelcol_connector_barrierskew_",
+		true, c.snapshot)
+	if err != nil {
+		return nil, err
+	}
+	c.telemetry = reg
+	return c, nil
 }
 
-func (c *barrierSkewConnector) Start(context.Context, component.Host) error { return nil }
+func (c *barrierSkewConnector) snapshot() selftel.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stats := c.engine.Stats()
+	return selftel.Snapshot{
+		Engine:        stats,
+		Malformed:     selftel.CountRejected(stats, c.malformed),
+		PassedThrough: c.passedThrough,
+		SeriesDropped: c.agg.seriesDropped,
+	}
+}
 
-func (c *barrierSkewConnector) Shutdown(context.Context) error { return nil }
+// Start launches the flush ticker.
+func (c *barrierSkewConnector) Start(context.Context, component.Host) error {
+	c.stop = make(chan struct{})
+	c.done = make(chan struct{})
+	go c.flushLoop()
+	return nil
+}
 
+func (c *barrierSkewConnector) flushLoop() {
+	defer close(c.done)
+	ticker := time.NewTicker(c.cfg.MetricsFlushInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-ticker.C:
+			if err := c.flush(context.Background(), false); err != nil {
+				c.logger.Warn("emitting barrierskew metrics failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// flush releases the own engine's expired collectives (all of them at shutdown) and emits
+// the metrics.
+func (c *barrierSkewConnector) flush(ctx context.Context, drain bool) error {
+	c.mu.Lock()
+	now := c.clock.Now()
+	if drain {
+		c.scratch = c.engine.Drain(c.scratch[:0])
+	} else {
+		c.scratch = c.engine.Expire(c.scratch[:0])
+	}
+	c.observeReleased(now)
+	md := c.agg.build(now)
+	c.mu.Unlock()
+	if md.DataPointCount() == 0 {
+		return nil
+	}
+	return c.next.ConsumeMetrics(ctx, md)
+}
+
+// Shutdown stops the ticker and emits a last flush including every pending collective.
+func (c *barrierSkewConnector) Shutdown(ctx context.Context) error {
+	if c.stop != nil {
+		close(c.stop)
+		<-c.done
+		c.stop = nil
+	}
+	err := c.flush(ctx, true)
+	if c.telemetry != nil {
+		err = errors.Join(err, c.telemetry.Unregister())
+		c.telemetry = nil
+	}
+	return err
+}
+
+// Capabilities: the connector only reads spans.
 func (c *barrierSkewConnector) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: false}
 }
 
-func (c *barrierSkewConnector) ConsumeTraces(context.Context, ptrace.Traces) error { return nil }
+// ConsumeTraces records the spans; metrics leave on the flush ticker.
+func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	rss := td.ResourceSpans()
+	c.resources = c.resources[:0]
+	for i := range rss.Len() {
+		c.resources = append(c.resources, spanio.ParseResource(rss.At(i).Resource()))
+	}
+	forEachSpan(rss, func(i int, span ptrace.Span) {
+		kind, phase := spanio.Classify(span.Name())
+		if kind != spanio.KindPhase {
+			return
+		}
+		res := &c.resources[i]
+		ph, ok := spanio.ParsePhase(span, res, phase)
+		if !ok {
+			return
+		}
+		c.engine.AddPhase(ph)
+		if phase == join.PhaseStep {
+			c.agg.observeStep(now, rankOf(res), ph.Duration,
+				spanRef{traceID: span.TraceID(), spanID: span.SpanID()})
+		}
+	})
+	c.scratch = c.scratch[:0]
+	forEachSpan(rss, func(i int, span ptrace.Span) {
+		if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective {
+			return
+		}
+		res := &c.resources[i]
+		var a join.Arrival[spanRef]
+		if reason := spanio.ParseCollective(span, res, &a); reason != "" {
+			c.malformed[reason]++
+			return
+		}
+		ref := spanRef{traceID: span.TraceID(), spanID: span.SpanID()}
+		if spanio.IsAnnotated(span) {
+			c.passedThrough++
+			c.observeAnnotated(now, &a, spanio.ReadAnnotations(span), ref)
+			return
+		}
+		a.Ref = ref
+		_, c.scratch = c.engine.Add(&a, c.scratch)
+	})
+	c.observeReleased(now)
+	return nil
+}
+
+func forEachSpan(rss ptrace.ResourceSpansSlice, f func(resourceIndex int, span ptrace.Span)) {
+	for i := range rss.Len() {
+		sss := rss.At(i).ScopeSpans()
+		for j := range sss.Len() {
+			spans := sss.At(j).Spans()
+			for k := range spans.Len() {
+				f(i, spans.At(k))
+			}
+		}
+	}
+}
+
+func rankOf(res *spanio.Resource) rankKey {
+	return rankKey{job: res.Job, rank: res.Rank, Topology: res.Topology}
+}
+
+// observeAnnotated records a span the processor already joined.
+func (c *barrierSkewConnector) observeAnnotated(
+	now time.Time, a *join.Arrival[spanRef], ann spanio.Annotations, ref spanRef,
+) {
+	if c.firstSighting(a.Key) {
+		c.agg.observeCollective(now, collective{
+			key:          collectiveKey{job: a.Job, pg: a.PG, op: a.Op},
+			skew:         ann.Skew,
+			missingRanks: ann.MissingRanks,
+			skewRef:      ref,
+		})
+	}
+	c.agg.observeMember(now, memberObservation{
+		rank:        rankKey{job: a.Job, rank: a.Rank, Topology: a.Topology},
+		lateness:    ann.Lateness,
+		wait:        ann.Wait,
+		clockOffset: ann.ClockOffset,
+		verdict:     ann.Verdict,
+		cause:       ann.Cause,
+		ref:         ref,
+	})
+}
+
+func (c *barrierSkewConnector) firstSighting(k join.Key) bool {
+	if _, ok := c.seen[k]; ok {
+		return false
+	}
+	old := c.seenRing[c.seenPos]
+	if old.Job != "" || old.PG != "" {
+		delete(c.seen, old)
+	}
+	c.seenRing[c.seenPos] = k
+	c.seen[k] = struct{}{}
+	c.seenPos = (c.seenPos + 1) % len(c.seenRing)
+	return true
+}
+
+// observeReleased records the collectives in c.scratch that the own engine released.
+func (c *barrierSkewConnector) observeReleased(now time.Time) {
+	for _, r := range c.scratch {
+		col := collective{
+			key:          collectiveKey{job: r.Job, pg: r.PG, op: r.Op},
+			skew:         r.Skew,
+			missingRanks: r.MissingRanks,
+		}
+		lastArrival := -1
+		for i := range r.Members {
+			if lastArrival < 0 || r.Members[i].Lateness > r.Members[lastArrival].Lateness {
+				lastArrival = i
+			}
+		}
+		if lastArrival >= 0 {
+			col.skewRef = r.Members[lastArrival].Ref
+		}
+		c.agg.observeCollective(now, col)
+		for i := range r.Members {
+			m := &r.Members[i]
+			c.agg.observeMember(now, memberObservation{
+				rank:        rankKey{job: r.Job, rank: m.Rank, Topology: m.Topology},
+				lateness:    m.Lateness,
+				wait:        m.Wait,
+				clockOffset: m.ClockOffset,
+				verdict:     m.Verdict,
+				cause:       m.Cause,
+				ref:         m.Ref,
+			})
+		}
+		c.engine.Recycle(r)
+	}
+	c.scratch = c.scratch[:0]
+}

@@ -263,3 +263,46 @@ func FormatRanks(ranks []int) string {
 	}
 	return b.String()
 }
+
+// Annotations are the processor's annotations read back from a span.
+type Annotations struct {
+	Skew         float64
+	Lateness     float64
+	Wait         float64
+	ClockOffset  float64
+	Verdict      join.Verdict
+	Cause        string
+	MissingRanks int
+}
+
+// ReadAnnotations reads what Annotate wrote. Missing or mistyped figures read as 0.
+func ReadAnnotations(span ptrace.Span) Annotations {
+	attrs := span.Attributes()
+	num := func(key string) float64 {
+		if v, ok := attrs.Get(key); ok && v.Type() == pcommon.ValueTypeDouble {
+			return v.Double()
+		}
+		return 0
+	}
+	a := Annotations{
+		Skew:        num(semconv.AttrBarrierSkew),
+		Lateness:    num(semconv.AttrBarrierLateness),
+		Wait:        num(semconv.AttrBarrierWait),
+		ClockOffset: num(semconv.AttrClockOffset),
+		Verdict:     join.VerdictUnchanged,
+	}
+	if v, ok := attrs.Get(semconv.AttrStraggler); ok && v.Type() == pcommon.ValueTypeBool {
+		a.Verdict = join.VerdictClear
+		if v.Bool() {
+			a.Verdict = join.VerdictStraggler
+			a.Cause = semconv.CauseUnknown
+			if c, ok := attrs.Get(semconv.AttrStragglerCause); ok && c.Type() == pcommon.ValueTypeStr {
+				a.Cause = c.Str()
+			}
+		}
+	}
+	if v, ok := attrs.Get(semconv.AttrBarrierMissingRanks); ok && v.Type() == pcommon.ValueTypeInt {
+		a.MissingRanks = int(v.Int())
+	}
+	return a
+}

@@ -1,0 +1,416 @@
+package barrierskewconnector
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/connector/connectortest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor"
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type harness struct {
+	conn  *barrierSkewConnector
+	sink  *consumertest.MetricsSink
+	clock *fakeClock
+}
+
+func newHarness(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	cfg := createDefaultConfig()
+	// Flushes are driven by the test unless it asks for the ticker.
+	cfg.MetricsFlushInterval = time.Hour
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sink := new(consumertest.MetricsSink)
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	conn, err := newConnector(connectortest.NewNopSettings(Type), cfg, sink, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Shutdown(context.Background()) })
+	return &harness{conn: conn, sink: sink, clock: clock}
+}
+
+func (h *harness) consume(t *testing.T, td ptrace.Traces) {
+	t.Helper()
+	if err := h.conn.ConsumeTraces(context.Background(), td); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flush emits the metrics and returns the latest emission.
+func (h *harness) flush(t *testing.T) pmetric.Metrics {
+	t.Helper()
+	if err := h.conn.flush(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	all := h.sink.AllMetrics()
+	if len(all) == 0 {
+		t.Fatal("nothing emitted")
+	}
+	return all[len(all)-1]
+}
+
+func findMetric(t *testing.T, md pmetric.Metrics, name string) pmetric.Metric {
+	t.Helper()
+	rms := md.ResourceMetrics()
+	for i := range rms.Len() {
+		sms := rms.At(i).ScopeMetrics()
+		for j := range sms.Len() {
+			ms := sms.At(j).Metrics()
+			for k := range ms.Len() {
+				if ms.At(k).Name() == name {
+					return ms.At(k)
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s not emitted", name)
+	return pmetric.NewMetric()
+}
+
+func attrs(m pcommon.Map) map[string]any { return m.AsRaw() }
+
+var trueEnd = fixture.Base.Add(time.Second)
+
+// stepBatch is one training step of every rank: train.step, dataloader.fetch, forward, and
+// one all_reduce; slowRank spends extra in the phase named slowPhase and arrives late by
+// as much.
+func stepBatch(ranks []fixture.Rank, step int64, slowRank int, slowPhase string,
+	extra time.Duration,
+) ptrace.Traces {
+	b := fixture.NewBatch()
+	start := fixture.Base.Add(time.Duration(step) * time.Second)
+	for _, r := range ranks {
+		fetch, forward := 5*time.Millisecond, 20*time.Millisecond
+		if r.Rank == slowRank {
+			switch slowPhase {
+			case semconv.SpanDataloaderFetch:
+				fetch += extra
+			case semconv.SpanForward:
+				forward += extra
+			}
+		}
+		b.AddPhase(r, semconv.SpanDataloaderFetch, step, start, fetch)
+		b.AddPhase(r, semconv.SpanForward, step, start.Add(fetch), forward)
+		collectiveStart := start.Add(fetch + forward)
+		end := start.Add(5*time.Millisecond + 20*time.Millisecond + extra + 3*time.Millisecond)
+		b.AddCollective(r, fixture.Collective{PGSize: len(ranks), Seq: step, Step: step,
+			TrueEnd: end, Duration: end.Sub(collectiveStart)})
+		b.AddPhase(r, semconv.SpanStep, step, start, end.Sub(start)+2*time.Millisecond)
+	}
+	return b.Traces
+}
+
+func TestMetricsFromOwnJoin(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(4)
+	for step := range int64(5) {
+		h.consume(t, stepBatch(ranks, step, 2, semconv.SpanForward, 30*time.Millisecond))
+	}
+	md := h.flush(t)
+
+	skew := findMetric(t, md, semconv.MetricBarrierSkew)
+	if skew.Unit() != "s" || skew.Type() != pmetric.MetricTypeHistogram ||
+		skew.Histogram().AggregationTemporality() != pmetric.AggregationTemporalityCumulative {
+		t.Fatalf("skew metric shape: unit %q type %s", skew.Unit(), skew.Type())
+	}
+	dp := skew.Histogram().DataPoints().At(0)
+	if dp.Count() != 5 || math.Abs(dp.Sum()-0.150) > 1e-6 {
+		t.Errorf("skew count %d sum %g, want 5 and 0.150", dp.Count(), dp.Sum())
+	}
+	want := map[string]any{semconv.AttrJobID: "job", semconv.AttrCollectivePG: "default",
+		semconv.AttrCollectiveOp: "all_reduce"}
+	if got := attrs(dp.Attributes()); len(got) != 3 || got[semconv.AttrCollectivePG] != "default" ||
+		got[semconv.AttrJobID] != "job" || got[semconv.AttrCollectiveOp] != "all_reduce" {
+		t.Errorf("skew attributes %v, want %v", got, want)
+	}
+	if dp.Exemplars().Len() == 0 || dp.Exemplars().At(0).TraceID().IsEmpty() {
+		t.Errorf("skew histogram without exemplars")
+	}
+
+	lateness := findMetric(t, md, semconv.MetricRankLateness).Histogram().DataPoints()
+	if lateness.Len() != 4 {
+		t.Fatalf("lateness series %d, want 4", lateness.Len())
+	}
+	for i := range lateness.Len() {
+		p := lateness.At(i)
+		a := attrs(p.Attributes())
+		for _, k := range []string{semconv.AttrJobID, semconv.AttrRank, semconv.AttrHostName,
+			semconv.AttrSwitch, semconv.AttrNIC} {
+			if _, ok := a[k]; !ok {
+				t.Errorf("lateness point lacks %s: %v", k, a)
+			}
+		}
+		wantSum := 0.0
+		if a[semconv.AttrRank] == int64(2) {
+			wantSum = 0.150
+		}
+		if math.Abs(p.Sum()-wantSum) > 1e-6 {
+			t.Errorf("rank %v lateness sum %g, want %g", a[semconv.AttrRank], p.Sum(), wantSum)
+		}
+	}
+
+	stragglers := findMetric(t, md, semconv.MetricStraggler).Gauge().DataPoints()
+	flagged := 0
+	for i := range stragglers.Len() {
+		p := stragglers.At(i)
+		a := attrs(p.Attributes())
+		if p.IntValue() == 1 {
+			flagged++
+			if a[semconv.AttrRank] != int64(2) || a[semconv.AttrStragglerCause] != semconv.CauseCompute {
+				t.Errorf("flagged %v, want rank 2 compute", a)
+			}
+		}
+	}
+	if flagged != 1 {
+		t.Errorf("%d flagged ranks, want 1", flagged)
+	}
+
+	steps := findMetric(t, md, semconv.MetricStepDuration).Histogram().DataPoints()
+	if steps.Len() != 4 || steps.At(0).Count() != 5 {
+		t.Errorf("step duration series %d count %d, want 4 series of 5", steps.Len(),
+			steps.At(0).Count())
+	}
+	ex := steps.At(0).Exemplars()
+	if ex.Len() == 0 {
+		t.Fatal("step duration without exemplars")
+	}
+	found := false
+	for step := range int64(5) {
+		if ex.At(ex.Len()-1).TraceID() == fixture.TraceID("job", step) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("exemplar trace ID %s is not a step's trace", ex.At(ex.Len()-1).TraceID())
+	}
+}
+
+func TestStragglerClearsToZero(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 4, 0 })
+	ranks := fixture.Ranks(4)
+	for step := range int64(3) {
+		h.consume(t, stepBatch(ranks, step, 1, semconv.SpanDataloaderFetch, 30*time.Millisecond))
+	}
+	if v := stragglerValue(t, h.flush(t), 1, semconv.CauseData); v != 1 {
+		t.Fatalf("rank 1 data straggler gauge %d, want 1", v)
+	}
+	for step := int64(3); step < 8; step++ {
+		h.consume(t, stepBatch(ranks, step, -1, "", 0))
+	}
+	if v := stragglerValue(t, h.flush(t), 1, semconv.CauseData); v != 0 {
+		t.Fatalf("rank 1 gauge %d after it cleared, want 0", v)
+	}
+}
+
+func stragglerValue(t *testing.T, md pmetric.Metrics, rank int64, cause string) int64 {
+	t.Helper()
+	points := findMetric(t, md, semconv.MetricStraggler).Gauge().DataPoints()
+	for i := range points.Len() {
+		a := attrs(points.At(i).Attributes())
+		if a[semconv.AttrRank] == rank && a[semconv.AttrStragglerCause] == cause {
+			return points.At(i).IntValue()
+		}
+	}
+	t.Fatalf("no straggler point for rank %d cause %s", rank, cause)
+	return -1
+}
+
+func TestDomainGauge(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 8, 0 })
+	ranks := fixture.Ranks(6)
+	for i := range ranks {
+		ranks[i].Host = ranks[i].Host + "x"
+		ranks[i].Switch = "leaf0"
+		if i == 4 || i == 5 {
+			ranks[i].Switch = "leaf9"
+		}
+	}
+	for step := range int64(6) {
+		slow := 4 + int(step%2)
+		h.consume(t, stepBatch(ranks, step, slow, semconv.SpanForward, 30*time.Millisecond))
+	}
+	points := findMetric(t, h.flush(t), semconv.MetricStragglerDomain).Gauge().DataPoints()
+	found := false
+	for i := range points.Len() {
+		a := attrs(points.At(i).Attributes())
+		if a[semconv.AttrSwitch] == "leaf9" && points.At(i).IntValue() == 1 {
+			found = true
+		}
+		if a[semconv.AttrSwitch] == "leaf0" {
+			t.Errorf("leaf0 suspected: %v", a)
+		}
+	}
+	if !found {
+		t.Errorf("switch leaf9 not suspected")
+	}
+}
+
+func TestClockOffsetAndIncomplete(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.WaitTimeout = time.Second
+		c.ClockOffsetSmoothing = 1
+	})
+	ranks := fixture.Ranks(4)
+	ranks[0].ClockOffset = 2 * time.Second
+	ranks[1].ClockOffset = 2 * time.Second
+	ranks[2].ClockOffset = -2 * time.Second
+	ranks[3].ClockOffset = -2 * time.Second
+	h.consume(t, stepBatch(ranks, 0, -1, "", 0))
+	// Collective 1 misses rank 3.
+	b := fixture.NewBatch()
+	for _, r := range ranks[:3] {
+		b.AddCollective(r, fixture.Collective{PGSize: 4, Seq: 1, Step: 1, TrueEnd: trueEnd,
+			Duration: time.Millisecond})
+	}
+	h.consume(t, b.Traces)
+	h.clock.Advance(time.Second)
+	md := h.flush(t)
+	offsets := findMetric(t, md, semconv.MetricClockOffset).Gauge().DataPoints()
+	if offsets.Len() != 2 {
+		t.Fatalf("clock offset series %d, want 2 hosts", offsets.Len())
+	}
+	for i := range offsets.Len() {
+		a := attrs(offsets.At(i).Attributes())
+		// The last sample (collective 1: +2, +2, -2) has median +2: node0 reads 0, node1 -4.
+		want := map[any]float64{"node0": 0, "node1": -4}[a[semconv.AttrHostName]]
+		if math.Abs(offsets.At(i).DoubleValue()-want) > 1e-3 {
+			t.Errorf("%v offset %g, want %g", a, offsets.At(i).DoubleValue(), want)
+		}
+	}
+	inc := findMetric(t, md, semconv.MetricCollectiveIncomplete).Sum()
+	if !inc.IsMonotonic() || inc.DataPoints().Len() != 1 || inc.DataPoints().At(0).IntValue() != 1 {
+		t.Errorf("incomplete counter %v", inc.DataPoints().At(0).IntValue())
+	}
+}
+
+func TestMaxSeriesIsEnforcedAndCounted(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxSeries = 2 })
+	h.consume(t, stepBatch(fixture.Ranks(4), 0, -1, "", 0))
+	md := h.flush(t)
+	if n := findMetric(t, md, semconv.MetricRankLateness).Histogram().DataPoints().Len(); n != 2 {
+		t.Errorf("lateness series %d, want 2 (max_series)", n)
+	}
+	if h.conn.snapshot().SeriesDropped == 0 {
+		t.Errorf("dropped series not counted")
+	}
+}
+
+func TestFlushTickerEmits(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MetricsFlushInterval = 10 * time.Millisecond })
+	h.consume(t, stepBatch(fixture.Ranks(2), 0, -1, "", 0))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.sink.AllMetrics()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(h.sink.AllMetrics()) == 0 {
+		t.Fatal("flush ticker emitted nothing")
+	}
+}
+
+// TestProcessorThenConnectorJoinsOnce runs the real processor in front of the connector, as
+// in the pipeline traces -> barrierskew processor -> barrierskew connector, and checks that
+// the connector reads the annotations (its own engine joins nothing) and reports the same
+// figures as a connector that joined by itself.
+func TestProcessorThenConnectorJoinsOnce(t *testing.T) {
+	alone := newHarness(t, nil)
+	chained := newHarness(t, nil)
+	procSink := new(consumertest.TracesSink)
+	procFactory := barrierskewprocessor.NewFactory()
+	proc, err := procFactory.CreateTraces(context.Background(),
+		processor.Settings(processortest.NewNopSettings(procFactory.Type())),
+		procFactory.CreateDefaultConfig(), procSink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = proc.Shutdown(context.Background()) }()
+
+	ranks := fixture.Ranks(4)
+	for step := range int64(6) {
+		td := stepBatch(ranks, step, 3, semconv.SpanForward, 25*time.Millisecond)
+		copyForAlone := ptrace.NewTraces()
+		td.CopyTo(copyForAlone)
+		alone.consume(t, copyForAlone)
+		if err := proc.ConsumeTraces(context.Background(), td); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, td := range procSink.AllTraces() {
+		chained.consume(t, td)
+	}
+	if s := chained.conn.engine.Stats(); s.Accepted != 0 {
+		t.Errorf("connector joined %d spans again behind the processor", s.Accepted)
+	}
+	if chained.conn.passedThrough != 24 {
+		t.Errorf("connector read %d annotated spans, want 24", chained.conn.passedThrough)
+	}
+	a, c := alone.flush(t), chained.flush(t)
+	for _, name := range []string{semconv.MetricBarrierSkew, semconv.MetricRankLateness,
+		semconv.MetricRankWait, semconv.MetricStepDuration} {
+		sa, sc := histogramTotals(findMetric(t, a, name)), histogramTotals(findMetric(t, c, name))
+		if sa.count != sc.count || math.Abs(sa.sum-sc.sum) > 1e-9 {
+			t.Errorf("%s: alone count %d sum %g, chained count %d sum %g", name, sa.count, sa.sum,
+				sc.count, sc.sum)
+		}
+	}
+	if stragglerValue(t, a, 3, semconv.CauseCompute) != 1 ||
+		stragglerValue(t, c, 3, semconv.CauseCompute) != 1 {
+		t.Errorf("rank 3 not flagged compute in both")
+	}
+}
+
+type totals struct {
+	count uint64
+	sum   float64
+}
+
+func histogramTotals(m pmetric.Metric) totals {
+	var out totals
+	points := m.Histogram().DataPoints()
+	for i := range points.Len() {
+		out.count += points.At(i).Count()
+		out.sum += points.At(i).Sum()
+	}
+	return out
+}

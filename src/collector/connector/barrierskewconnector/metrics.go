@@ -1,0 +1,456 @@
+package barrierskewconnector // import "github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector"
+
+import (
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+const scopeName = "github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector"
+
+type collectiveKey struct {
+	job, pg, op string
+}
+
+type rankKey struct {
+	job  string
+	rank int
+	join.Topology
+}
+
+type hostKey struct {
+	job, host string
+}
+
+type domainKey struct {
+	job, attr, name string
+}
+
+type exemplar struct {
+	traceID pcommon.TraceID
+	spanID  pcommon.SpanID
+	value   float64
+	time    pcommon.Timestamp
+}
+
+type histogram struct {
+	start     pcommon.Timestamp
+	updated   time.Time
+	counts    []uint64
+	count     uint64
+	sum       float64
+	exemplars []exemplar
+	nextEx    int
+}
+
+type rankStraggler struct {
+	start   pcommon.Timestamp
+	updated time.Time
+	flagged bool
+	cause   string
+	// causes are the cause labels this rank has reported; each keeps a series (0 unless it
+	// is the current cause of a flagged rank) so a changed or cleared cause reads 0.
+	causes []string
+}
+
+type offsetGauge struct {
+	updated time.Time
+	value   float64
+}
+
+type incompleteCounter struct {
+	start   pcommon.Timestamp
+	updated time.Time
+	count   int64
+}
+
+type domainGauge struct {
+	updated time.Time
+	active  bool
+}
+
+// aggregator turns released collectives (joined here or annotated by the processor) and
+// train.step spans into cumulative metrics. Every map is bounded by max_series (new series
+// beyond it are dropped and counted) and series idle for series_idle_timeout are forgotten.
+type aggregator struct {
+	cfg *Config
+
+	skew         map[collectiveKey]*histogram
+	lateness     map[rankKey]*histogram
+	wait         map[rankKey]*histogram
+	stepDuration map[rankKey]*histogram
+	stragglers   map[rankKey]*rankStraggler
+	domains      map[domainKey]*domainGauge
+	incomplete   map[collectiveKey]*incompleteCounter
+	offsets      map[hostKey]*offsetGauge
+
+	seriesDropped int64
+}
+
+func newAggregator(cfg *Config) *aggregator {
+	return &aggregator{
+		cfg:          cfg,
+		skew:         make(map[collectiveKey]*histogram),
+		lateness:     make(map[rankKey]*histogram),
+		wait:         make(map[rankKey]*histogram),
+		stepDuration: make(map[rankKey]*histogram),
+		stragglers:   make(map[rankKey]*rankStraggler),
+		domains:      make(map[domainKey]*domainGauge),
+		incomplete:   make(map[collectiveKey]*incompleteCounter),
+		offsets:      make(map[hostKey]*offsetGauge),
+	}
+}
+
+// lookup returns the series for key, creating it within max_series (nil when full).
+func lookup[K comparable, V any](a *aggregator, m map[K]*V, key K, create func() *V) *V {
+	if v, ok := m[key]; ok {
+		return v
+	}
+	if len(m) >= a.cfg.MaxSeries {
+		a.seriesDropped++
+		return nil
+	}
+	v := create()
+	m[key] = v
+	return v
+}
+
+func (a *aggregator) newHistogram(now time.Time) *histogram {
+	return &histogram{
+		start:  pcommon.NewTimestampFromTime(now),
+		counts: make([]uint64, len(a.cfg.HistogramBuckets)+1),
+	}
+}
+
+func (a *aggregator) observe(h *histogram, now time.Time, value float64, ref spanRef) {
+	if h == nil {
+		return
+	}
+	h.updated = now
+	h.counts[sort.SearchFloat64s(a.cfg.HistogramBuckets, value)]++
+	h.count++
+	h.sum += value
+	if a.cfg.ExemplarsPerPoint == 0 || ref.traceID.IsEmpty() {
+		return
+	}
+	ex := exemplar{traceID: ref.traceID, spanID: ref.spanID, value: value,
+		time: pcommon.NewTimestampFromTime(now)}
+	if len(h.exemplars) < a.cfg.ExemplarsPerPoint {
+		h.exemplars = append(h.exemplars, ex)
+		return
+	}
+	h.exemplars[h.nextEx] = ex
+	h.nextEx = (h.nextEx + 1) % len(h.exemplars)
+}
+
+// collective is one released collective as the aggregator sees it.
+type collective struct {
+	key          collectiveKey
+	skew         float64
+	missingRanks int
+	// skewRef is the span the skew exemplar points at (the last arrival's).
+	skewRef spanRef
+}
+
+// memberObservation is one member's figures and verdict.
+type memberObservation struct {
+	rank        rankKey
+	lateness    float64
+	wait        float64
+	clockOffset float64
+	verdict     join.Verdict
+	cause       string
+	ref         spanRef
+}
+
+func (a *aggregator) observeCollective(now time.Time, c collective) {
+	a.observe(lookup(a, a.skew, c.key, func() *histogram { return a.newHistogram(now) }),
+		now, c.skew, c.skewRef)
+	if c.missingRanks > 0 {
+		if ctr := lookup(a, a.incomplete, c.key, func() *incompleteCounter {
+			return &incompleteCounter{start: pcommon.NewTimestampFromTime(now)}
+		}); ctr != nil {
+			ctr.count++
+			ctr.updated = now
+		}
+	}
+}
+
+func (a *aggregator) observeMember(now time.Time, m memberObservation) {
+	newHist := func() *histogram { return a.newHistogram(now) }
+	a.observe(lookup(a, a.lateness, m.rank, newHist), now, m.lateness, m.ref)
+	a.observe(lookup(a, a.wait, m.rank, newHist), now, m.wait, m.ref)
+	if m.rank.Host != "" {
+		if g := lookup(a, a.offsets, hostKey{job: m.rank.job, host: m.rank.Host},
+			func() *offsetGauge { return &offsetGauge{value: m.clockOffset} }); g != nil {
+			g.value += a.cfg.ClockOffsetSmoothing * (m.clockOffset - g.value)
+			g.updated = now
+		}
+	}
+	s := lookup(a, a.stragglers, m.rank, func() *rankStraggler {
+		return &rankStraggler{start: pcommon.NewTimestampFromTime(now)}
+	})
+	if s == nil {
+		return
+	}
+	s.updated = now
+	switch m.verdict {
+	case join.VerdictStraggler:
+		s.flagged = true
+		s.cause = m.cause
+		if s.cause == "" {
+			s.cause = semconv.CauseUnknown
+		}
+		if !containsString(s.causes, s.cause) {
+			s.causes = append(s.causes, s.cause)
+		}
+	case join.VerdictClear:
+		s.flagged = false
+	}
+}
+
+func (a *aggregator) observeStep(now time.Time, rank rankKey, duration float64, ref spanRef) {
+	a.observe(lookup(a, a.stepDuration, rank, func() *histogram { return a.newHistogram(now) }),
+		now, duration, ref)
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// updateDomains recomputes each job's suspected domains from its flagged ranks.
+func (a *aggregator) updateDomains(now time.Time) {
+	flaggedByJob := make(map[string][]join.Topology)
+	for key, s := range a.stragglers {
+		if s.flagged {
+			flaggedByJob[key.job] = append(flaggedByJob[key.job], key.Topology)
+		}
+	}
+	active := make(map[domainKey]bool)
+	for job, flagged := range flaggedByJob {
+		for _, d := range join.SuspectedDomains(flagged) {
+			attr, name, ok := join.DomainKind(d)
+			if ok {
+				active[domainKey{job: job, attr: attr, name: name}] = true
+			}
+		}
+	}
+	for key := range active {
+		if g := lookup(a, a.domains, key, func() *domainGauge { return &domainGauge{} }); g != nil {
+			g.active = true
+			g.updated = now
+		}
+	}
+	for key, g := range a.domains {
+		if !active[key] {
+			g.active = false
+		}
+	}
+}
+
+// expire forgets series not updated within series_idle_timeout.
+func (a *aggregator) expire(now time.Time) {
+	cutoff := now.Add(-a.cfg.SeriesIdleTimeout)
+	expireMap(a.skew, cutoff, func(h *histogram) time.Time { return h.updated })
+	expireMap(a.lateness, cutoff, func(h *histogram) time.Time { return h.updated })
+	expireMap(a.wait, cutoff, func(h *histogram) time.Time { return h.updated })
+	expireMap(a.stepDuration, cutoff, func(h *histogram) time.Time { return h.updated })
+	expireMap(a.stragglers, cutoff, func(s *rankStraggler) time.Time { return s.updated })
+	expireMap(a.domains, cutoff, func(g *domainGauge) time.Time { return g.updated })
+	expireMap(a.incomplete, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
+	expireMap(a.offsets, cutoff, func(g *offsetGauge) time.Time { return g.updated })
+}
+
+func expireMap[K comparable, V any](m map[K]*V, cutoff time.Time, updated func(*V) time.Time) {
+	for k, v := range m {
+		if updated(v).Before(cutoff) {
+			delete(m, k)
+		}
+	}
+}
+
+func putRank(attrs pcommon.Map, k rankKey) {
+	attrs.PutStr(semconv.AttrJobID, k.job)
+	attrs.PutInt(semconv.AttrRank, int64(k.rank))
+	attrs.PutStr(semconv.AttrHostName, k.Host)
+	attrs.PutStr(semconv.AttrSwitch, k.Switch)
+	attrs.PutStr(semconv.AttrNIC, k.NIC)
+}
+
+func putCollective(attrs pcommon.Map, k collectiveKey) {
+	attrs.PutStr(semconv.AttrJobID, k.job)
+	attrs.PutStr(semconv.AttrCollectivePG, k.pg)
+	attrs.PutStr(semconv.AttrCollectiveOp, k.op)
+}
+
+// build emits every series as cumulative metrics, then drops the exemplars it emitted.
+func (a *aggregator) build(now time.Time) pmetric.Metrics {
+	a.expire(now)
+	a.updateDomains(now)
+	ts := pcommon.NewTimestampFromTime(now)
+	md := pmetric.NewMetrics()
+	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName(scopeName)
+	metrics := sm.Metrics()
+
+	buildHistograms(a, metrics, semconv.MetricBarrierSkew,
+		"Barrier skew: latest minus earliest arrival at a collective.", a.skew, ts, putCollective)
+	buildHistograms(a, metrics, semconv.MetricRankLateness,
+		"A rank's arrival at a collective minus the earliest arrival.", a.lateness, ts, putRank)
+	buildHistograms(a, metrics, semconv.MetricRankWait,
+		"How long a rank waited at a collective for the last arrival.", a.wait, ts, putRank)
+	buildHistograms(a, metrics, semconv.MetricStepDuration,
+		"A rank's training step duration.", a.stepDuration, ts, putRank)
+
+	if len(a.stragglers) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricStraggler)
+		m.SetDescription("1 while the rank is flagged as a straggler, with its cause.")
+		m.SetUnit("1")
+		points := m.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.stragglers, lessRank) {
+			s := a.stragglers[key]
+			if len(s.causes) == 0 {
+				dp := points.AppendEmpty()
+				putRank(dp.Attributes(), key)
+				dp.SetTimestamp(ts)
+				dp.SetIntValue(0)
+				continue
+			}
+			for _, cause := range s.causes {
+				dp := points.AppendEmpty()
+				putRank(dp.Attributes(), key)
+				dp.Attributes().PutStr(semconv.AttrStragglerCause, cause)
+				dp.SetTimestamp(ts)
+				if s.flagged && s.cause == cause {
+					dp.SetIntValue(1)
+				} else {
+					dp.SetIntValue(0)
+				}
+			}
+		}
+	}
+	if len(a.domains) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricStragglerDomain)
+		m.SetDescription("1 while the flagged ranks of a job share this switch or NIC.")
+		m.SetUnit("1")
+		points := m.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.domains, func(x, y domainKey) bool {
+			return x.job+x.attr+x.name < y.job+y.attr+y.name
+		}) {
+			dp := points.AppendEmpty()
+			dp.Attributes().PutStr(semconv.AttrJobID, key.job)
+			dp.Attributes().PutStr(key.attr, key.name)
+			dp.SetTimestamp(ts)
+			if a.domains[key].active {
+				dp.SetIntValue(1)
+			} else {
+				dp.SetIntValue(0)
+			}
+		}
+	}
+	if len(a.incomplete) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricCollectiveIncomplete)
+		m.SetDescription("Collectives released before every member arrived.")
+		m.SetUnit("1")
+		sum := m.SetEmptySum()
+		sum.SetIsMonotonic(true)
+		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		for _, key := range sortedKeys(a.incomplete, lessCollective) {
+			c := a.incomplete[key]
+			dp := sum.DataPoints().AppendEmpty()
+			putCollective(dp.Attributes(), key)
+			dp.SetStartTimestamp(c.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(c.count)
+		}
+	}
+	if len(a.offsets) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricClockOffset)
+		m.SetDescription("The host's clock minus the median clock of its collectives' members " +
+			"(smoothed).")
+		m.SetUnit("s")
+		points := m.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.offsets, func(x, y hostKey) bool {
+			return x.job+"\x00"+x.host < y.job+"\x00"+y.host
+		}) {
+			dp := points.AppendEmpty()
+			dp.Attributes().PutStr(semconv.AttrJobID, key.job)
+			dp.Attributes().PutStr(semconv.AttrHostName, key.host)
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(a.offsets[key].value)
+		}
+	}
+	return md
+}
+
+func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, name, desc string,
+	series map[K]*histogram, ts pcommon.Timestamp, putAttrs func(pcommon.Map, K),
+) {
+	if len(series) == 0 {
+		return
+	}
+	m := metrics.AppendEmpty()
+	m.SetName(name)
+	m.SetDescription(desc)
+	m.SetUnit("s")
+	hist := m.SetEmptyHistogram()
+	hist.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	points := hist.DataPoints()
+	points.EnsureCapacity(len(series))
+	for key, h := range series {
+		dp := points.AppendEmpty()
+		putAttrs(dp.Attributes(), key)
+		dp.SetStartTimestamp(h.start)
+		dp.SetTimestamp(ts)
+		dp.SetCount(h.count)
+		dp.SetSum(h.sum)
+		dp.ExplicitBounds().FromRaw(a.cfg.HistogramBuckets)
+		dp.BucketCounts().FromRaw(h.counts)
+		for _, ex := range h.exemplars {
+			e := dp.Exemplars().AppendEmpty()
+			e.SetTraceID(ex.traceID)
+			e.SetSpanID(ex.spanID)
+			e.SetDoubleValue(ex.value)
+			e.SetTimestamp(ex.time)
+		}
+		h.exemplars = h.exemplars[:0]
+		h.nextEx = 0
+	}
+}
+
+func sortedKeys[K comparable, V any](m map[K]V, less func(K, K) bool) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return less(keys[i], keys[j]) })
+	return keys
+}
+
+func lessRank(x, y rankKey) bool {
+	if x.job != y.job {
+		return x.job < y.job
+	}
+	if x.rank != y.rank {
+		return x.rank < y.rank
+	}
+	return x.Host+x.Switch+x.NIC < y.Host+y.Switch+y.NIC
+}
+
+func lessCollective(x, y collectiveKey) bool {
+	return x.job+"\x00"+x.pg+"\x00"+x.op < y.job+"\x00"+y.pg+"\x00"+y.op
+}
