@@ -100,6 +100,19 @@ def dashboard_queries(dashboard: Mapping[str, Any]) -> list[PanelQuery]:
 _VARIABLE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)|\[\[(\w+)\]\]")
 
 
+def grafana_regex_value(values: Sequence[str]) -> str:
+    """What Grafana's Prometheus datasource puts in a query for a multi-value variable:
+    regex metacharacters escaped (doubled backslash, since it lands in a PromQL string) and
+    several values joined as an alternation."""
+
+    def escape(value: str) -> str:
+        value = value.replace("\\", "\\\\\\\\")
+        return re.sub(r"([$^*{}\[\]'+?.()|])", r"\\\\\1", value)
+
+    escaped = [escape(value) for value in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
 def substitute_variables(expr: str, values: Mapping[str, str]) -> str:
     """``expr`` with every ``$name``, ``${name}``, ``${name:format}`` and ``[[name]]`` replaced.
 
@@ -116,6 +129,23 @@ def substitute_variables(expr: str, values: Mapping[str, str]) -> str:
         return merged[name]
 
     return _VARIABLE.sub(replace, expr)
+
+
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?![a-zA-Z0-9_:]|\s*\()")
+_KEYWORDS = frozenset(
+    {"and", "or", "unless", "bool", "offset", "inf", "nan", "by", "without", "on", "ignoring",
+     "group_left", "group_right"}
+)  # fmt: skip
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (not functions, labels or keywords)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # range durations
+    text = _GROUPING.sub(" ", text)
+    return {name for name in _IDENTIFIER.findall(text) if name.lower() not in _KEYWORDS}
 
 
 def promtool_check(exprs: Sequence[str], promtool: str) -> str:
