@@ -1,0 +1,143 @@
+"""Pacing end to end: 4 gloo ranks -> otelcol-skewtrace -> skewtrace pacer -> back to the ranks.
+
+Everything is real and runs as separate processes: ``examples/train_ddp.py`` with random
+per-step jitter on ranks 1 and 3, the built collector with ``collector-config/otelcol.yaml``
+(ports from its environment variables), the ``skewtrace pacer`` console script, and an OTLP
+sink (``tests/otlp_sink.py``) standing in for Tempo as the collector's trace backend (Tempo
+cannot run here). The harness is shared with ``benchmarks/pacing.py``.
+
+These take minutes on the shared 2-core machine (four torch processes start first).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import pacing as harness
+
+pytestmark = [pytest.mark.slow, pytest.mark.collector]
+
+JITTER = "1,3:0.08"
+JITTERED = {1, 3}
+MAX_DELAY_S = 0.05
+
+
+def _spans(stack: harness.Stack, job_id: str, name: str) -> list[Any]:
+    return [
+        s
+        for s in stack.sink.spans()
+        if s.name == name and s.resource.get("training.job.id") == job_id
+    ]
+
+
+def _finish(proc: Any, stack: harness.Stack, timeout: float = 600) -> dict[int, dict[str, Any]]:
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except Exception:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, f"training failed:\n{stderr[-4000:]}\n{stack.log_tail()}"
+    stats = harness.step_stats(stdout)
+    assert sorted(stats) == [0, 1, 2, 3], stdout
+    return stats
+
+
+def test_pacing_activates_under_jitter_shows_in_traces_and_releases(
+    otelcol_path: Path, tmp_path: Path
+) -> None:
+    job_id = f"e2e-pacing-{uuid.uuid4().hex[:8]}"
+    jitter_end_step = 250
+    with harness.running_stack(otelcol_path, tmp_path) as stack:
+        proc = harness.launch_training(
+            stack,
+            job_id,
+            pacing=True,
+            nprocs=4,
+            steps=650,
+            jitter=JITTER,
+            jitter_steps=f"0:{jitter_end_step}",
+        )
+        with harness.DecisionWatcher(stack, job_id) as watcher:
+            _finish(proc, stack)
+        samples = [(t, d) for t, d in watcher.samples if "active" in d]
+        steps = harness.rank_step_spans(stack.sink.spans(), job_id, 0)
+        delays = _spans(stack, job_id, "pacing.delay")
+        log = stack.log_tail()
+
+    assert steps, f"no train.step spans reached the trace backend\n{log}"
+    first_step_unix = steps[0].start_ns / 1e9
+    jitter_end = [s for s in steps if int(s.attributes["training.step"]) == jitter_end_step]
+    assert jitter_end, "rank 0's step at the end of the jitter is missing from the traces"
+    jitter_end_unix = jitter_end[0].start_ns / 1e9
+    # The watcher samples on the monotonic clock; spans carry wall-clock time.
+    offset = time.time() - time.monotonic()
+    timeline = [(t + offset, d) for t, d in samples]
+
+    active = [(t, d) for t, d in timeline if d["active"]]
+    assert active, f"pacing never turned on under jitter {JITTER}\n{log}"
+    turned_on = active[0][0]
+    print(
+        f"pacing on {turned_on - first_step_unix:.1f} s after the first step (jitter from step 0)"
+    )
+    assert turned_on < jitter_end_unix, "pacing turned on only after the jitter had stopped"
+
+    # Decisions while active: only unjittered ranks delayed, within the bounds.
+    paced_ranks = {int(r) for _, d in active for r in d["delays"]}
+    assert paced_ranks and paced_ranks <= {0, 2}, paced_ranks
+    assert all(0 < v <= MAX_DELAY_S for _, d in active for v in d["delays"].values())
+
+    # Off again after the jitter stopped, while the job was still running.
+    after = [(t, d) for t, d in timeline if t > jitter_end_unix]
+    released = [t for t, d in after if not d["active"]]
+    assert released, f"pacing did not turn off after the jitter stopped\n{log}"
+    print(f"pacing off {released[0] - jitter_end_unix:.1f} s after the jitter stopped")
+    assert released[0] - jitter_end_unix < 25.0
+    assert not timeline[-1][1]["active"]
+
+    # The applied delays are in the traces, bounded, tagged with the decision version.
+    assert delays, "no pacing.delay spans in the traces"
+    for span in delays:
+        value = span.attributes["training.pacing.delay"]
+        assert 0 < value <= MAX_DELAY_S
+        assert span.attributes["training.pacing.version"] >= 1
+        assert span.duration_s >= value * 0.9
+    on_jittered = sum(1 for s in delays if int(s.resource["training.rank"]) in JITTERED)
+    assert on_jittered <= 0.1 * len(delays), "jittered (late) ranks were delayed"
+    print(f"{len(delays)} pacing.delay spans, {on_jittered} on jittered ranks")
+
+
+def test_killing_the_pacer_leaves_training_running(otelcol_path: Path, tmp_path: Path) -> None:
+    job_id = f"e2e-kill-{uuid.uuid4().hex[:8]}"
+    with harness.running_stack(otelcol_path, tmp_path) as stack:
+        proc = harness.launch_training(
+            stack, job_id, pacing=True, nprocs=4, steps=400, jitter=JITTER
+        )
+        deadline = time.monotonic() + 240
+        decision: dict[str, Any] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            decision = stack.decision(job_id)
+            if decision["active"] and decision["delays"]:
+                break
+            time.sleep(0.25)
+        assert decision.get("active"), f"pacing never turned on\n{stack.log_tail()}"
+        stack.kill_pacer()
+        killed_unix = time.time()
+        stats = _finish(proc, stack)
+        time.sleep(2)  # the collector's batch
+        steps = harness.rank_step_spans(stack.sink.spans(), job_id, 0)
+        delays = _spans(stack, job_id, "pacing.delay")
+
+    after_kill = [s for s in steps if s.start_ns / 1e9 > killed_unix]
+    assert len(after_kill) > 20, "training did not go on after the pacer died"
+    # Fail open: within the client's staleness bound (3 polls of 0.5 s) no more delays.
+    late_delays = [s for s in delays if s.start_ns / 1e9 > killed_unix + 2.5]
+    assert not late_delays, f"{len(late_delays)} delays applied after the pacer was gone"
+    assert all(s["steps"] == 400 for s in stats.values())
