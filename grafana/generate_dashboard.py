@@ -46,14 +46,14 @@ PACING_DELAY = "skewtrace_pacing_delay_seconds"
 # The training ranks' own counters.
 EVENTS_DROPPED = "skewtrace_events_dropped_total"
 SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
-# The Collector's internal telemetry (service::telemetry::metrics, port 8888). The barrierskew
-# names are the component's (src/collector/*/README.md); the otelcol_* names are the
-# Collector's standard pipeline counters.
-COLLECTOR_PENDING = "otelcol_barrierskew_pending_collectives"
-COLLECTOR_BUFFERED_SPANS = "otelcol_barrierskew_buffered_spans"
-COLLECTOR_RELEASED = "otelcol_barrierskew_released_collectives_total"
-COLLECTOR_EVICTED = "otelcol_barrierskew_evicted_collectives_total"
-COLLECTOR_REJECTED = "otelcol_barrierskew_rejected_spans_total"
+# The Collector's internal telemetry (service::telemetry::metrics, port 8888): the barrierskew
+# processor's own instruments (src/collector/internal/selftel; units in braces add no suffix)
+# and the Collector's standard pipeline counters.
+COLLECTOR_PENDING = "otelcol_processor_barrierskew_pending_collectives"
+COLLECTOR_BUFFERED_SPANS = "otelcol_processor_barrierskew_buffered_spans"
+COLLECTOR_RELEASED = "otelcol_processor_barrierskew_collectives_released_total"
+COLLECTOR_EVICTED = "otelcol_processor_barrierskew_collectives_evicted_total"
+COLLECTOR_MALFORMED = "otelcol_processor_barrierskew_spans_malformed_total"
 RECEIVER_REFUSED = "otelcol_receiver_refused_spans_total"
 EXPORTER_SEND_FAILED = "otelcol_exporter_send_failed_spans_total"
 EXPORTER_ENQUEUE_FAILED = "otelcol_exporter_enqueue_failed_spans_total"
@@ -680,13 +680,14 @@ def _collector_panels(ids: _PanelIds, y: int) -> tuple[list[dict[str, Any]], int
         _timeseries(
             ids,
             "Incomplete and evicted",
-            "Collectives released without every member (timeout, eviction, shutdown) and those "
-            "evicted because the pending bound was reached, per second.",
+            "Collectives released per second by outcome (complete, or incomplete: a member "
+            "missing at timeout, eviction or shutdown), and those evicted early because the "
+            "pending bound was reached.",
             [
                 _prom_target(
                     "A",
-                    f"sum by (reason) (rate({COLLECTOR_RELEASED}[$__rate_interval]))",
-                    "released {{reason}}",
+                    f"sum by (outcome) (rate({COLLECTOR_RELEASED}[$__rate_interval]))",
+                    "released {{outcome}}",
                 ),
                 _prom_target("B", f"sum(rate({COLLECTOR_EVICTED}[$__rate_interval]))", "evicted"),
             ],
@@ -698,14 +699,14 @@ def _collector_panels(ids: _PanelIds, y: int) -> tuple[list[dict[str, Any]], int
         _timeseries(
             ids,
             "Dropped and rejected spans",
-            "Spans lost on the way: rejected by the processor (malformed, duplicate, late), "
-            "refused by the receiver, failed or not queued by an exporter, or dropped by a rank's "
-            "full event buffer.",
+            "Spans lost or left out on the way: collective spans the processor forwarded without "
+            "a join (malformed, duplicate, late), spans refused by the receiver, failed or not "
+            "queued by an exporter, or dropped by a rank's full event buffer.",
             [
                 _prom_target(
                     "A",
-                    f"sum by (reason) (rate({COLLECTOR_REJECTED}[$__rate_interval]))",
-                    "rejected {{reason}}",
+                    f"sum by (reason) (rate({COLLECTOR_MALFORMED}[$__rate_interval]))",
+                    "not joined {{reason}}",
                 ),
                 _prom_target(
                     "B",
