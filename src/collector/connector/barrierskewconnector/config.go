@@ -54,7 +54,7 @@ func createDefaultConfig() *Config {
 
 // Validate checks the configuration; each error names the YAML key.
 func (c *Config) Validate() error {
-	errs := []error{c.Config.Validate()}
+	errs := []error{c.Config.Check()}
 	if c.MetricsFlushInterval <= 0 {
 		errs = append(errs, fmt.Errorf("metrics_flush_interval must be > 0, got %s",
 			c.MetricsFlushInterval))

@@ -67,8 +67,10 @@ func DefaultConfig() Config {
 // dashboard cannot do with the metrics.
 const maxFlagWindow = 1024
 
-// Validate checks every field; each error names the YAML key.
-func (c *Config) Validate() error {
+// Check validates every field; each error names the YAML key. It is not called Validate so
+// that the collector's recursive config validation does not report its errors twice for
+// the components that embed it (their Validate calls Check).
+func (c *Config) Check() error {
 	var errs []error
 	if c.WaitTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("wait_timeout must be > 0, got %s", c.WaitTimeout))

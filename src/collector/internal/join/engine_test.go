@@ -21,7 +21,7 @@ func newTestEngine(t *testing.T, mutate func(*Config)) (*Engine[int], *fakeClock
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Check(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}

@@ -27,7 +27,7 @@ func createDefaultConfig() *Config {
 
 // Validate checks the configuration; each error names the YAML key.
 func (c *Config) Validate() error {
-	errs := []error{c.Config.Validate()}
+	errs := []error{c.Config.Check()}
 	if c.ReleaseInterval <= 0 {
 		errs = append(errs, fmt.Errorf("release_interval must be > 0, got %s", c.ReleaseInterval))
 	}

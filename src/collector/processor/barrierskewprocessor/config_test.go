@@ -1,0 +1,113 @@
+package barrierskewprocessor
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/processor/processortest"
+)
+
+func TestConfigFromTestdata(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom := createDefaultConfig()
+	custom.WaitTimeout = 2 * time.Second
+	custom.MaxPending = 128
+	custom.MaxBufferedSpans = 10000
+	custom.MaxPhaseEntries = 4096
+	custom.MinLateness = 2 * time.Millisecond
+	custom.MinLatenessFraction = 0.1
+	custom.FlagWindow, custom.FlagK, custom.ClearK = 20, 5, 2
+	custom.CauseMinFraction = 0.6
+	custom.NetworkFactor = 3
+	custom.MaxJobs = 8
+	custom.ReleaseInterval = 50 * time.Millisecond
+
+	cases := []struct {
+		id      string
+		want    *Config
+		wantErr string // the YAML key the error must name
+	}{
+		{id: "barrierskew", want: createDefaultConfig()},
+		{id: "barrierskew/custom", want: custom},
+		{id: "barrierskew/zero_wait_timeout", wantErr: "wait_timeout"},
+		{id: "barrierskew/negative_max_pending", wantErr: "max_pending"},
+		{id: "barrierskew/zero_max_buffered_spans", wantErr: "max_buffered_spans"},
+		{id: "barrierskew/zero_max_phase_entries", wantErr: "max_phase_entries"},
+		{id: "barrierskew/negative_min_lateness", wantErr: "min_lateness"},
+		{id: "barrierskew/fraction_one", wantErr: "min_lateness_fraction"},
+		{id: "barrierskew/flag_k_above_window", wantErr: "flag_k"},
+		{id: "barrierskew/clear_k_not_below_flag_k", wantErr: "clear_k"},
+		{id: "barrierskew/huge_window", wantErr: "flag_window"},
+		{id: "barrierskew/cause_fraction_zero", wantErr: "cause_min_fraction"},
+		{id: "barrierskew/network_factor_one", wantErr: "network_factor"},
+		{id: "barrierskew/zero_max_jobs", wantErr: "max_jobs"},
+		{id: "barrierskew/zero_release_interval", wantErr: "release_interval"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.id, func(t *testing.T) {
+			sub, err := cm.Sub(tc.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := NewFactory().CreateDefaultConfig().(*Config)
+			if err := sub.Unmarshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+			err = cfg.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr+" ") {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *cfg != *tc.want {
+				t.Errorf("config %+v, want %+v", cfg, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigStruct(t *testing.T) {
+	if err := componenttest.CheckConfigStruct(createDefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFactoryLifecycle(t *testing.T) {
+	f := NewFactory()
+	if f.Type().String() != "barrierskew" {
+		t.Fatalf("type %s", f.Type())
+	}
+	p, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(f.Type()),
+		f.CreateDefaultConfig(), new(consumertest.TracesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A shutdown without a start must not hang or fail either.
+	p2, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(f.Type()),
+		f.CreateDefaultConfig(), new(consumertest.TracesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
