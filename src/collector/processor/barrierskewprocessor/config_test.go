@@ -1,7 +1,10 @@
 package barrierskewprocessor
 
 import (
+	"os"
+
 	"context"
+	"go.yaml.in/yaml/v3"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,5 +112,29 @@ func TestFactoryLifecycle(t *testing.T) {
 	}
 	if err := p2.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMetadataMatchesFactory keeps metadata.yaml, the single written record of the type and
+// stability, in step with the factory.
+func TestMetadataMatchesFactory(t *testing.T) {
+	raw, err := os.ReadFile("metadata.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Type   string `yaml:"type"`
+		Status struct {
+			Stability map[string][]string `yaml:"stability"`
+		} `yaml:"status"`
+	}
+	if err := yaml.Unmarshal(raw, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.Type != Type.String() {
+		t.Errorf("metadata type %q, factory %q", meta.Type, Type)
+	}
+	if _, ok := meta.Status.Stability[strings.ToLower(Stability.String())]; !ok {
+		t.Errorf("metadata stability %v, factory %s", meta.Status.Stability, Stability)
 	}
 }
