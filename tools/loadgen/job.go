@@ -51,11 +51,13 @@ const (
 	loadgenScopeName = "skewtrace.loadgen"
 )
 
-// Straggler makes one rank late by Amount per step, for one reason.
+// Straggler makes one rank late by Amount per step, for one reason, from step FromStep on
+// (a slowdown that starts mid-run, as a failing NIC or a noisy neighbour does).
 type Straggler struct {
-	Rank   int
-	Cause  string // data | compute | network
-	Amount time.Duration
+	Rank     int
+	Cause    string // data | compute | network
+	Amount   time.Duration
+	FromStep int
 }
 
 // ParseStraggler reads RANK:CAUSE:AMOUNT, the same form examples/train_ddp.py takes
@@ -296,6 +298,9 @@ func (j *Job) NextStep() Step {
 	step := j.step
 	j.step++
 	straggler := cfg.Straggler
+	if straggler != nil && step < straggler.FromStep {
+		straggler = nil
+	}
 
 	timelines := make([]rankTimeline, cfg.Ranks)
 	for rank := range timelines {
@@ -429,12 +434,16 @@ func tpGroupName(group int) string { return "tp" + strconv.Itoa(group) }
 func putCollective(attrs pcommon.Map, op, pg string, pgSize int, seq int64, bytes int64,
 	source string,
 ) {
+	// DDP launches bucket all-reduces from autograd hooks and they overlap the rest of
+	// backward, as skewtrace's comm hook reports them (async, source ddp).
+	async := source == "ddp"
+
 	attrs.PutStr(attrCollOp, op)
 	attrs.PutStr(attrCollPG, pg)
 	attrs.PutInt(attrCollPGSize, int64(pgSize))
 	attrs.PutInt(attrCollSeq, seq)
 	attrs.PutInt(attrCollBytes, bytes)
-	attrs.PutBool(attrCollAsync, false)
+	attrs.PutBool(attrCollAsync, async)
 	attrs.PutStr(attrCollSource, source)
 	attrs.PutStr(attrTiming, "host")
 }

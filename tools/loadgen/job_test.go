@@ -227,3 +227,17 @@ const (
 	wantTraceIDHex = "4f1e93a063a9531a7ad7287975f71d19"
 	wantRootIDHex  = "92e8985478e8dbe1"
 )
+
+func TestStragglerStartsAtItsFirstStep(t *testing.T) {
+	cfg := DefaultJobConfig()
+	cfg.Ranks, cfg.Collectives, cfg.Jitter = 4, 1, 0
+	cfg.Straggler = &Straggler{Rank: 1, Cause: "data", Amount: 20 * time.Millisecond, FromStep: 1}
+	job, _ := NewJob(cfg, time.Unix(1_700_000_000, 0))
+	for step, wantLate := range []bool{false, true} {
+		byRank := collectiveSpans(t, job.NextStep().Traces)
+		lateness := duration(byRank[0][0]) - duration(byRank[1][0])
+		if late := lateness >= 19*time.Millisecond; late != wantLate {
+			t.Errorf("step %d: rank 1 lateness %s, want late=%v", step, lateness, wantLate)
+		}
+	}
+}

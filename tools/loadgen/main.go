@@ -77,6 +77,7 @@ func runSendCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Forward, "forward", cfg.Forward, "mean forward time")
 	fs.DurationVar(&cfg.Backward, "backward", cfg.Backward, "mean backward compute time")
 	straggler := fs.String("straggler", "", "RANK:CAUSE:AMOUNT, CAUSE data|compute|network, AMOUNT per step (40ms)")
+	stragglerFrom := fs.Int("straggler-from", 0, "first step the straggler is slow in")
 	steps := fs.Int("steps", 0, "steps to send (0: until -duration)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: after -steps)")
 	rate := fs.Float64("rate", 0, "target spans per second (0: as fast as the receiver takes them)")
@@ -90,6 +91,12 @@ func runSendCommand(ctx context.Context, args []string) error {
 	var err error
 	if cfg.Straggler, err = ParseStraggler(*straggler); err != nil {
 		return err
+	}
+	if *stragglerFrom < 0 {
+		return fmt.Errorf("-straggler-from must be >= 0, got %d", *stragglerFrom)
+	}
+	if cfg.Straggler != nil {
+		cfg.Straggler.FromStep = *stragglerFrom
 	}
 	switch {
 	case *steps < 0:

@@ -1,0 +1,232 @@
+"""The local pipeline (collector-config/otelcol.yaml + file-export.yaml) end to end, driven
+by the synthetic job of tools/loadgen over real OTLP/gRPC sockets.
+
+The backend and the pacer are real OTLP/gRPC servers (tests/otlp_sink.py); the collector is
+the built otelcol-skewtrace. The synthetic job makes every blocking collective end at the
+same true time on all members and shifts each host's clock by up to +-2 s, so skew has to
+come from durations for the verdicts below to hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from collector_harness import (
+    FILE_EXPORT_YAML,
+    OTELCOL_YAML,
+    CollectorProcess,
+    FileSpan,
+    build_loadgen,
+    find_samples,
+    parse_prometheus,
+    run_loadgen_send,
+)
+from otlp_sink import OtlpSink
+
+pytestmark = [pytest.mark.collector, pytest.mark.slow]
+
+# The connector's straggler gauge has unit "1"; the Prometheus exporter appends `_ratio` to
+# gauges with that unit (OTel -> Prometheus naming), so this is its name on /metrics.
+PROM_STRAGGLER = "training_straggler_ratio"
+COLLECTIVE_KEYS = ("training.barrier.skew", "training.barrier.lateness", "training.barrier.wait")
+
+
+@pytest.fixture(scope="module")
+def loadgen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("go") is None:
+        message = "Go is not installed (needed to build tools/loadgen)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return build_loadgen()
+
+
+def _wait(predicate, timeout_s: float, interval_s: float = 0.2):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+def _collectives(spans: list[FileSpan]) -> dict[tuple, list[FileSpan]]:
+    by_key: dict[tuple, list[FileSpan]] = defaultdict(list)
+    for span in spans:
+        if span.name.startswith("collective."):
+            key = (
+                span.resource["training.job.id"],
+                span.attributes["training.collective.pg"],
+                span.attributes["training.collective.seq"],
+            )
+            by_key[key].append(span)
+    return by_key
+
+
+def _flagged(spans: list[FileSpan]) -> dict[tuple[int, str], int]:
+    counts: dict[tuple[int, str], int] = defaultdict(int)
+    for span in spans:
+        if span.attributes.get("training.straggler") is True:
+            rank = span.resource["training.rank"]
+            counts[(rank, span.attributes.get("training.straggler.cause", "?"))] += 1
+    return dict(counts)
+
+
+def test_pipeline_annotates_flags_and_exports_everywhere(
+    otelcol_path: Path, loadgen: Path, tmp_path: Path
+) -> None:
+    ranks, steps, job = 16, 12, "pipeline-compute"
+    with (
+        OtlpSink() as backend,
+        OtlpSink() as pacer,
+        CollectorProcess(
+            otelcol_path,
+            [OTELCOL_YAML, FILE_EXPORT_YAML],
+            tmp_path,
+            env={
+                "SKEWTRACE_TRACES_BACKEND_ENDPOINT": f"127.0.0.1:{backend.port}",
+                "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{pacer.port}",
+            },
+        ) as collector,
+    ):
+        sent = run_loadgen_send(
+            loadgen, collector.otlp_grpc_endpoint,
+            "-job", job, "-ranks", str(ranks), "-steps", str(steps), "-collectives", "4",
+            "-tp", "4", "-clock-skew", "2s", "-straggler", "5:compute:40ms",
+        )  # fmt: skip
+        assert sent["spans"] > 0 and sent["failed_requests"] == 0
+
+        # The file exporter and the backend each get every span, annotated.
+        spans = _wait(
+            lambda: len(s := collector.exported_spans()) >= sent["spans"] and s, timeout_s=20
+        )
+        assert spans, f"file export has {len(collector.exported_spans())} of {sent['spans']}"
+        assert len(spans) == sent["spans"]
+        backend_spans = backend.wait_for_spans(lambda s: len(s) >= sent["spans"], timeout=20)
+        assert len(backend_spans) == sent["spans"]
+        assert sum("training.barrier.skew" in s.attributes for s in backend_spans) == sum(
+            "training.barrier.skew" in s.attributes for s in spans
+        )
+
+        # Every collective is joined complete: all members, one skew, nothing missing.
+        collectives = _collectives(spans)
+        assert len(collectives) == steps * (4 + ranks // 4)
+        for key, members in collectives.items():
+            pg_size = members[0].attributes["training.collective.pg_size"]
+            assert len(members) == pg_size, key
+            for span in members:
+                assert all(k in span.attributes for k in COLLECTIVE_KEYS), (key, span.attributes)
+                assert "training.barrier.missing_ranks" not in span.attributes, key
+            skews = {round(s.attributes["training.barrier.skew"], 9) for s in members}
+            assert len(skews) == 1, (key, skews)
+            durations = [(s.end_ns - s.start_ns) / 1e9 for s in members]
+            # Skew from durations, untouched by the +-2 s host clock offsets.
+            assert abs(skews.pop() - (max(durations) - min(durations))) < 1e-6, key
+
+        # Rank 5 is the one late rank in the all-reduces, flagged with cause compute.
+        late_in_default = [
+            max(members, key=lambda s: s.attributes["training.barrier.lateness"])
+            for key, members in collectives.items()
+            if key[1] == "default"
+        ]
+        assert {s.resource["training.rank"] for s in late_in_default} == {5}
+        assert all(0.005 < s.attributes["training.barrier.lateness"] < 1.0 for s in late_in_default)
+        flagged = _flagged(spans)
+        assert set(flagged) == {(5, "compute")}, flagged
+
+        # Prometheus: rank 5 flagged with its cause; nobody else.
+        def straggler_samples() -> list:
+            return find_samples(
+                parse_prometheus(collector.scrape_prometheus()), PROM_STRAGGLER, training_job_id=job
+            )
+
+        samples = _wait(lambda: [s for s in straggler_samples() if s.value == 1], timeout_s=10)
+        assert [(s.labels["training_rank"], s.labels.get("training_straggler_cause")) for s in
+                samples] == [("5", "compute")], straggler_samples()  # fmt: skip
+
+        # The pacer gets the same verdict by OTLP.
+        def pacer_flags() -> set:
+            return {
+                (p.attributes.get("training.rank"), p.attributes.get("training.straggler.cause"))
+                for p in pacer.metric_points()
+                if p.name == "training.straggler" and p.value == 1
+            }
+
+        assert _wait(pacer_flags, timeout_s=10) == {(5, "compute")}
+
+
+@pytest.mark.parametrize(("cause", "rank"), [("data", 1), ("network", 6)], ids=["data", "network"])
+def test_cause_follows_what_made_the_rank_late(
+    otelcol_path: Path, loadgen: Path, tmp_path: Path, cause: str, rank: int
+) -> None:
+    job = f"pipeline-{cause}"
+    with CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path) as collector:
+        # Healthy steps first: the network verdict compares transfers with their baseline.
+        sent = run_loadgen_send(
+            loadgen, collector.otlp_grpc_endpoint,
+            "-job", job, "-ranks", "8", "-steps", "16", "-collectives", "4",
+            "-straggler", f"{rank}:{cause}:30ms", "-straggler-from", "6",
+        )  # fmt: skip
+        spans = _wait(
+            lambda: len(s := collector.exported_spans()) >= sent["spans"] and s, timeout_s=20
+        )
+        assert spans, "the file exporter did not get every span"
+        flagged = _flagged(spans)
+        assert {r for r, _ in flagged} == {rank}, flagged
+        assert {c for _, c in flagged} == {cause}, flagged
+        samples = _wait(
+            lambda: [
+                s
+                for s in find_samples(
+                    parse_prometheus(collector.scrape_prometheus()), PROM_STRAGGLER,
+                    training_job_id=job,
+                )
+                if s.value == 1
+            ],
+            timeout_s=10,
+        )  # fmt: skip
+        assert [(s.labels["training_rank"], s.labels.get("training_straggler_cause"))
+                for s in samples] == [(str(rank), cause)]  # fmt: skip
+
+
+def test_exemplars_point_at_the_step_trace(
+    otelcol_path: Path, loadgen: Path, tmp_path: Path
+) -> None:
+    job = "pipeline-exemplars"
+    with CollectorProcess(otelcol_path, [OTELCOL_YAML], tmp_path) as collector:
+        # Slow enough to last a few metric flushes: exemplars cover the last flush interval.
+        sender = subprocess.Popen(
+            [str(loadgen), "send", "-endpoint", collector.otlp_grpc_endpoint, "-job", job,
+             "-ranks", "8", "-collectives", "2", "-steps", "400", "-rate", "1500"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            step_traces = {
+                hashlib.sha256(f"skewtrace/trace/{job}/{step}".encode()).digest()[:16].hex()
+                for step in range(400)
+            }
+
+            def exemplar_traces() -> set[str]:
+                text = collector.scrape_prometheus(openmetrics=True)
+                return {
+                    line.split('trace_id="', 1)[1].split('"', 1)[0]
+                    for line in text.splitlines()
+                    if line.startswith("training_barrier_skew_seconds_bucket")
+                    and "trace_id=" in line
+                }
+
+            found = _wait(exemplar_traces, timeout_s=15, interval_s=0.5)
+            assert found, "no exemplar on training_barrier_skew_seconds_bucket"
+            assert found <= step_traces, found - step_traces
+        finally:
+            sender.kill()
+            sender.wait()
