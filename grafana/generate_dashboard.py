@@ -48,15 +48,16 @@ EVENTS_DROPPED = "skewtrace_events_dropped_total"
 SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
 # The Collector's internal telemetry (service::telemetry::metrics, port 8888): the barrierskew
 # processor's own instruments (src/collector/internal/selftel; units in braces add no suffix)
-# and the Collector's standard pipeline counters.
+# and the Collector's standard pipeline counters. Its Prometheus endpoint serves counters
+# without the _total suffix (checked against the built binary, Collector v0.165.0).
 COLLECTOR_PENDING = "otelcol_processor_barrierskew_pending_collectives"
 COLLECTOR_BUFFERED_SPANS = "otelcol_processor_barrierskew_buffered_spans"
-COLLECTOR_RELEASED = "otelcol_processor_barrierskew_collectives_released_total"
-COLLECTOR_EVICTED = "otelcol_processor_barrierskew_collectives_evicted_total"
-COLLECTOR_MALFORMED = "otelcol_processor_barrierskew_spans_malformed_total"
-RECEIVER_REFUSED = "otelcol_receiver_refused_spans_total"
-EXPORTER_SEND_FAILED = "otelcol_exporter_send_failed_spans_total"
-EXPORTER_ENQUEUE_FAILED = "otelcol_exporter_enqueue_failed_spans_total"
+COLLECTOR_RELEASED = "otelcol_processor_barrierskew_collectives_released"
+COLLECTOR_EVICTED = "otelcol_processor_barrierskew_collectives_evicted"
+COLLECTOR_MALFORMED = "otelcol_processor_barrierskew_spans_malformed"
+RECEIVER_REFUSED = "otelcol_receiver_refused_spans"
+EXPORTER_SEND_FAILED = "otelcol_exporter_send_failed_spans"
+EXPORTER_ENQUEUE_FAILED = "otelcol_exporter_enqueue_failed_spans"
 
 # Label selectors. `$job` and `$pg` are multi-value variables whose "All" is `.*`.
 JOB = 'training_job_id=~"$job"'

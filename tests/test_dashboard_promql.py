@@ -250,12 +250,30 @@ def test_skew_exemplars_carry_the_trace_id_label_grafana_links(stack: Stack) -> 
     assert all(re.fullmatch(r"[0-9a-f]{32}", label.get("trace_id", "")) for label in labels)
 
 
+# Series that exist only after something went wrong (or a rare condition): a short healthy
+# run does not create them, so their panels may be empty here.
+ONLY_ON_TROUBLE = {
+    "training_collective_incomplete_total",  # a collective released with members missing
+    "otelcol_processor_barrierskew_collectives_evicted",  # the pending bound was reached
+    "otelcol_processor_barrierskew_spans_malformed",  # a collective span could not be joined
+    "otelcol_receiver_refused_spans",  # the memory limiter refused data
+    "otelcol_exporter_send_failed_spans",  # the trace backend failed (here: none listens)
+    "otelcol_exporter_enqueue_failed_spans",  # an exporter queue was full
+    "skewtrace_events_dropped_total",  # a rank's event buffer was full
+}
+
+
 def test_dashboard_metric_names_exist(stack: Stack) -> None:
     """Every metric the dashboard reads is one Prometheus scraped, except those that appear
-    only when something goes wrong (failures, drops, evictions) or with a pacer decision."""
+    only on trouble; and every panel target built on the others returns data."""
     present = set(stack.prometheus.series_names())
-    used = {name for query in dashboard_queries(_dashboard()) for name in metric_names(query.expr)}
-    missing = sorted(used - present)
-    print(f"present: {sorted(used & present)}\nabsent:  {missing}")
-    core = {name for name in missing if name.startswith("training_")}
-    assert core == set()
+    queries = dashboard_queries(_dashboard())
+    used = {name for query in queries for name in metric_names(query.expr)}
+    print(f"present: {sorted(used & present)}\nabsent:  {sorted(used - present)}")
+    assert sorted(used - present - ONLY_ON_TROUBLE) == []
+    empty = [
+        query.label
+        for query in queries
+        if metric_names(query.expr) - ONLY_ON_TROUBLE and not _evaluate(stack, query)
+    ]
+    assert empty == []
