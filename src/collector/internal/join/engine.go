@@ -18,6 +18,16 @@ const MaxMissingNamed = 256
 // recycleLimit bounds the free lists; beyond it released objects go to the GC.
 const recycleLimit = 1024
 
+// Member slices start at preallocMembers and grow with arrivals, so that memory follows the
+// spans actually buffered (max_buffered_spans), not the pg_size a span claims. Objects whose
+// slices grew past recycleMaxMembers (or bitsets past recycleMaxSeenWords) are left to the
+// GC rather than parked in a free list.
+const (
+	preallocMembers     = 64
+	recycleMaxMembers   = 512
+	recycleMaxSeenWords = 64
+)
+
 type pending[R any] struct {
 	key        Key
 	op         string
@@ -172,8 +182,8 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 	p.pgSize = a.PGSize
 	p.bytes = a.Bytes
 	p.deadline = e.clock.Now().UnixNano() + int64(e.cfg.WaitTimeout)
-	if cap(p.members) < a.PGSize && a.PGSize <= 4096 {
-		p.members = make([]Member[R], 0, a.PGSize)
+	if p.members == nil {
+		p.members = make([]Member[R], 0, min(a.PGSize, preallocMembers))
 	}
 	e.pending[a.Key] = p
 	p.prev = e.newest
@@ -229,7 +239,7 @@ func (e *Engine[R]) NextDeadline() (int64, bool) {
 // Recycle hands a Released back once the caller is done with it (optional; it saves
 // allocations). The caller must not touch r afterwards.
 func (e *Engine[R]) Recycle(r *Released[R]) {
-	if len(e.freeReleased) >= recycleLimit {
+	if len(e.freeReleased) >= recycleLimit || cap(r.Members) > recycleMaxMembers {
 		return
 	}
 	clear(r.Members)
@@ -301,7 +311,8 @@ func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
 	}
 	e.judge(job, r, lateIdx, p.bytes)
 
-	if len(e.freePending) < recycleLimit {
+	if len(e.freePending) < recycleLimit && cap(p.members) <= recycleMaxMembers &&
+		len(p.seen) <= recycleMaxSeenWords {
 		clear(p.seen)
 		e.freePending = append(e.freePending, p)
 	}
