@@ -2,8 +2,8 @@
 
 Starts, on 127.0.0.1 with free ports:
 
-- the built ``otelcol-skewtrace`` with ``collector-config/otelcol.yaml`` and the stack's
-  ``grafana/otelcol-stack.yaml`` (exactly what docker-compose runs),
+- the built ``otelcol-skewtrace`` with ``collector-config/otelcol.yaml`` (what docker-compose
+  runs),
 - ``skewtrace pacer`` (its metrics go to the Collector, the Collector's to it),
 - a real Prometheus (Debian's package) scraping the Collector's exporter and its own telemetry,
 - ``examples/train_ddp.py --nprocs 4 --straggler 2:compute:0.05`` (gloo, CPU) sending to the
@@ -49,10 +49,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.prometheus]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD_PATH = REPO_ROOT / "grafana" / "dashboards" / "training-fabric.json"
-COLLECTOR_CONFIGS = [
-    REPO_ROOT / "collector-config" / "otelcol.yaml",
-    REPO_ROOT / "grafana" / "otelcol-stack.yaml",
-]
+COLLECTOR_CONFIGS = [REPO_ROOT / "collector-config" / "otelcol.yaml"]
 STRAGGLER_RANK = "2"
 WORLD_SIZE = 4
 STEPS = 40
