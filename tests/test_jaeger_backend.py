@@ -315,6 +315,7 @@ def test_jaeger_receives_otlp_and_serves_it_over_http(jaeger: Jaeger) -> None:
     assert {span["resource"]["training.job.id"] for span in v3} == {"job-direct"}
 
 
+@pytest.mark.collector
 def test_collector_annotations_reach_jaeger(
     jaeger: Jaeger, otelcol_path: Path, tmp_path: Path
 ) -> None:
@@ -369,6 +370,7 @@ def test_collector_annotations_reach_jaeger(
 
 
 @pytest.mark.slow
+@pytest.mark.collector
 def test_training_run_through_collector_to_jaeger(
     jaeger: Jaeger, otelcol_path: Path, tmp_path: Path
 ) -> None:
