@@ -10,7 +10,10 @@ and Tempo are configured the way the dashboard needs).
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -192,6 +195,19 @@ def test_prometheus_keeps_exemplars_and_scrapes_the_collector(compose: dict[str,
     ]
     assert f"otelcol-skewtrace:{collector_endpoint.rsplit(':', 1)[1]}" in targets
     assert "otelcol-skewtrace:8888" in targets
+
+
+def test_prometheus_config_passes_promtool() -> None:
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    if not os.path.isfile(promtool):
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing (apt-get install prometheus)")
+        pytest.skip("promtool missing (apt-get install prometheus)")
+    result = subprocess.run(
+        [promtool, "check", "config", "--syntax-only", str(GRAFANA_DIR / "prometheus.yml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_tempo_accepts_the_trace_of_a_large_step() -> None:
