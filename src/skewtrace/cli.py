@@ -3,6 +3,7 @@
 Subcommands:
 
 - ``skewtrace pacer``: run the pacing controller (see ``docs/pacing.md``).
+- ``skewtrace demo``: the collector, the pacer and a 4-rank job with a straggler, end to end.
 
 Every ``pacer`` flag can also come from an environment variable ``SKEWTRACE_PACER_<FLAG>``
 (the flag upper-cased, dashes as underscores: ``--window-s`` is ``SKEWTRACE_PACER_WINDOW_S``);
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from skewtrace import demo
 from skewtrace.pacer.policy import PolicyParams
 from skewtrace.pacer.service import PacerConfig
 
@@ -318,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skewtrace", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_pacer(subparsers)
-    # Further subcommands (`demo`) register themselves here with an _add_<name>(subparsers).
+    demo.add_parser(subparsers)
     return parser
 
 
