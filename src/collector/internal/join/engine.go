@@ -19,13 +19,13 @@ const MaxMissingNamed = 256
 const recycleLimit = 1024
 
 // Member slices start at preallocMembers and grow with arrivals, so that memory follows the
-// spans actually buffered (max_buffered_spans), not the pg_size a span claims. Objects whose
-// slices grew past recycleMaxMembers (or bitsets past recycleMaxSeenWords) are left to the
-// GC rather than parked in a free list.
+// spans actually buffered (max_buffered_spans), not the pg_size a span claims. The free lists
+// hold at most recycleMembersBudget members' worth of slices in total (about 10 MB), and
+// rank bitsets past recycleMaxSeenWords (ranks >= 65536) are left to the GC.
 const (
-	preallocMembers     = 64
-	recycleMaxMembers   = 512
-	recycleMaxSeenWords = 64
+	preallocMembers      = 64
+	recycleMembersBudget = 1 << 16
+	recycleMaxSeenWords  = 1024
 )
 
 type pending[R any] struct {
@@ -75,6 +75,8 @@ type Engine[R any] struct {
 
 	freePending  []*pending[R]
 	freeReleased []*Released[R]
+	// freeMembers is the member capacity parked in the free lists.
+	freeMembers int
 	scratchEnds  []int64
 	scratchVals  []float64
 
@@ -173,6 +175,7 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 	if n := len(e.freePending); n > 0 {
 		p = e.freePending[n-1]
 		e.freePending = e.freePending[:n-1]
+		e.freeMembers -= cap(p.members)
 	} else {
 		p = &pending[R]{}
 	}
@@ -239,12 +242,14 @@ func (e *Engine[R]) NextDeadline() (int64, bool) {
 // Recycle hands a Released back once the caller is done with it (optional; it saves
 // allocations). The caller must not touch r afterwards.
 func (e *Engine[R]) Recycle(r *Released[R]) {
-	if len(e.freeReleased) >= recycleLimit || cap(r.Members) > recycleMaxMembers {
+	if len(e.freeReleased) >= recycleLimit ||
+		e.freeMembers+cap(r.Members) > recycleMembersBudget {
 		return
 	}
 	clear(r.Members)
 	r.Members = r.Members[:0]
 	r.Missing = r.Missing[:0]
+	e.freeMembers += cap(r.Members)
 	e.freeReleased = append(e.freeReleased, r)
 }
 
@@ -252,6 +257,7 @@ func (e *Engine[R]) newReleased() *Released[R] {
 	if n := len(e.freeReleased); n > 0 {
 		r := e.freeReleased[n-1]
 		e.freeReleased = e.freeReleased[:n-1]
+		e.freeMembers -= cap(r.Members)
 		return r
 	}
 	return &Released[R]{}
@@ -311,9 +317,10 @@ func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
 	}
 	e.judge(job, r, lateIdx, p.bytes)
 
-	if len(e.freePending) < recycleLimit && cap(p.members) <= recycleMaxMembers &&
-		len(p.seen) <= recycleMaxSeenWords {
+	if len(e.freePending) < recycleLimit && len(p.seen) <= recycleMaxSeenWords &&
+		e.freeMembers+cap(p.members) <= recycleMembersBudget {
 		clear(p.seen)
+		e.freeMembers += cap(p.members)
 		e.freePending = append(e.freePending, p)
 	}
 	return r
