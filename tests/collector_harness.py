@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "collector-config"
@@ -351,6 +354,16 @@ def build_loadgen(out: Path | None = None) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"building tools/loadgen failed:\n{result.stdout}{result.stderr}")
     return out
+
+
+def loadgen_for_tests() -> Path:
+    """tools/loadgen for a test: skipped without Go on a developer machine, failed in CI."""
+    if shutil.which("go") is None:
+        message = "Go is not installed (needed to build tools/loadgen)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return build_loadgen()
 
 
 def run_loadgen_send(loadgen: Path, endpoint: str, *args: str, timeout_s: float = 300) -> dict:

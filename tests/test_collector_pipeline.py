@@ -10,8 +10,6 @@ come from durations for the verdicts below to hold.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import subprocess
 import time
 from collections import defaultdict
@@ -24,8 +22,8 @@ from collector_harness import (
     OTELCOL_YAML,
     CollectorProcess,
     FileSpan,
-    build_loadgen,
     find_samples,
+    loadgen_for_tests,
     parse_prometheus,
     run_loadgen_send,
 )
@@ -33,20 +31,16 @@ from otlp_sink import OtlpSink
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
+
+@pytest.fixture(scope="module")
+def loadgen() -> Path:
+    return loadgen_for_tests()
+
+
 # The connector's straggler gauge has unit "1"; the Prometheus exporter appends `_ratio` to
 # gauges with that unit (OTel -> Prometheus naming), so this is its name on /metrics.
 PROM_STRAGGLER = "training_straggler_ratio"
 COLLECTIVE_KEYS = ("training.barrier.skew", "training.barrier.lateness", "training.barrier.wait")
-
-
-@pytest.fixture(scope="module")
-def loadgen(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("go") is None:
-        message = "Go is not installed (needed to build tools/loadgen)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return build_loadgen()
 
 
 def _wait(predicate, timeout_s: float, interval_s: float = 0.2):  # type: ignore[no-untyped-def]

@@ -104,6 +104,7 @@ type JobConfig struct {
 	Jitter         float64
 	ClockSkew      time.Duration // each host's clock is off by up to +-ClockSkew
 	Straggler      *Straggler
+	MissingRank    int // >=0: this rank sends nothing (a dead rank); its collectives stay incomplete
 	Seed           uint64
 
 	// Phase means; each rank draws around them with Jitter as the relative stddev.
@@ -122,6 +123,7 @@ func DefaultJobConfig() JobConfig {
 		GPUsPerNode:    8,
 		NodesPerSwitch: 16,
 		Collectives:    8,
+		MissingRank:    -1,
 		Jitter:         0.02,
 		Seed:           1,
 		Fetch:          4 * time.Millisecond,
@@ -159,6 +161,9 @@ func (c *JobConfig) Validate() error {
 	if c.ClockSkew < 0 {
 		errs = append(errs, fmt.Errorf("-clock-skew must be >= 0, got %s", c.ClockSkew))
 	}
+	if c.MissingRank >= c.Ranks {
+		errs = append(errs, fmt.Errorf("-missing-rank %d is outside -ranks=%d", c.MissingRank, c.Ranks))
+	}
 	if c.Straggler != nil && c.Straggler.Rank >= c.Ranks {
 		errs = append(errs, fmt.Errorf("-straggler rank %d is outside -ranks=%d",
 			c.Straggler.Rank, c.Ranks))
@@ -172,7 +177,15 @@ func (c *JobConfig) SpansPerStep() int {
 	if c.TPSize > 0 {
 		perRank++
 	}
-	return c.Ranks*perRank + 1 // + rank 0's train.step.root
+	ranks := c.Ranks
+	if c.MissingRank >= 0 {
+		ranks--
+	}
+	spans := ranks * perRank
+	if c.MissingRank != 0 {
+		spans++ // rank 0's train.step.root
+	}
+	return spans
 }
 
 // TraceIDForStep is the trace every rank derives for (job, step): the first 16 bytes of
@@ -373,6 +386,9 @@ func (j *Job) NextStep() Step {
 	td.ResourceSpans().EnsureCapacity(cfg.Ranks)
 	spans := 0
 	for rank := range timelines {
+		if rank == cfg.MissingRank {
+			continue
+		}
 		tl := &timelines[rank]
 		offset := j.ranks[rank].clockOffset
 		ts := func(t time.Time) pcommon.Timestamp { return pcommon.NewTimestampFromTime(t.Add(offset)) }

@@ -241,3 +241,17 @@ func TestStragglerStartsAtItsFirstStep(t *testing.T) {
 		}
 	}
 }
+
+func TestMissingRankSendsNothing(t *testing.T) {
+	cfg := DefaultJobConfig()
+	cfg.Ranks, cfg.Collectives, cfg.MissingRank = 4, 2, 3
+	job, _ := NewJob(cfg, time.Now())
+	step := job.NextStep()
+	byRank := collectiveSpans(t, step.Traces)
+	if _, ok := byRank[3]; ok || len(byRank) != 3 {
+		t.Fatalf("ranks with collectives: %d (rank 3 present: %v), want 3 without rank 3", len(byRank), ok)
+	}
+	if step.Spans != cfg.SpansPerStep() {
+		t.Fatalf("spans = %d, SpansPerStep = %d", step.Spans, cfg.SpansPerStep())
+	}
+}

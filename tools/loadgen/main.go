@@ -73,6 +73,7 @@ func runSendCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.TPSize, "tp", cfg.TPSize, "tensor-parallel group size; >0 adds an all_gather per step in each group")
 	fs.Float64Var(&cfg.Jitter, "jitter", cfg.Jitter, "relative stddev of every phase (the natural skew)")
 	fs.DurationVar(&cfg.ClockSkew, "clock-skew", cfg.ClockSkew, "each host's clock is off by up to +- this")
+	fs.IntVar(&cfg.MissingRank, "missing-rank", cfg.MissingRank, "this rank sends nothing (-1: none)")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the timing draws")
 	fs.DurationVar(&cfg.Forward, "forward", cfg.Forward, "mean forward time")
 	fs.DurationVar(&cfg.Backward, "backward", cfg.Backward, "mean backward compute time")
@@ -194,6 +195,7 @@ func runSendCommand(ctx context.Context, args []string) error {
 	st := snd.stats()
 	st.Mode, st.Endpoint, st.Ranks, st.Steps = "send", *endpoint, cfg.Ranks, stepsDone
 	st.Seconds = elapsed.Seconds()
+	st.StartedUnixNano = started.UnixNano()
 	if st.Seconds > 0 {
 		st.SpansPerSecond = float64(st.Spans) / st.Seconds
 	}

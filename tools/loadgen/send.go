@@ -67,18 +67,19 @@ func encodeRequests(batches []ptrace.Traces) ([]request, error) {
 
 // SendStats is what a send run did, printed as JSON at the end.
 type SendStats struct {
-	Mode           string  `json:"mode"`
-	Endpoint       string  `json:"endpoint"`
-	Ranks          int     `json:"ranks"`
-	Steps          int     `json:"steps"`
-	Requests       int64   `json:"requests"`
-	FailedRequests int64   `json:"failed_requests"`
-	Spans          int64   `json:"spans"`
-	RejectedSpans  int64   `json:"rejected_spans"`
-	Seconds        float64 `json:"seconds"`
-	SpansPerSecond float64 `json:"spans_per_second"`
-	TargetRate     float64 `json:"target_spans_per_second"`
-	FirstError     string  `json:"first_error,omitempty"`
+	Mode            string  `json:"mode"`
+	Endpoint        string  `json:"endpoint"`
+	Ranks           int     `json:"ranks"`
+	Steps           int     `json:"steps"`
+	Requests        int64   `json:"requests"`
+	FailedRequests  int64   `json:"failed_requests"`
+	Spans           int64   `json:"spans"`
+	RejectedSpans   int64   `json:"rejected_spans"`
+	StartedUnixNano int64   `json:"started_unix_nano"` // when the first request went out
+	Seconds         float64 `json:"seconds"`
+	SpansPerSecond  float64 `json:"spans_per_second"`
+	TargetRate      float64 `json:"target_spans_per_second"`
+	FirstError      string  `json:"first_error,omitempty"`
 }
 
 // sender sends requests over one gRPC connection from several workers, at most at a

@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
+	// The collector's OTLP exporters compress with gzip by default.
+	_ "google.golang.org/grpc/encoding/gzip"
 )
 
 // sink is an OTLP/gRPC traces and metrics receiver that only counts: the end of the
@@ -38,17 +40,19 @@ type sink struct {
 
 // SinkStats is printed as one JSON line per report and once at exit.
 type SinkStats struct {
-	Mode             string           `json:"mode"`
-	Listen           string           `json:"listen"`
-	Seconds          float64          `json:"seconds"`
-	TraceRequests    int64            `json:"trace_requests"`
-	Spans            int64            `json:"spans"`
-	AnnotatedSpans   int64            `json:"annotated_spans"`
-	MetricRequests   int64            `json:"metric_requests"`
-	MetricDataPoints int64            `json:"metric_data_points"`
-	ActiveSeconds    float64          `json:"active_seconds"`
-	SpansPerSecond   float64          `json:"spans_per_second_active"`
-	Stragglers       map[string]int64 `json:"stragglers"`
+	Mode              string           `json:"mode"`
+	Listen            string           `json:"listen"`
+	Seconds           float64          `json:"seconds"`
+	TraceRequests     int64            `json:"trace_requests"`
+	Spans             int64            `json:"spans"`
+	AnnotatedSpans    int64            `json:"annotated_spans"`
+	MetricRequests    int64            `json:"metric_requests"`
+	MetricDataPoints  int64            `json:"metric_data_points"`
+	FirstSpanUnixNano int64            `json:"first_span_unix_nano"`
+	LastSpanUnixNano  int64            `json:"last_span_unix_nano"`
+	ActiveSeconds     float64          `json:"active_seconds"`
+	SpansPerSecond    float64          `json:"spans_per_second_active"`
+	Stragglers        map[string]int64 `json:"stragglers"`
 }
 
 func newSink() *sink {
@@ -132,6 +136,7 @@ func (s *sink) stats(listen string) SinkStats {
 		Stragglers:       map[string]int64{},
 	}
 	first, last := s.firstSpanAt.Load(), s.lastSpanAt.Load()
+	st.FirstSpanUnixNano, st.LastSpanUnixNano = first, last
 	if first > 0 && last > first {
 		st.ActiveSeconds = time.Duration(last - first).Seconds()
 		st.SpansPerSecond = float64(st.Spans) / st.ActiveSeconds

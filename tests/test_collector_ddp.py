@@ -1,0 +1,153 @@
+"""Issue 3's integration test: a real 4-rank gloo DDP job (examples/train_ddp.py) with one
+slowed rank sends its spans to the built otelcol-skewtrace (collector-config/otelcol.yaml +
+file-export.yaml); the collector must name that rank and why.
+
+Checked, per case:
+- the file exporter's collective spans are joined complete (pg_size members each) and carry
+  `training.barrier.skew`, `training.barrier.lateness` and `training.barrier.wait`;
+- `training.straggler` is set on the slowed rank's spans with the expected cause: the most
+  frequent (rank, cause) verdict and more than half of all flagged spans (with 4 CPU ranks on
+  2 shared cores, a peer is late now and then, and the odd verdict goes elsewhere);
+- the Prometheus endpoint shows the rank flagged with that cause,
+  `training_straggler_ratio{training_rank="R",training_straggler_cause="C"} 1`, on at least
+  one scrape while the job runs or just after it (the gauge says who is flagged now).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from collector_harness import (
+    FILE_EXPORT_YAML,
+    OTELCOL_YAML,
+    CollectorProcess,
+    FileSpan,
+    find_samples,
+    parse_prometheus,
+)
+
+pytestmark = [pytest.mark.collector, pytest.mark.slow]
+
+# Prometheus name of the connector's `training.straggler` gauge (unit "1" adds `_ratio`).
+PROM_STRAGGLER = "training_straggler_ratio"
+STEPS = 20
+TRAIN_TIMEOUT_S = 400
+
+
+def _run_job_and_watch(
+    collector: CollectorProcess, repo_root: Path, job: str, straggler: str
+) -> tuple[set[tuple[str, str]], str]:
+    """Runs the job; returns the (rank, cause) series seen at 1 on /metrics, and its output."""
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.otlp_grpc_endpoint}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "SKEWTRACE_EXPORT_INTERVAL_MILLIS": "200",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(repo_root / "examples" / "train_ddp.py"), "--nprocs", "4",
+         "--steps", str(STEPS), "--straggler", straggler, "--job-id", job],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    seen: set[tuple[str, str]] = set()
+
+    def scrape() -> None:
+        try:
+            samples = parse_prometheus(collector.scrape_prometheus())
+        except OSError:
+            return
+        for s in find_samples(samples, PROM_STRAGGLER, training_job_id=job):
+            if s.value == 1:
+                seen.add((s.labels["training_rank"], s.labels.get("training_straggler_cause", "")))
+
+    deadline = time.monotonic() + TRAIN_TIMEOUT_S
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            scrape()
+            time.sleep(0.5)
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"train_ddp.py exited with {proc.returncode}:\n{output[-4000:]}"
+    # The ranks flush at exit and the connector emits every metrics_flush_interval (1 s).
+    for _ in range(10):
+        scrape()
+        time.sleep(0.5)
+    return seen, output
+
+
+def _wait_for_spans(collector: CollectorProcess, job: str) -> list[FileSpan]:
+    """The job's spans once the file export stops growing (the processor holds none)."""
+    last, stable_since = -1, time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        spans = [s for s in collector.exported_spans() if s.resource.get("training.job.id") == job]
+        if len(spans) != last:
+            last, stable_since = len(spans), time.monotonic()
+        elif time.monotonic() - stable_since > 2 and spans:
+            return spans
+        time.sleep(0.3)
+    return [s for s in collector.exported_spans() if s.resource.get("training.job.id") == job]
+
+
+@pytest.mark.parametrize(
+    ("rank", "kind", "amount", "cause"),
+    [(2, "compute", "0.05", "compute"), (1, "data", "0.05", "data")],
+    ids=["compute-rank2", "data-rank1"],
+)
+def test_ddp_straggler_is_flagged_with_its_cause(
+    otelcol_path: Path,
+    repo_root: Path,
+    tmp_path: Path,
+    rank: int,
+    kind: str,
+    amount: str,
+    cause: str,
+) -> None:
+    job = f"ddp-{kind}-{os.getpid()}"
+    with CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path) as collector:
+        seen, output = _run_job_and_watch(collector, repo_root, job, f"{rank}:{kind}:{amount}")
+        spans = _wait_for_spans(collector, job)
+
+        names = Counter(s.name for s in spans)
+        assert names["train.step"] >= 4 * (STEPS - 1), (names, output[-2000:])
+        collectives: dict[tuple, list[FileSpan]] = defaultdict(list)
+        for span in spans:
+            if span.name.startswith("collective."):
+                pg = span.attributes["training.collective.pg"]
+                collectives[(pg, span.attributes["training.collective.seq"])].append(span)
+        assert len(collectives) >= STEPS, names
+        for key, members in collectives.items():
+            assert len(members) == members[0].attributes["training.collective.pg_size"], key
+            for span in members:
+                for attr in (
+                    "training.barrier.skew",
+                    "training.barrier.lateness",
+                    "training.barrier.wait",
+                ):
+                    assert attr in span.attributes, (key, attr, span.attributes)
+
+        flagged = Counter(
+            (s.resource["training.rank"], s.attributes.get("training.straggler.cause"))
+            for s in spans
+            if s.attributes.get("training.straggler") is True
+        )
+        assert flagged.most_common(1)[0][0] == (rank, cause), flagged
+        assert flagged[(rank, cause)] > 0.5 * sum(flagged.values()), flagged
+        assert flagged[(rank, cause)] >= 3, flagged
+
+        assert (str(rank), cause) in seen, f"/metrics showed {seen or 'no flagged rank'}"

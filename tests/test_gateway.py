@@ -1,0 +1,110 @@
+"""The two-tier gateway with real processes: one tier-1 collector (collector-config/
+gateway.yaml, loadbalancing exporter routing by trace ID) in front of two tier-2 collectors
+(otelcol.yaml + file-export.yaml, each running barrierskew), fed by the synthetic job of
+tools/loadgen in many small requests so that each step's spans arrive interleaved.
+
+Because every span of a step shares the step's trace ID, each step, and so each collective,
+must land whole on exactly one tier-2 instance and be joined complete there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from collector_harness import (
+    FILE_EXPORT_YAML,
+    GATEWAY_YAML,
+    OTELCOL_YAML,
+    CollectorProcess,
+    FileSpan,
+    loadgen_for_tests,
+    run_loadgen_send,
+)
+
+pytestmark = [pytest.mark.collector, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def loadgen() -> Path:
+    return loadgen_for_tests()
+
+
+def test_gateway_routes_each_step_to_one_tier2_instance(
+    otelcol_path: Path,
+    loadgen: Path,
+    tmp_path: Path,
+) -> None:
+    ranks, steps, buckets, tp = 64, 16, 4, 8
+    job = "gateway"
+    tier2 = [
+        CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path, name=name)
+        for name in ("tier2-a", "tier2-b")
+    ]
+    endpoints = ", ".join(c.otlp_grpc_endpoint for c in tier2)
+    tier1 = CollectorProcess(
+        otelcol_path,
+        [GATEWAY_YAML],
+        tmp_path,
+        name="tier1",
+        env={"SKEWTRACE_TIER2_ENDPOINTS": f"[{endpoints}]"},
+    )
+    with tier2[0], tier2[1], tier1:
+        sent = run_loadgen_send(
+            loadgen, tier1.otlp_grpc_endpoint,
+            "-job", job, "-ranks", str(ranks), "-steps", str(steps),
+            "-collectives", str(buckets), "-tp", str(tp), "-ranks-per-request", "4",
+            "-straggler", "9:compute:30ms",
+        )  # fmt: skip
+        assert sent["failed_requests"] == 0
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            per_instance = {c.name: c.exported_spans() for c in tier2}
+            if sum(len(s) for s in per_instance.values()) >= sent["spans"]:
+                break
+            time.sleep(0.5)
+        received = sum(len(s) for s in per_instance.values())
+        assert received == sent["spans"], f"tier 2 wrote {received} of {sent['spans']} spans"
+
+        # Each step (trace) lands on exactly one instance, and both instances get steps.
+        traces_on: dict[str, set[str]] = defaultdict(set)
+        for name, spans in per_instance.items():
+            for span in spans:
+                traces_on[span.trace_id].add(name)
+        assert len(traces_on) == steps
+        split = {t: names for t, names in traces_on.items() if len(names) != 1}
+        assert not split, f"steps split across instances: {split}"
+        assert {n for names in traces_on.values() for n in names} == {"tier2-a", "tier2-b"}
+
+        # Each collective is joined complete on exactly one instance.
+        collectives: dict[tuple, dict[str, list[FileSpan]]] = defaultdict(lambda: defaultdict(list))
+        for name, spans in per_instance.items():
+            for span in spans:
+                if span.name.startswith("collective."):
+                    key = (
+                        span.attributes["training.collective.pg"],
+                        span.attributes["training.collective.seq"],
+                    )
+                    collectives[key][name].append(span)
+        assert len(collectives) == steps * (buckets + ranks // tp)
+        for key, by_instance in collectives.items():
+            assert len(by_instance) == 1, f"{key} seen on {sorted(by_instance)}"
+            (members,) = by_instance.values()
+            assert len(members) == members[0].attributes["training.collective.pg_size"], key
+            assert len({s.resource["training.rank"] for s in members}) == len(members), key
+            for span in members:
+                assert "training.barrier.skew" in span.attributes, key
+                assert "training.barrier.missing_ranks" not in span.attributes, key
+
+        # Each instance sees whole steps, so each names the same straggler.
+        for name, spans in per_instance.items():
+            flagged = {
+                (s.resource["training.rank"], s.attributes.get("training.straggler.cause"))
+                for s in spans
+                if s.attributes.get("training.straggler") is True
+            }
+            assert flagged == {(9, "compute")}, (name, flagged)
