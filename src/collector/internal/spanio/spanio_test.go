@@ -1,0 +1,80 @@
+package spanio
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+func TestClassify(t *testing.T) {
+	cases := map[string]Kind{
+		"collective.all_reduce": KindCollective,
+		"collective.":           KindOther,
+		"collectives":           KindOther,
+		"train.step":            KindPhase,
+		"train.step.root":       KindOther,
+		"optimizer.step":        KindPhase,
+		"pacing.delay":          KindOther,
+	}
+	for name, want := range cases {
+		if got, _ := Classify(name); got != want {
+			t.Errorf("%q: kind %d, want %d", name, got, want)
+		}
+	}
+}
+
+func TestParseResourceAcceptsStringIntegersFromEnv(t *testing.T) {
+	res := pcommon.NewResource()
+	// OTEL_RESOURCE_ATTRIBUTES can only carry strings.
+	res.Attributes().PutStr(semconv.AttrJobID, "j")
+	res.Attributes().PutStr(semconv.AttrRank, "12")
+	res.Attributes().PutStr(semconv.AttrWorldSize, "16")
+	r := ParseResource(res)
+	if r.Reason != "" || r.Rank != 12 || r.WorldSize != 16 || r.Switch != semconv.UnknownTopology {
+		t.Errorf("parsed %+v", r)
+	}
+	res.Attributes().PutStr(semconv.AttrRank, "twelve")
+	if r := ParseResource(res); r.Reason != "mistyped:training.rank" {
+		t.Errorf("reason %q", r.Reason)
+	}
+	res.Attributes().Remove(semconv.AttrJobID)
+	if r := ParseResource(res); r.Reason != "missing:training.job.id" {
+		t.Errorf("reason %q", r.Reason)
+	}
+}
+
+func TestAnnotateThenReadBack(t *testing.T) {
+	span := ptrace.NewSpan()
+	r := &join.Released[int]{Skew: 0.02, Transfer: 0.001, MissingRanks: 2, Missing: []int{3, 5}}
+	m := &join.Member[int]{Lateness: 0.02, Wait: 0, ClockOffset: -1.5,
+		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, Domain: "switch:leaf1"}
+	Annotate(span, r, m)
+	if !IsAnnotated(span) {
+		t.Fatal("annotated span not recognised")
+	}
+	got := ReadAnnotations(span)
+	want := Annotations{Skew: 0.02, Lateness: 0.02, ClockOffset: -1.5,
+		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, MissingRanks: 2}
+	if got != want {
+		t.Errorf("read back %+v, want %+v", got, want)
+	}
+	missing, _ := span.Attributes().Get(semconv.AttrBarrierMissing)
+	domain, _ := span.Attributes().Get(semconv.AttrStragglerDomain)
+	if missing.Str() != "3,5" || domain.Str() != "switch:leaf1" {
+		t.Errorf("missing %q domain %q", missing.Str(), domain.Str())
+	}
+	clear := ptrace.NewSpan()
+	Annotate(clear, &join.Released[int]{}, &join.Member[int]{Verdict: join.VerdictClear})
+	if a := ReadAnnotations(clear); a.Verdict != join.VerdictClear {
+		t.Errorf("clear verdict read as %d", a.Verdict)
+	}
+	unchanged := ptrace.NewSpan()
+	Annotate(unchanged, &join.Released[int]{}, &join.Member[int]{Verdict: join.VerdictUnchanged})
+	if _, ok := unchanged.Attributes().Get(semconv.AttrStraggler); ok {
+		t.Errorf("unchanged verdict wrote training.straggler")
+	}
+}
