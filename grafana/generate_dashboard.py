@@ -405,10 +405,7 @@ def _fabric_panels(ids: _PanelIds, y: int) -> tuple[list[dict[str, Any]], int]:
             "shows in lateness, not here.",
             [
                 _prom_target(
-                    "A",
-                    _mean(STEP_DURATION, JOB, "training_rank"),
-                    "rank {{training_rank}}",
-                    exemplar=True,
+                    "A", _mean(STEP_DURATION, JOB, "training_rank"), "rank {{training_rank}}"
                 )
             ],
             _grid(0, y, 12, 8),
