@@ -238,13 +238,23 @@ def launch_training(
 
 
 def step_stats(stdout: str) -> dict[int, dict[str, Any]]:
-    """The ``step_stats`` JSON line of every rank, by rank."""
+    """The ``step_stats`` JSON object of every rank, by rank.
+
+    The ranks share one stdout, so two objects can land on one line; each is decoded from
+    where it starts.
+    """
+    decoder = json.JSONDecoder()
     stats: dict[int, dict[str, Any]] = {}
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{") and '"step_stats"' in line:
-            record = json.loads(line)
+    marker = '{"event": "step_stats"'
+    start = stdout.find(marker)
+    while start != -1:
+        try:
+            record, _ = decoder.raw_decode(stdout, start)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
             stats[int(record["rank"])] = record
+        start = stdout.find(marker, start + 1)
     return stats
 
 

@@ -34,6 +34,7 @@ from conftest import free_port
 from skewtrace import semconv
 from skewtrace.pacer.policy import PolicyParams
 from skewtrace.pacer.service import PacerConfig, PacerService
+from skewtrace.pacer.state import JobWindows
 
 CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
 DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
@@ -55,31 +56,34 @@ def _kv(key: str, value: str | int) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
+def _bucket_of(value: float) -> int:
+    return next((i for i, b in enumerate(BOUNDS) if value <= b), len(BOUNDS))
+
+
 def _buckets(count: int, total: float) -> list[int]:
-    """All observations in the bucket of their mean: enough for a realistic-looking point."""
+    """All observations in the bucket of their mean (for points whose buckets do not matter)."""
     counts = [0] * (len(BOUNDS) + 1)
-    mean = total / count if count else 0.0
-    index = next((i for i, b in enumerate(BOUNDS) if mean <= b), len(BOUNDS))
-    counts[index] = count
+    counts[_bucket_of(total / count if count else 0.0)] = count
     return counts
 
 
 def histogram(
     name: str,
     temporality: int,
-    points: list[tuple[dict[str, str | int], int, float]],
+    points: list[tuple[dict[str, str | int], int, float]]
+    | list[tuple[dict[str, str | int], int, float, list[int]]],
     start_ns: int = START_NS,
 ) -> metrics_pb2.Metric:
     metric = metrics_pb2.Metric(name=name, unit="s")
     metric.histogram.aggregation_temporality = temporality
-    for attrs, count, total in points:
+    for attrs, count, total, *buckets in points:
         point = metric.histogram.data_points.add(
             start_time_unix_nano=start_ns,
             time_unix_nano=start_ns + 1,
             count=count,
             sum=total,
             explicit_bounds=BOUNDS,
-            bucket_counts=_buckets(count, total),
+            bucket_counts=buckets[0] if buckets else _buckets(count, total),
         )
         point.attributes.extend(_kv(k, v) for k, v in attrs.items())
     return metric
@@ -96,7 +100,12 @@ def request(*metrics: metrics_pb2.Metric) -> metrics_service_pb2.ExportMetricsSe
 
 @dataclass
 class SimulatedJob:
-    """Per-rank running totals of what the barrierskew connector would have counted."""
+    """Per-rank running totals of what the barrierskew connector would have counted.
+
+    Each step has ``collectives_per_step`` collectives; with ``overlapping`` (DDP's async
+    gradient buckets) the early ranks wait for the late one at every one of them at once,
+    otherwise the first collective absorbs the whole wait and the others see none.
+    """
 
     job_id: str
     world: int = 4
@@ -104,23 +113,29 @@ class SimulatedJob:
     late_rank: int | None = 3
     lateness_s: float = 0.030
     collectives_per_step: int = 3
-    totals: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    overlapping: bool = False
+    totals: dict[tuple[str, int], list[Any]] = field(default_factory=dict)
+
+    def _add(self, metric: str, rank: int, values: list[float], steps: int) -> None:
+        total = self.totals.setdefault((metric, rank), [0, 0.0, [0] * (len(BOUNDS) + 1)])
+        for value in values:
+            total[0] += steps
+            total[1] += steps * value
+            total[2][_bucket_of(value)] += steps
 
     def run_steps(self, steps: int) -> None:
         for rank in range(self.world):
             late = self.late_rank is not None
             wait = self.lateness_s if late and rank != self.late_rank else 0.0
             lateness = self.lateness_s if late and rank == self.late_rank else 0.0
-            for metric, per_step, count in (
-                (semconv.METRIC_STEP_DURATION, self.step_s, 1),
-                (semconv.METRIC_RANK_WAIT, wait, self.collectives_per_step),
-                (semconv.METRIC_RANK_LATENESS, lateness, self.collectives_per_step),
-            ):
-                total = self.totals.setdefault((metric, rank), [0, 0.0])
-                total[0] += steps * count
-                total[1] += steps * per_step
+            n = self.collectives_per_step
+            rest = [wait] * (n - 1) if self.overlapping else [0.0] * (n - 1)
+            rest_late = [lateness] * (n - 1) if self.overlapping else [0.0] * (n - 1)
+            self._add(semconv.METRIC_STEP_DURATION, rank, [self.step_s], steps)
+            self._add(semconv.METRIC_RANK_WAIT, rank, [wait, *rest], steps)
+            self._add(semconv.METRIC_RANK_LATENESS, rank, [lateness, *rest_late], steps)
 
-    def export(self, temporality: int, previous: dict[Any, list[float]] | None = None) -> Any:
+    def export(self, temporality: int, previous: dict[Any, list[Any]] | None = None) -> Any:
         metrics = []
         for metric in (
             semconv.METRIC_STEP_DURATION,
@@ -129,10 +144,12 @@ class SimulatedJob:
         ):
             points = []
             for rank in range(self.world):
-                count, total = self.totals.get((metric, rank), [0, 0.0])
+                empty = [0, 0.0, [0] * (len(BOUNDS) + 1)]
+                count, total, buckets = self.totals.get((metric, rank), empty)
                 if temporality == DELTA and previous is not None:
-                    before = previous.get((metric, rank), [0, 0.0])
+                    before = previous.get((metric, rank), empty)
                     count, total = count - before[0], total - before[1]
+                    buckets = [a - b for a, b in zip(buckets, before[2], strict=True)]
                 attrs: dict[str, str | int] = {
                     semconv.JOB_ID: self.job_id,
                     semconv.RANK: rank,
@@ -140,12 +157,12 @@ class SimulatedJob:
                     semconv.SWITCH: "leaf0",
                     semconv.NIC: "eth0",
                 }
-                points.append((attrs, int(count), total))
+                points.append((attrs, int(count), total, list(buckets)))
             metrics.append(histogram(metric, temporality, points))
         return request(*metrics)
 
-    def snapshot(self) -> dict[Any, list[float]]:
-        return {k: list(v) for k, v in self.totals.items()}
+    def snapshot(self) -> dict[Any, list[Any]]:
+        return {k: [v[0], v[1], list(v[2])] for k, v in self.totals.items()}
 
 
 @pytest.fixture
@@ -223,11 +240,13 @@ def drive(
 # ------------------------------------------------------------------ decisions
 
 
+@pytest.mark.parametrize("overlapping", [False, True], ids=["sequential", "overlapping"])
 @pytest.mark.parametrize("temporality", [CUMULATIVE, DELTA], ids=["cumulative", "delta"])
 def test_straggler_job_is_paced_over_grpc_and_http(
-    service: PacerService, stub: Any, clock: FakeClock, temporality: int
+    service: PacerService, stub: Any, clock: FakeClock, temporality: int, overlapping: bool
 ) -> None:
-    job = SimulatedJob("job-a")
+    """The same 30 ms per step whether one collective absorbs it or three overlap on it."""
+    job = SimulatedJob("job-a", overlapping=overlapping)
     status, body = get(service, "/v1/pacing?job=job-a")
     assert status == 200 and body == {"job": "job-a", "version": 0, "active": False, "delays": {}}
 
@@ -532,3 +551,35 @@ def test_policy_params_reach_the_service(clock: FakeClock) -> None:
     finally:
         channel.close()
         svc.stop()
+
+
+@pytest.mark.parametrize(
+    ("waits_per_step", "expected_per_step"),
+    [
+        ([0.030, 0.0, 0.0], 0.030),  # the first collective absorbs the wait
+        ([0.030, 0.030, 0.030], 0.030),  # overlapping buckets wait together: counted once
+        ([0.0, 0.0, 0.0], 0.0),
+        ([0.020, 0.010, 0.0], 0.015),  # in between: errs low (the true idle time is 20..30 ms)
+    ],
+)
+def test_window_counts_overlapping_waits_once(
+    waits_per_step: list[float], expected_per_step: float
+) -> None:
+    windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
+    attrs: dict[str, str | int] = {semconv.JOB_ID: "j", semconv.RANK: 0}
+    steps = 20
+    buckets = [0] * (len(BOUNDS) + 1)
+    for wait in waits_per_step:
+        buckets[_bucket_of(wait)] += steps
+    req = request(
+        histogram(semconv.METRIC_STEP_DURATION, DELTA, [(attrs, steps, steps * 0.1)]),
+        histogram(
+            semconv.METRIC_RANK_WAIT,
+            DELTA,
+            [(attrs, steps * len(waits_per_step), steps * sum(waits_per_step), buckets)],
+        ),
+    )
+    assert windows.ingest_request(req.resource_metrics, now=10.0) == 0
+    rank = windows.window("j", now=10.5).ranks[0]
+    assert rank.steps == steps
+    assert rank.wait_per_step_s == pytest.approx(expected_per_step)

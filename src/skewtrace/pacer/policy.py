@@ -5,12 +5,12 @@ Collector's ``training.rank.wait`` / ``training.rank.lateness`` / ``training.ste
 histograms (sums and counts over the last ``window_s`` seconds) and calls :func:`decide` with
 the previous :class:`PolicyState`; the returned :class:`Decision` carries the next state.
 
-Why it is built on sums and counts, per step, rather than on per-collective quantiles: with
-DDP a step has many gradient-bucket all-reduces and only the first one absorbs a rank's
-lateness, so a per-collective p95 of the skew can miss a straggler entirely. ``wait.sum /
-steps`` is exactly the time per step a rank idled at barriers, whatever the number of
-collectives, and sums and counts survive the cumulative-to-delta conversion without the error
-of bucket interpolation.
+Why it is built on per-step sums rather than per-collective quantiles: a step has many
+collectives (DDP gradient buckets, a loss all-reduce) and not all of them see a rank's
+lateness, so a p95 over collectives can miss a straggler entirely. The service hands the
+policy each rank's barrier wait per step, with collectives that waited at the same time
+(overlapping asynchronous buckets) counted once (see ``state._once_per_step``); sums and
+counts survive the cumulative-to-delta conversion exactly, without bucket interpolation.
 
 The counterfactual: pacing changes what it measures. A delayed rank waits less, so the
 observed spread shrinks while pacing is on, and a controller that looked only at the observed
@@ -117,10 +117,11 @@ class RankWindow:
     """``training.step.duration`` sum."""
 
     wait_sum_s: float
-    """``training.rank.wait`` sum: time the rank idled at barriers for later ranks."""
+    """Time the rank idled at barriers for later ranks (``training.rank.wait``), with
+    collectives that waited at the same time (overlapping DDP buckets) counted once."""
 
     lateness_sum_s: float
-    """``training.rank.lateness`` sum: time the rank arrived after the earliest."""
+    """Time the rank arrived after the earliest (``training.rank.lateness``), the same way."""
 
     applied_delay_s: float = 0.0
     """Mean delay per step the controller asked of this rank during the window."""

@@ -72,6 +72,7 @@ class _Cumulative:
     start_time_unix_nano: int
     count: int
     total: float
+    near_zero: int
     seen_at: float
 
 
@@ -81,6 +82,8 @@ class _Delta:
     kind: str
     count: int
     total: float
+    near_zero: int
+    """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
 
 
 @dataclass
@@ -93,6 +96,9 @@ class _JobState:
 
 
 _SeriesKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
+
+NEAR_ZERO_S = 0.001
+"""A first histogram bucket bounded at or below this counts collectives that did not wait."""
 
 
 class JobWindows:
@@ -192,15 +198,19 @@ class JobWindows:
             return False
 
         count, delta_total = int(point.count), float(total)
+        near_zero = _near_zero_count(point)
         if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
             key: _SeriesKey = (name, job_id, rank, tuple(sorted(attrs.items())))
             last = self._cumulative.get(key)
-            self._cumulative[key] = _Cumulative(point.start_time_unix_nano, count, total, now)
+            self._cumulative[key] = _Cumulative(
+                point.start_time_unix_nano, count, total, near_zero, now
+            )
             if last is not None and last.start_time_unix_nano == point.start_time_unix_nano:
-                if count < last.count or total < last.total - 1e-12:
+                if count < last.count or total < last.total - 1e-12 or near_zero < last.near_zero:
                     self.counters.resets += 1
                 else:
                     count, delta_total = count - last.count, total - last.total
+                    near_zero -= last.near_zero
             elif last is not None:
                 self.counters.resets += 1
         job.last_seen = now
@@ -210,7 +220,9 @@ class JobWindows:
             # not count as "still reporting".
             return True
         job.rank_last_seen[rank] = now
-        job.deltas.setdefault(rank, deque()).append(_Delta(now, kind, count, delta_total))
+        job.deltas.setdefault(rank, deque()).append(
+            _Delta(now, kind, count, delta_total, min(near_zero, count))
+        )
         return True
 
     # ----------------------------------------------------------------- windows
@@ -229,18 +241,22 @@ class JobWindows:
             if now - job.rank_last_seen.get(rank, -math.inf) > self.rank_timeout_s:
                 continue
             sums = {"wait": 0.0, "lateness": 0.0, "step": 0.0}
-            steps = 0
+            counts = {"wait": 0, "lateness": 0, "step": 0}
+            idle = {"wait": 0, "lateness": 0, "step": 0}
             for delta in deltas:
                 if delta.received_at < start:
                     continue
                 sums[delta.kind] += delta.total
-                if delta.kind == "step":
-                    steps += delta.count
+                counts[delta.kind] += delta.count
+                idle[delta.kind] += delta.near_zero
+            steps = counts["step"]
             ranks[rank] = RankWindow(
                 steps=steps,
                 step_time_sum_s=sums["step"],
-                wait_sum_s=sums["wait"],
-                lateness_sum_s=sums["lateness"],
+                wait_sum_s=_once_per_step(sums["wait"], counts["wait"] - idle["wait"], steps),
+                lateness_sum_s=_once_per_step(
+                    sums["lateness"], counts["lateness"] - idle["lateness"], steps
+                ),
                 applied_delay_s=self._mean_delay(job, rank, start, now),
             )
         return JobWindow(now=now, ranks=ranks)
@@ -288,6 +304,27 @@ class JobWindows:
         for key in stale:
             del self._cumulative[key]
         return forgotten
+
+
+def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:
+    if point.explicit_bounds and point.bucket_counts and point.explicit_bounds[0] <= NEAR_ZERO_S:
+        return int(point.bucket_counts[0])
+    return 0
+
+
+def _once_per_step(total: float, nonzero: int, steps: int) -> float:
+    """The window's barrier time with collectives that waited together counted once.
+
+    A step's DDP gradient buckets are asynchronous and overlap: an early rank waits for the
+    late one at every bucket at the same time, so the plain sum counts that wait once per
+    bucket. The sum over the steps of each step's largest wait lies between ``total *
+    steps / nonzero`` (the mean of the collectives that waited, once per step) and ``total``;
+    the smaller of the two is exact both when one collective absorbs the whole wait and when
+    all of them share it, and errs low (toward smaller delays) in between.
+    """
+    if nonzero <= 0 or steps <= 0:
+        return total
+    return min(total, total * steps / nonzero)
 
 
 def _attributes(pairs: Iterable[KeyValue]) -> dict[str, str]:
