@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -358,3 +359,74 @@ def test_hot_path_record_is_cheap() -> None:
         record((PHASE, "forward", 0, t0, now_ns(), "host", None))
     per_event = (time.perf_counter() - start) / n
     assert per_event < 20e-6
+
+
+def test_unreachable_pacer_fails_open(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """The real HTTP pacing client against a port where nothing listens: no delay, no error."""
+    provider, exporter = memory_provider
+    model, optimizer, loader = _ddp_setup(batches=2)
+    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
+                         tracer_provider=provider,
+                         pacer_url=f"http://127.0.0.1:{free_port()}")
+    session = skewtrace.SkewtraceInstrumentor().session
+    assert session is not None
+    from skewtrace.pacer.client import PacingClient
+
+    assert isinstance(session.ctx.pacer, PacingClient)
+    assert session.ctx.pacer.job_id == "unit-job"
+    assert _train(model, optimizer, loader) == 2
+    skewtrace.uninstrument()
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names.count("train.step") == 2 and "pacing.delay" not in names
+
+
+def test_example_rejects_malformed_straggler_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "train_ddp.py"
+    spec = importlib.util.spec_from_file_location("train_ddp", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "train_ddp", example)  # dataclasses look it up
+    spec.loader.exec_module(example)
+    parser = example.build_parser()
+    args = parser.parse_args(["--straggler", "1:data:0.2", "--straggler", "2:compute:0.1",
+                              "--jitter", "1,3:0.03", "--jitter-steps", "5:10"])
+    assert args.straggler[0] == example.Straggler(1, "data", 0.2)
+    assert args.jitter == ([1, 3], 0.03) and args.jitter_steps == (5, 10)
+    plan = example.rank_plan(args, 1)
+    assert plan.data_s == pytest.approx(0.2) and plan.jitter_s == pytest.approx(0.03)
+    for bad in (["--straggler", "1:disk:0.2"], ["--straggler", "x:data:1"],
+                ["--jitter", "1,3"], ["--jitter-steps", "9:3"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+def test_fast_encoder_matches_the_sdk_encoder() -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from skewtrace._export import FastSpanEncoder
+
+    events: list[tuple[object, ...]] = []
+    for step in range(3):
+        events += [
+            (PHASE, semconv.SPAN_FORWARD, step, 10, 20, "host", None),
+            (COLLECTIVE, step, 20, 30, "all_reduce", "default", 2, step, 64, True, "ddp",
+             "host"),
+            (STEP, step, 5, 40),
+        ]
+    for rank in (0, 1):
+        spans = SpanMaterializer(_identity(rank), 1_000).materialize(events)
+        expected = encode_spans(spans)
+        for resource_spans in expected.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    span.ClearField("status")  # unset status: the same on the wire
+        encoded = FastSpanEncoder().encode(spans)
+        assert ExportTraceServiceRequest.FromString(encoded) == expected

@@ -104,9 +104,8 @@ class Session:
         device = _model_device(model) if model is not None else None
         use_cuda, cuda_timer = self._cuda(model)
         self.recorder = Recorder(settings.buffer_events)
-        if pacing_client is None and settings.pacer_url:
-            pacing_client = self._pacing_client()
-        self._own_pacer = pacing_client is not None and settings.pacer_url is not None
+        # Our HTTP pacing client needs the job id, so it starts once the identity is known.
+        self._own_pacer = pacing_client is None and settings.pacer_url is not None
         self.ctx = HookContext(self.recorder, pacer=pacing_client, device=device,
                                cuda_timer=cuda_timer)
 
@@ -134,13 +133,14 @@ class Session:
             logger.warning("skewtrace: self-metrics disabled", exc_info=True)
         self.exporter.start()
         atexit.register(self.close)
+        self._finalizer: Any | None = None
         try:
             from multiprocessing import util
 
             # multiprocessing children leave through os._exit, which skips atexit.
-            util.Finalize(self, Session.close, args=(self,), exitpriority=10)
+            self._finalizer = util.Finalize(self, Session.close, args=(self,), exitpriority=10)
         except Exception:
-            pass
+            logger.debug("skewtrace: no multiprocessing exit hook", exc_info=True)
 
     def _cuda(self, model: Any | None) -> tuple[bool, Any | None]:
         if model is None:
@@ -157,14 +157,13 @@ class Session:
                            exc_info=True)
         return False, None
 
-    def _pacing_client(self) -> Any | None:
+    def _pacing_client(self, identity: Identity) -> Any | None:
         settings = self.settings
         try:
             from skewtrace.pacer.client import PacingClient
 
-            info = self._rank_info or discover_rank_info()
             client = PacingClient(
-                str(settings.pacer_url), str(settings.job_id), info.rank,
+                str(settings.pacer_url), identity.job_id, identity.rank,
                 max_delay_s=settings.pacing_max_delay,
                 poll_interval_s=settings.pacer_poll_interval_millis / 1000.0,
                 token=settings.pacer_token)
@@ -231,6 +230,8 @@ class Session:
                 base = self._user_provider.resource if self._user_provider else None
                 resource = build_resource(job_id, info, device_index=device_index, base=base)
                 self._identity = Identity(job_id=job_id, rank=info.rank, resource=resource)
+                if self._own_pacer and not self._closed:
+                    self.ctx.pacer = self._pacing_client(self._identity)
             return self._identity
 
     def _resource_or_none(self) -> Any | None:
@@ -268,6 +269,9 @@ class Session:
         closer.start()
         closer.join(remaining / 1000.0)
         atexit.unregister(self.close)
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.cancel()
 
     def _close_metrics(self, timeout_millis: int) -> None:
         try:
