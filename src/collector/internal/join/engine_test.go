@@ -525,3 +525,99 @@ func TestPhaseCacheIsBounded(t *testing.T) {
 		t.Errorf("phase cache kept the wrong entries")
 	}
 }
+
+// ddpStep simulates one DDP step of 4 ranks with `buckets` gradient all-reduces in which
+// rank 2 arrives late by lateness to every bucket, and every rank's phases (fetch and forward
+// 10 ms, backward 60 ms + transfer) plus fetchExtra / forwardExtra on rank 2. Every rank's
+// backward ends with the last bucket, so the early ranks' backward holds the lateness (and,
+// for a slow link, so does rank 2's).
+func ddpStep(t *testing.T, e *Engine[int], step int64, buckets int, lateness time.Duration,
+	fetchExtra, forwardExtra, transfer time.Duration, lateBackward bool,
+) []*Released[int] {
+	t.Helper()
+	for rank := range 4 {
+		fetch, forward, backward := 0.010, 0.010, 0.060+transfer.Seconds()
+		if rank == 2 {
+			fetch += fetchExtra.Seconds()
+			forward += forwardExtra.Seconds()
+			if lateBackward {
+				backward += lateness.Seconds()
+			}
+		} else {
+			backward += lateness.Seconds()
+		}
+		for kind, d := range map[PhaseKind]float64{PhaseFetch: fetch, PhaseForward: forward,
+			PhaseBackward: backward, PhaseOptimizer: 0.005} {
+			e.AddPhase(Phase{Job: "job", Step: step, Rank: rank, Kind: kind, Duration: d})
+		}
+	}
+	var out []*Released[int]
+	for b := range buckets {
+		seq := step*int64(buckets) + int64(b)
+		var arrivals []*Arrival[int]
+		for rank := range 4 {
+			d := lateness + transfer
+			if rank == 2 {
+				d = transfer
+			}
+			a := arrival("default", 4, seq, rank, d, base, 0)
+			a.Step = step
+			arrivals = append(arrivals, a)
+		}
+		out = append(out, addAll(t, e, arrivals...)...)
+	}
+	return out
+}
+
+func stragglerCauses(t *testing.T, released []*Released[int]) map[string]int {
+	t.Helper()
+	causes := map[string]int{}
+	for _, r := range released {
+		if m := memberByRank(t, r, 2); m.Verdict == VerdictStraggler {
+			causes[m.Cause]++
+		}
+	}
+	return causes
+}
+
+func TestDDPCausesWithManyBuckets(t *testing.T) {
+	cases := []struct {
+		name                                   string
+		fetchExtra, forwardExtra, slowTransfer time.Duration
+		lateBackward                           bool
+		want                                   string
+	}{
+		// Every bucket's wait holds the lateness; subtracting their sum from the early
+		// ranks' backward would make a slow dataloader look like compute.
+		{name: "data", fetchExtra: 40 * time.Millisecond, want: semconv.CauseData},
+		{name: "compute in forward", forwardExtra: 40 * time.Millisecond,
+			want: semconv.CauseCompute},
+		{name: "compute in backward", lateBackward: true, want: semconv.CauseCompute},
+		// A rank held up by its slow link: its backward is as long as everyone's, the
+		// transfer triples.
+		{name: "network", lateBackward: true, slowTransfer: 6 * time.Millisecond,
+			want: semconv.CauseNetwork},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 8, 0 })
+			// Two healthy steps teach the transfer baseline (3 ms).
+			for step := range int64(2) {
+				ddpStep(t, e, step, 4, 0, 0, 0, 3*time.Millisecond, false)
+			}
+			transfer := 3 * time.Millisecond
+			if tc.slowTransfer > 0 {
+				transfer = 3 * tc.slowTransfer / 2 // 9 ms
+			}
+			var released []*Released[int]
+			for step := int64(2); step < 12; step++ {
+				released = append(released, ddpStep(t, e, step, 4, 40*time.Millisecond,
+					tc.fetchExtra, tc.forwardExtra, transfer, tc.lateBackward)...)
+			}
+			causes := stragglerCauses(t, released)
+			if causes[tc.want] < 35 || len(causes) != 1 {
+				t.Errorf("causes %v, want %s on (nearly) all 40 collectives", causes, tc.want)
+			}
+		})
+	}
+}

@@ -7,12 +7,12 @@ type phaseKey struct {
 }
 
 // phaseEntry is what one rank did in one step: the summed duration of each phase kind,
-// and the summed wait of its collectives released so far.
+// and the longest wait of its collectives released so far.
 type phaseEntry struct {
-	key            phaseKey
-	duration       [numPhaseKinds]float64
-	seen           uint8
-	collectiveWait float64
+	key               phaseKey
+	duration          [numPhaseKinds]float64
+	seen              uint8
+	maxCollectiveWait float64
 }
 
 func (p *phaseEntry) value(kind PhaseKind) phaseValue {
@@ -62,8 +62,12 @@ func (c *phaseCache) add(ph Phase) {
 	entry.seen |= 1 << ph.Kind
 }
 
+// addWait keeps the longest collective wait of the rank in the step. The longest, not the
+// sum: DDP's bucket all-reduces overlap the rest of backward, so every bucket's wait holds
+// the same straggler lateness and only about one of them extends the backward span.
 func (c *phaseCache) addWait(job string, step int64, rank int, wait float64) {
-	c.slot(phaseKey{job: job, step: step, rank: int32(rank)}).collectiveWait += wait
+	entry := c.slot(phaseKey{job: job, step: step, rank: int32(rank)})
+	entry.maxCollectiveWait = max(entry.maxCollectiveWait, wait)
 }
 
 // get returns the entry or nil; the pointer is valid until the next add.

@@ -190,8 +190,10 @@ func (e *Engine[R]) judge(job *jobState, r *Released[R], lateIdx int, bytes int6
 		}
 	}
 
-	// The baseline learns after the comparison, and only from complete collectives.
-	if baseline != nil && r.MissingRanks == 0 {
+	// The baseline learns after the comparison, only from complete collectives, and not from
+	// transfers it would call slow: a link that stays slow must keep reading as slow.
+	if baseline != nil && r.MissingRanks == 0 && (baseline.samples < minBaselineSamples ||
+		r.Transfer <= e.cfg.NetworkFactor*baseline.mean) {
 		if baseline.samples == 0 {
 			baseline.mean = r.Transfer
 		} else {
@@ -205,9 +207,18 @@ func (e *Engine[R]) judge(job *jobState, r *Released[R], lateIdx int, bytes int6
 // start over (a job with that many distinct shapes has no useful baseline anyway).
 const maxBaselinesPerJob = 4096
 
-// cause compares the late rank's phases in this step with its peers' medians. The phase
-// with the largest excess names the cause when it explains cause_min_fraction of the
-// lateness; else a transfer well above its baseline names the network; else unknown.
+// cause compares the late rank's phases in this step with its peers' medians (excess =
+// own - median, counted when positive). Data is the dataloader.fetch excess; compute is the
+// sum of the forward, optimizer.step (this step's and the previous one's) and backward
+// excesses, backward taken net of the rank's longest collective wait in the step (with DDP,
+// backward ends with waiting for the last gradient all-reduce, which inflates the early
+// ranks' backward by the straggler's lateness).
+//
+// Backward is also where a rank held up by its own slow transfers shows, so it cannot tell
+// compute from network. When the transfer (min duration) is above network_factor times its
+// rolling baseline, the network is named unless data or compute outside backward explains
+// cause_min_fraction of the lateness. Otherwise the larger of data and compute names the
+// cause when it explains cause_min_fraction of the lateness; else unknown.
 //
 // It uses the phase spans that have arrived by release time: the instrumentation exports a
 // step's phases with or before its collectives in the usual case, and the components feed
@@ -233,7 +244,7 @@ func (e *Engine[R]) cause(r *Released[R], lateIdx int, baseline *ewma) string {
 		npeers++
 	}
 
-	bestExcess, bestCause := 0.0, ""
+	var excess [numCandidates]float64
 	for c := range numCandidates {
 		if !own[c].ok {
 			continue
@@ -245,22 +256,35 @@ func (e *Engine[R]) cause(r *Released[R], lateIdx int, baseline *ewma) string {
 			}
 		}
 		e.scratchVals = vals
-		if len(vals) == 0 {
-			continue
-		}
-		excess := own[c].value - median(vals)
-		if excess > bestExcess {
-			bestExcess, bestCause = excess, candidateCauses[c]
+		if len(vals) > 0 {
+			excess[c] = max(0, own[c].value-median(vals))
 		}
 	}
-	if bestCause != "" && bestExcess >= e.cfg.CauseMinFraction*late.Lateness {
-		return bestCause
-	}
+	data := excess[candFetch]
+	computeOutsideBackward := excess[candForward] + excess[candOptimizer] +
+		excess[candPrevOptimizer]
+	compute := computeOutsideBackward + excess[candBackwardNet]
+	need := e.cfg.CauseMinFraction * late.Lateness
+
 	if baseline != nil && baseline.samples >= minBaselineSamples &&
 		r.Transfer > e.cfg.NetworkFactor*baseline.mean {
-		return semconv.CauseNetwork
+		switch {
+		case data >= need && data >= computeOutsideBackward:
+			return semconv.CauseData
+		case computeOutsideBackward >= need:
+			return semconv.CauseCompute
+		default:
+			return semconv.CauseNetwork
+		}
 	}
-	return semconv.CauseUnknown
+	switch {
+	case data >= need && data >= compute:
+		return semconv.CauseData
+	case compute >= need:
+		return semconv.CauseCompute
+	default:
+		return semconv.CauseUnknown
+	}
 }
 
 // median sorts vals in place.
@@ -278,11 +302,9 @@ type phaseValue struct {
 	ok    bool
 }
 
-// The candidate phases for a cause. Backward is taken net of the rank's own collective
-// waits in the step: with DDP it contains waiting for the gradient all-reduces, which
-// inflates the early ranks' backward by the straggler's lateness. The previous step's
-// optimizer.step is a candidate because a slow optimizer makes a rank late to the first
-// collective of the next step.
+// The candidate phases for a cause. Backward is taken net of the rank's longest collective
+// wait in the step (see cause). The previous step's optimizer.step is a candidate because a
+// slow optimizer makes a rank late to the first collective of the next step.
 const (
 	candFetch = iota
 	candForward
@@ -292,18 +314,14 @@ const (
 	numCandidates
 )
 
-var candidateCauses = [numCandidates]string{
-	semconv.CauseData, semconv.CauseCompute, semconv.CauseCompute, semconv.CauseCompute,
-	semconv.CauseCompute,
-}
-
 func candidatePhases(cur, prev *phaseEntry) [numCandidates]phaseValue {
 	var out [numCandidates]phaseValue
 	if cur != nil {
 		out[candFetch] = cur.value(PhaseFetch)
 		out[candForward] = cur.value(PhaseForward)
 		if b := cur.value(PhaseBackward); b.ok {
-			out[candBackwardNet] = phaseValue{value: max(0, b.value-cur.collectiveWait), ok: true}
+			out[candBackwardNet] = phaseValue{value: max(0, b.value-cur.maxCollectiveWait),
+				ok: true}
 		}
 		out[candOptimizer] = cur.value(PhaseOptimizer)
 	}
