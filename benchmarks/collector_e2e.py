@@ -10,11 +10,12 @@ Pipeline measured (collector-config/otelcol.yaml, the real built binary):
 
 Baseline, in the same run and alternating with it: the same collector binary with
 collector-config/passthrough.yaml (receiver, memory_limiter, batch, OTLP exporter; no
-barrierskew). The load generator pregenerates and encodes a synthetic 1024-rank job (13
-spans per rank per step: step, phases and 8 gradient all-reduces) before the clock starts, and
-sends it as fast as the collector accepts it; the figure is the spans the sink received over
-the time from the first request sent to the last span received, so it includes the
-processor's buffering and the batch timeout.
+barrierskew). A third pipeline, otelcol.yaml without the connector, splits the cost between
+the processor and the connector. The load generator pregenerates and encodes a synthetic
+1024-rank job (13 spans per rank per step: step, phases and 8 gradient all-reduces) before
+the clock starts, and sends it as fast as the collector accepts it; the figure is the spans
+the sink received over the time from the first request sent to the last span received, so
+it includes the processor's buffering and the batch timeout.
 
 Printed per round and as the median: end-to-end spans/s, the collector's CPU seconds per
 million spans (from /proc, so other users of the 2 shared cores do not count), its peak RSS,
@@ -35,6 +36,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -115,6 +118,20 @@ def round_line(index: int, r: RoundResult) -> str:
         f"metric points {r.metric_points:,}, failed requests {r.failed_requests}); "
         f"{r.cpu_s_per_million:.1f} CPU s per million spans; peak RSS {r.peak_rss_mib:.0f} MiB"
     )
+
+
+def write_processor_only_config(directory: Path) -> Path:
+    """otelcol.yaml without the connector and its metrics pipeline: splits the cost of the
+    processor (join, annotation) from the connector's (metrics)."""
+    config = yaml.safe_load(OTELCOL_YAML.read_text())
+    del config["connectors"]
+    pipelines = config["service"]["pipelines"]
+    del pipelines["metrics"]
+    pipelines["traces"]["exporters"] = ["otlp_grpc/backend"]
+    del config["exporters"]["otlp_grpc/pacer"]
+    path = directory / "processor-only.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -274,8 +291,10 @@ def main() -> int:
     results: list[RoundResult] = []
     with tempfile.TemporaryDirectory(prefix="skewtrace-e2e-") as tmp:
         for round_index in range(args.rounds):
+            processor_only = write_processor_only_config(Path(tmp))
             for pipeline, config in (
                 ("passthrough", PASSTHROUGH_YAML),
+                ("processor", processor_only),
                 ("barrierskew", OTELCOL_YAML),
             ):
                 r = run_round(args.otelcol, loadgen, config, pipeline, args, Path(tmp))
@@ -301,6 +320,11 @@ def main() -> int:
         f"(one {args.ranks}-rank step per second)"
     )
     print(f"pass-through baseline:  {baseline:,.0f} spans/s")
+    print(
+        f"processor only:         {median('processor', 'e2e_spans_per_s'):,.0f} spans/s, "
+        f"{median('processor', 'cpu_s_per_million'):.1f} CPU s per million spans "
+        "(barrierskew without the connector)"
+    )
     print(f"ratio to baseline:      {ratio:.2f}   target >= {MIN_RATIO_TO_BASELINE}")
     print(
         f"CPU per span:           {median('barrierskew', 'cpu_s_per_million'):.1f} vs "
