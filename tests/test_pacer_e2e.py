@@ -162,6 +162,12 @@ def test_killing_the_pacer_leaves_training_running(otelcol_path: Path, tmp_path:
         delays = _spans(stack, job_id, "pacing.delay")
 
     after_kill = [s for s in steps if s.start_ns / 1e9 > killed_unix]
+    before_kill = [s for s in delays if s.start_ns / 1e9 <= killed_unix]
+    print(
+        f"pacer killed with delays {decision['delays']}; {len(before_kill)} delays applied "
+        f"before, rank 0 went on for {len(after_kill)} steps after it"
+    )
+    assert before_kill, "no delay was applied while the pacer was up"
     assert len(after_kill) > 20, "training did not go on after the pacer died"
     # Fail open: within the client's staleness bound (3 polls of 0.5 s) no more delays.
     late_delays = [s for s in delays if s.start_ns / 1e9 > killed_unix + 2.5]
