@@ -77,8 +77,8 @@ type Engine[R any] struct {
 	freeReleased []*Released[R]
 	// freeMembers is the member capacity parked in the free lists.
 	freeMembers int
-	scratchEnds  []int64
-	scratchVals  []float64
+	scratchEnds []int64
+	scratchVals []float64
 
 	stats Stats
 }
