@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -282,6 +283,8 @@ def main() -> int:
         default=Path(os.environ.get("SKEWTRACE_OTELCOL", REPO_ROOT / "build/otelcol-skewtrace")),
     )
     args = parser.parse_args()
+    # SIGTERM unwinds like an exception, so the collectors and sinks started below are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not args.otelcol.is_file():
         parser.error(f"{args.otelcol} is not built (run `make collector`)")
     loadgen = build_loadgen()
