@@ -621,3 +621,24 @@ func TestDDPCausesWithManyBuckets(t *testing.T) {
 		})
 	}
 }
+
+func TestCauseSticksWhenPhasesAreMissing(t *testing.T) {
+	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
+	phases(e, 0, PhaseForward, 0.040, 0.040)
+	r := straggle(t, e, 0, 1, 2, 40*time.Millisecond)
+	if m := memberByRank(t, r, 2); m.Cause != semconv.CauseCompute {
+		t.Fatalf("step 0 cause %q, want compute", m.Cause)
+	}
+	// Step 1's phase spans have not arrived when its collective completes.
+	r = straggle(t, e, 1, 1, 2, 40*time.Millisecond)
+	if m := memberByRank(t, r, 2); m.Verdict != VerdictStraggler || m.Cause != semconv.CauseCompute {
+		t.Errorf("step 1 without phases: verdict %d cause %q, want the rank's compute", m.Verdict,
+			m.Cause)
+	}
+	// A flagged rank with only unknown causes reads unknown.
+	e2, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
+	r = straggle(t, e2, 0, 3, 1, 40*time.Millisecond)
+	if m := memberByRank(t, r, 1); m.Cause != semconv.CauseUnknown {
+		t.Errorf("no phases ever: cause %q, want unknown", m.Cause)
+	}
+}

@@ -30,9 +30,43 @@ type ewma struct {
 	samples int
 }
 
+// causeMemory is how many of a flagged rank's latest per-collective causes vote on its cause.
+const causeMemory = 8
+
 type flagState struct {
 	cause string
 	Topology
+	// recent holds the rank's latest per-collective causes while flagged. The reported
+	// cause is the most common known one among them, so a collective released before the
+	// late rank's phase spans arrived (cause unknown) does not flip a compute straggler to
+	// unknown and back.
+	recent    [causeMemory]string
+	recentPos int
+}
+
+// vote records one collective's cause and returns the rank's cause: the most common known
+// cause among its recent ones (ties go to the most recent), else unknown.
+func (fs *flagState) vote(cause string) string {
+	fs.recent[fs.recentPos] = cause
+	fs.recentPos = (fs.recentPos + 1) % causeMemory
+	best, bestCount := semconv.CauseUnknown, 0
+	for i := range causeMemory {
+		// Walk from the most recent so that ties go to it.
+		c := fs.recent[(fs.recentPos-1-i+causeMemory)%causeMemory]
+		if c == "" || c == semconv.CauseUnknown {
+			continue
+		}
+		n := 0
+		for _, other := range fs.recent {
+			if other == c {
+				n++
+			}
+		}
+		if n > bestCount {
+			best, bestCount = c, n
+		}
+	}
+	return best
 }
 
 // jobState is the verdict state of one job.
@@ -171,7 +205,7 @@ func (e *Engine[R]) judge(job *jobState, r *Released[R], lateIdx int, bytes int6
 		if fs, flagged := job.flagged[lateRank]; flagged {
 			late := &r.Members[lateIdx]
 			fs.Topology = late.Topology
-			fs.cause = e.cause(r, lateIdx, baseline)
+			fs.cause = fs.vote(e.cause(r, lateIdx, baseline))
 			late.Verdict = VerdictStraggler
 			late.Cause = fs.cause
 			late.Domain = domainFor(late.Topology, job)
