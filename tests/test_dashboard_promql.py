@@ -25,7 +25,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,9 +269,44 @@ def test_dashboard_metric_names_exist(stack: Stack) -> None:
     used = {name for query in queries for name in metric_names(query.expr)}
     print(f"present: {sorted(used & present)}\nabsent:  {sorted(used - present)}")
     assert sorted(used - present - ONLY_ON_TROUBLE) == []
-    empty = [
-        query.label
-        for query in queries
-        if metric_names(query.expr) - ONLY_ON_TROUBLE and not _evaluate(stack, query)
-    ]
-    assert empty == []
+    assert _targets_without_data(stack, queries) == []
+
+
+def _targets_without_data(stack: Stack, queries: list[PanelQuery]) -> list[str]:
+    """Labels of the targets that should draw something here and do not, do not run, or
+    read a metric Prometheus does not have (which `... or vector(0)` would hide)."""
+    present = set(stack.prometheus.series_names())
+    problems = []
+    for query in queries:
+        expected = metric_names(query.expr) - ONLY_ON_TROUBLE
+        if not expected:
+            continue
+        if expected - present:
+            problems.append(f"{query.label}: no series named {sorted(expected - present)}")
+            continue
+        try:
+            if not _evaluate(stack, query):
+                problems.append(f"{query.label}: no data")
+        except PrometheusError as exc:
+            problems.append(f"{query.label}: {exc}")
+    return problems
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        # The gauge under its OTel name: the exporter appends _ratio for unit "1".
+        ("training_straggler_ratio{", "training_straggler{"),
+        # A counter of the Collector's telemetry with a suffix it does not have.
+        ("otelcol_processor_barrierskew_pending_collectives", "otelcol_pending_total"),
+        # A syntax error.
+        ("histogram_quantile(0.95,", "histogram_quantile(0.95"),
+    ],
+    ids=["wrong-gauge-name", "wrong-telemetry-name", "syntax-error"],
+)
+def test_a_broken_panel_query_is_caught(stack: Stack, old: str, new: str) -> None:
+    """The data check above fails for the mistakes it exists to catch."""
+    queries = dashboard_queries(_dashboard())
+    broken = [replace(q, expr=q.expr.replace(old, new)) for q in queries if old in q.expr]
+    assert broken
+    assert len(_targets_without_data(stack, broken)) == len(broken)
