@@ -371,6 +371,19 @@ def test_async_collective_ends_when_its_work_completes(full_run: Any) -> None:
 
 
 @pytest.mark.slow
+def test_self_metrics_reach_the_receiver(full_run: Any) -> None:
+    _, spans, sink = full_run
+    exported: dict[int, float] = {}
+    for point in sink.metric_points():
+        if point.name == "skewtrace.spans.exported":
+            rank = int(point.resource["training.rank"])
+            exported[rank] = max(exported.get(rank, 0), point.value)
+    for rank in (0, 1):
+        # The last report comes at uninstrument, after the final span export.
+        assert exported.get(rank) == sum(1 for s in spans if _rank(s) == rank), exported
+
+
+@pytest.mark.slow
 def test_unreachable_endpoint_training_completes_and_drops_are_counted() -> None:
     port = free_port()  # nothing listens here
     steps = 40
