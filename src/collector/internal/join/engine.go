@@ -20,11 +20,11 @@ const recycleLimit = 1024
 
 // Member slices start at preallocMembers and grow with arrivals, so that memory follows the
 // spans actually buffered (max_buffered_spans), not the pg_size a span claims. The free lists
-// hold at most recycleMembersBudget members' worth of slices in total (about 10 MB), and
+// hold at most recycleMembersBudget members' worth of slices in total (about 3 MB), and
 // rank bitsets past recycleMaxSeenWords (ranks >= 65536) are left to the GC.
 const (
 	preallocMembers      = 64
-	recycleMembersBudget = 1 << 16
+	recycleMembersBudget = 1 << 14
 	recycleMaxSeenWords  = 1024
 )
 

@@ -72,7 +72,8 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // TestMemoryIsBoundedByConfig checks, at a scale plain `go test` can afford, that the heap
 // stops growing once max_pending is full: feeding twice as many collectives again does not
-// raise it by more than 25%.
+// raise it by more than 25% plus the engine's free lists (a fixed 3 MB at most, which
+// evictions fill).
 func TestMemoryIsBoundedByConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates about 50 MB")
@@ -83,7 +84,8 @@ func TestMemoryIsBoundedByConfig(t *testing.T) {
 			res.buffered, res.evicted, 32*255)
 	}
 	held, again := res.afterBound-res.baseline, int64(res.afterTwice)-int64(res.baseline)
-	if float64(again) > 1.25*float64(held) {
+	const freeListAllowance = 4 << 20
+	if float64(again) > 1.25*float64(held)+freeListAllowance {
 		t.Errorf("heap grew from %.1f MiB to %.1f MiB after the bounds were reached", mib(held),
 			float64(again)/(1<<20))
 	}

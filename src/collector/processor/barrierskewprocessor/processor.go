@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/otel/metric"
@@ -22,9 +23,32 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-// member is how a buffered collective span is held: a standalone ResourceSpans carrying a
-// copy of its resource and scope and the span itself, ready to be moved into the output.
-type member = ptrace.ResourceSpans
+// origin is one copy of a rank's resource and instrumentation scope, shared by every span of
+// that rank the processor holds: resources are copied once per rank (and again only when
+// they change), not once per span.
+type origin struct {
+	resource       pcommon.Resource
+	resourceSchema string
+	scope          pcommon.InstrumentationScope
+	scopeSchema    string
+}
+
+type originKey struct {
+	job   string
+	rank  int
+	scope string
+}
+
+// maxOrigins bounds the origin cache; past it the cache starts over (held spans keep their
+// origin alive through their own pointer).
+const maxOrigins = 1 << 16
+
+// member is how a buffered collective span is held: the span moved out of its batch, and
+// where it came from.
+type member struct {
+	span   ptrace.Span
+	origin *origin
+}
 
 // barrierSkewProcessor joins collective spans across ranks and annotates them.
 //
@@ -41,10 +65,13 @@ type barrierSkewProcessor struct {
 	next   consumer.Traces
 	clock  join.Clock
 
-	mu            sync.Mutex
-	engine        *join.Engine[member]
-	scratch       []*join.Released[member]
-	resources     []spanio.Resource
+	mu        sync.Mutex
+	engine    *join.Engine[member]
+	scratch   []*join.Released[member]
+	resources []spanio.Resource
+	origins   map[originKey]*origin
+	// batchOrigins caches this batch's origin per (resource, scope) index pair.
+	batchOrigins  map[[2]int]*origin
 	malformed     map[string]int64
 	passedThrough int64
 
@@ -57,12 +84,14 @@ func newProcessor(
 	set processor.Settings, cfg *Config, next consumer.Traces, clock join.Clock,
 ) (*barrierSkewProcessor, error) {
 	p := &barrierSkewProcessor{
-		logger:    set.Logger,
-		cfg:       cfg,
-		next:      next,
-		clock:     clock,
-		engine:    join.New[member](cfg.Config, clock),
-		malformed: make(map[string]int64),
+		logger:       set.Logger,
+		cfg:          cfg,
+		next:         next,
+		clock:        clock,
+		engine:       join.New[member](cfg.Config, clock),
+		malformed:    make(map[string]int64),
+		origins:      make(map[originKey]*origin),
+		batchOrigins: make(map[[2]int]*origin),
 	}
 	reg, err := selftel.Register(set.MeterProvider,
 		"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor",
@@ -182,6 +211,7 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		}
 	}
 	p.scratch = p.scratch[:0]
+	clear(p.batchOrigins)
 	moved := false
 	for i := range rss.Len() {
 		rs := rss.At(i)
@@ -190,7 +220,7 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		for j := range sss.Len() {
 			ss := sss.At(j)
 			ss.Spans().RemoveIf(func(span ptrace.Span) bool {
-				taken := p.take(rs, ss, span, res)
+				taken := p.take(rs, ss, [2]int{i, j}, span, res)
 				moved = moved || taken
 				return taken
 			})
@@ -212,8 +242,8 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 
 // take moves a joinable collective span out of the batch into the engine and reports whether
 // it did; everything else stays in the batch.
-func (p *barrierSkewProcessor) take(
-	rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, span ptrace.Span, res *spanio.Resource,
+func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, at [2]int,
+	span ptrace.Span, res *spanio.Resource,
 ) bool {
 	if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective ||
 		spanio.IsAnnotated(span) {
@@ -225,36 +255,74 @@ func (p *barrierSkewProcessor) take(
 		p.malformed[reason]++
 		return false
 	}
-	held := ptrace.NewResourceSpans()
-	rs.Resource().CopyTo(held.Resource())
-	held.SetSchemaUrl(rs.SchemaUrl())
-	heldScope := held.ScopeSpans().AppendEmpty()
-	ss.Scope().CopyTo(heldScope.Scope())
-	heldScope.SetSchemaUrl(ss.SchemaUrl())
-	heldSpan := heldScope.Spans().AppendEmpty()
-	span.MoveTo(heldSpan)
-	a.Ref = held
+	held := ptrace.NewSpan()
+	span.MoveTo(held)
+	a.Ref = member{span: held, origin: p.originOf(rs, ss, at, res)}
 	var outcome join.Outcome
 	outcome, p.scratch = p.engine.Add(&a, p.scratch)
 	if outcome != join.Accepted {
 		// Counted by the engine's rejection stats; the span goes back where it was.
-		heldSpan.MoveTo(span)
+		held.MoveTo(span)
 		return false
 	}
 	return true
 }
 
-// appendReleased annotates the spans of the collectives in p.scratch and moves them into td.
+// originOf returns the shared copy of a span's resource and scope, copying them only when
+// this rank's cached copy is missing or differs.
+func (p *barrierSkewProcessor) originOf(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans,
+	at [2]int, res *spanio.Resource,
+) *origin {
+	if o, ok := p.batchOrigins[at]; ok {
+		return o
+	}
+	key := originKey{job: res.Job, rank: res.Rank, scope: ss.Scope().Name()}
+	o, ok := p.origins[key]
+	if !ok || o.resourceSchema != rs.SchemaUrl() || o.scopeSchema != ss.SchemaUrl() ||
+		o.scope.Version() != ss.Scope().Version() ||
+		!o.resource.Attributes().Equal(rs.Resource().Attributes()) ||
+		!o.scope.Attributes().Equal(ss.Scope().Attributes()) {
+		o = &origin{
+			resource:       pcommon.NewResource(),
+			resourceSchema: rs.SchemaUrl(),
+			scope:          pcommon.NewInstrumentationScope(),
+			scopeSchema:    ss.SchemaUrl(),
+		}
+		rs.Resource().CopyTo(o.resource)
+		ss.Scope().CopyTo(o.scope)
+		if len(p.origins) >= maxOrigins {
+			clear(p.origins)
+		}
+		p.origins[key] = o
+	}
+	p.batchOrigins[at] = o
+	return o
+}
+
+// appendReleased annotates the spans of the collectives in p.scratch and moves them into td,
+// one ResourceSpans per origin.
 func (p *barrierSkewProcessor) appendReleased(td ptrace.Traces) {
 	if len(p.scratch) == 0 {
 		return
 	}
 	out := td.ResourceSpans()
+	byOrigin := make(map[*origin]ptrace.SpanSlice)
 	for _, r := range p.scratch {
 		for i := range r.Members {
 			m := &r.Members[i]
-			spanio.Annotate(m.Ref.ScopeSpans().At(0).Spans().At(0), r, m)
-			m.Ref.MoveTo(out.AppendEmpty())
+			spanio.Annotate(m.Ref.span, r, m)
+			spans, ok := byOrigin[m.Ref.origin]
+			if !ok {
+				rs := out.AppendEmpty()
+				m.Ref.origin.resource.CopyTo(rs.Resource())
+				rs.SetSchemaUrl(m.Ref.origin.resourceSchema)
+				ss := rs.ScopeSpans().AppendEmpty()
+				m.Ref.origin.scope.CopyTo(ss.Scope())
+				ss.SetSchemaUrl(m.Ref.origin.scopeSchema)
+				spans = ss.Spans()
+				byOrigin[m.Ref.origin] = spans
+			}
+			m.Ref.span.MoveTo(spans.AppendEmpty())
 		}
 		p.engine.Recycle(r)
 	}

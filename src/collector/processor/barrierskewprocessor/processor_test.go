@@ -483,3 +483,51 @@ func assertCounter(t *testing.T, h *harness, name, key, value string, want int64
 	}
 	t.Errorf("%s{%s=%s} not reported: %+v", name, key, value, sum.DataPoints)
 }
+
+func TestReleasedSpansKeepTheirResourceAndShareIt(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(2)
+	// Rank 0's resource changes between seq 0 and seq 1 (a restarted process, say).
+	for seq, version := range []string{"a", "b"} {
+		b := fixture.NewBatch()
+		b.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: int64(seq), Step: int64(seq),
+			TrueEnd: trueEnd, Duration: 2 * time.Millisecond})
+		fixture.Spans(b.Traces)[0].Resource.Attributes().PutStr("service.version", version)
+		h.consume(t, b)
+	}
+	// Rank 1's two spans arrive in one batch and complete both collectives at once.
+	b := fixture.NewBatch()
+	for seq := range int64(2) {
+		b.AddCollective(ranks[1], fixture.Collective{PGSize: 2, Seq: seq, Step: seq,
+			TrueEnd: trueEnd, Duration: time.Millisecond})
+	}
+	h.consume(t, b)
+	spans := h.collectives()
+	if len(spans) != 4 {
+		t.Fatalf("want 4 spans, got %d", len(spans))
+	}
+	for _, s := range spans {
+		if s.Rank() != 0 {
+			continue
+		}
+		seq, _ := s.Span.Attributes().Get(semconv.AttrCollectiveSeq)
+		version, _ := s.Resource.Attributes().Get("service.version")
+		if want := []string{"a", "b"}[seq.Int()]; version.Str() != want {
+			t.Errorf("rank 0 seq %d carries resource version %q, want %q", seq.Int(),
+				version.Str(), want)
+		}
+	}
+	// Rank 1's two released spans share one ResourceSpans in the output.
+	out := h.sink.AllTraces()
+	last := out[len(out)-1]
+	rank1Resources := 0
+	for i := range last.ResourceSpans().Len() {
+		v, _ := last.ResourceSpans().At(i).Resource().Attributes().Get(semconv.AttrRank)
+		if v.Int() == 1 {
+			rank1Resources++
+		}
+	}
+	if rank1Resources != 1 {
+		t.Errorf("rank 1's spans spread over %d resources, want 1", rank1Resources)
+	}
+}
