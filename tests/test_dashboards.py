@@ -622,3 +622,82 @@ def test_substitute_variables_rejects_unknown_variables() -> None:
     )
     with pytest.raises(KeyError, match="nosuch"):
         substitute_variables('x{a="$nosuch"}', {})
+
+
+# --------------------------------------------------------------------------- TraceQL
+
+
+def _traceql_snippets() -> list[str]:
+    """The TraceQL of docs/viewing.md (fenced blocks that start with `{`) and the dashboard."""
+    docs = (REPO_ROOT / "docs" / "viewing.md").read_text()
+    blocks = re.findall(r"```\n(\{.*?)```", docs, flags=re.S)
+    dashboard = json.loads(DASHBOARD_PATH.read_text())
+    generator = _load_generator()
+    return [*blocks, generator.STRAGGLER_TRACEQL, generator.RECENT_STRAGGLERS_TRACEQL] + [
+        t["query"] for p in iter_panels(dashboard) for t in p.get("targets", []) if "query" in t
+    ]
+
+
+def _semconv_tables() -> tuple[set[str], set[str], set[str]]:
+    """(resource attribute keys, span/annotation attribute keys, span names) documented."""
+    resource: set[str] = set()
+    span: set[str] = set()
+    names: set[str] = set()
+    section = ""
+    for line in SEMCONV_PATH.read_text().splitlines():
+        if line.startswith("## "):
+            section = line
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not cells or not cells[0].startswith("`"):
+            continue
+        keys = set(re.findall(r"`([a-z_.]+)`", cells[0]))
+        if "Resource attributes" in section:
+            resource |= keys
+        elif "Traces" in section and len(cells) == 4 and "emitted by" not in line:
+            # span attribute rows (key | type | on | meaning) and span name rows
+            (names if cells[1] in ("every rank", "rank 0", "every paced rank") else span).update(
+                keys
+            )
+        elif "Annotations" in section:
+            span |= keys
+    # collective.<op> rows list every op name in the meaning column
+    names |= set(re.findall(r"`(collective\.[a-z_]+)`", SEMCONV_PATH.read_text()))
+    return resource, span, names
+
+
+def unknown_traceql_names(snippets: list[str]) -> list[str]:
+    """Attributes and span names in TraceQL that docs/semantic-conventions.md does not list."""
+    resource, span, names = _semconv_tables()
+    unknown = []
+    for text in snippets:
+        for scope, key in re.findall(r"\b(resource|span)\.([a-z_]+(?:\.[a-z_]+)*)", text):
+            if key not in (resource if scope == "resource" else span):
+                unknown.append(f"{scope}.{key} in {text.strip()!r}")
+        for name in re.findall(r'\bname\s*=\s*"([^"]+)"', text):
+            if name not in names:
+                unknown.append(f"span name {name!r} in {text.strip()!r}")
+    return unknown
+
+
+def test_traceql_uses_documented_attributes_and_span_names() -> None:
+    resource, span, names = _semconv_tables()
+    assert {"training.rank", "host.name", "training.switch"} <= resource
+    assert {"training.straggler", "training.barrier.skew", "training.step"} <= span
+    assert {"train.step", "pacing.delay", "collective.all_reduce"} <= names
+    snippets = _traceql_snippets()
+    assert len(snippets) >= 10
+    assert unknown_traceql_names(snippets) == []
+
+
+def test_traceql_check_catches_typos() -> None:
+    assert unknown_traceql_names(
+        [
+            "{ span.training.stragler = true }",  # misspelt annotation
+            "{ span.training.rank = 2 }",  # a resource attribute under span.
+            '{ name = "train_step" }',  # not a span name
+        ]
+    ) == [
+        "span.training.stragler in '{ span.training.stragler = true }'",
+        "span.training.rank in '{ span.training.rank = 2 }'",
+        "span name 'train_step' in '{ name = \"train_step\" }'",
+    ]
