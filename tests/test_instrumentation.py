@@ -430,3 +430,60 @@ def test_fast_encoder_matches_the_sdk_encoder() -> None:
                     span.ClearField("status")  # unset status: the same on the wire
         encoded = FastSpanEncoder().encode(spans)
         assert ExportTraceServiceRequest.FromString(encoded) == expected
+
+
+class _RecordingCudaTimer(_FakeCudaTimer):
+    """Stands in for CudaEventTimer (no GPU here): hands out handles, records start/stop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[int] = []
+        self.stopped: list[int] = []
+
+    def start(self, stream: object | None = None) -> int | None:
+        self.started.append(len(self.started) + 1)
+        return self.started[-1]
+
+    def stop(self, handle: int, stream: object | None = None) -> None:
+        self.stopped.append(handle)
+
+
+class _FakeCudaTensor:
+    """A tensor that says it lives on CUDA; the wrapped collective is a stand-in."""
+
+    is_cuda = True
+
+    def numel(self) -> int:
+        return 4
+
+    def element_size(self) -> int:
+        return 4
+
+
+def test_sync_collective_on_cuda_is_timed_with_cuda_events(world_of_one: None) -> None:
+    """No GPU here: a fake timer and a fake CUDA tensor drive the CUDA branch of the wrapper;
+    the materializer then takes the duration from the (fake) resolved events."""
+    from skewtrace.hooks._context import HookContext
+    from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS, _wrap_collective
+
+    timer = _RecordingCudaTimer()
+    recorder = Recorder(capacity=16)
+    ctx = HookContext(recorder, cuda_timer=timer)
+    calls: list[Any] = []
+    wrapped = _wrap_collective(ctx, lambda *a, **k: calls.append(a),
+                               COLLECTIVE_FUNCTIONS["all_reduce"])
+    wrapped(_FakeCudaTensor())
+    wrapped(_FakeCudaTensor(), async_op=False)
+    assert len(calls) == 2 and timer.started == timer.stopped == [1, 2]
+    events = list(recorder.events)
+    assert [e[12] for e in events] == [1, 2]
+    materializer = SpanMaterializer(_identity(0), 0, cuda_timer=timer)
+    assert materializer.materialize(events) == []
+    timer.resolved = [(1, 0.25)]
+    (span,) = materializer.materialize([])
+    assert span.name == "collective.all_reduce"
+    assert span.attributes[semconv.TIMING] == "cuda_event"
+    assert span.attributes[semconv.COLLECTIVE_BYTES] == 16
+    assert span.end_time - span.start_time == 250_000_000
+    (late,) = materializer.materialize([], final=True)
+    assert late.attributes[semconv.TIMING] == "host"

@@ -137,12 +137,9 @@ class SpanMaterializer:
     def _one(self, event: tuple[Any, ...], spans: list[ReadableSpan]) -> None:
         kind = event[0]
         if kind == PHASE:
-            _, name, step, start, end, timing, handle = event
+            handle = event[6]
             if handle is not None and self._cuda_timer is not None:
-                self._cuda_pending[handle] = event
-                if len(self._cuda_pending) > _MAX_PENDING_CUDA:
-                    _, oldest = self._cuda_pending.popitem(last=False)
-                    self._phase(oldest, spans, None)
+                self._hold_for_cuda(handle, event, spans)
                 return
             self._phase(event, spans, None)
         elif kind == STEP:
@@ -170,20 +167,11 @@ class SpanMaterializer:
                     )
                 )
         elif kind == COLLECTIVE:
-            (_, step, start, end, op, pg, pg_size, seq, nbytes, is_async, source, timing) = event
-            attributes = {
-                semconv.STEP: step,
-                semconv.COLLECTIVE_OP: op,
-                semconv.COLLECTIVE_PG: pg,
-                semconv.COLLECTIVE_PG_SIZE: pg_size,
-                semconv.COLLECTIVE_SEQ: seq,
-                semconv.COLLECTIVE_BYTES: nbytes,
-                semconv.COLLECTIVE_ASYNC: is_async,
-                semconv.COLLECTIVE_SOURCE: source,
-                semconv.TIMING: timing,
-            }
-            name = semconv.SPAN_COLLECTIVE_PREFIX + str(op)
-            spans.append(self._span(name, step, start, end, attributes))
+            handle = event[12] if len(event) > 12 else None
+            if handle is not None and self._cuda_timer is not None:
+                self._hold_for_cuda(handle, event, spans)
+                return
+            self._collective(event, spans, None)
         elif kind == PACING:
             _, step, start, end, delay, version = event
             attributes = {
@@ -194,6 +182,41 @@ class SpanMaterializer:
             spans.append(self._span(semconv.SPAN_PACING_DELAY, step, start, end, attributes))
         else:
             raise ValueError(f"unknown event kind {kind!r}")
+
+    def _collective(
+        self, event: tuple[Any, ...], spans: list[ReadableSpan], cuda_seconds: float | None
+    ) -> None:
+        (_, step, start, end, op, pg, pg_size, seq, nbytes, is_async, source, timing) = event[:12]
+        if cuda_seconds is not None:
+            end = start + int(cuda_seconds * 1e9)
+            timing = TIMING_CUDA_EVENT
+        attributes = {
+            semconv.STEP: step,
+            semconv.COLLECTIVE_OP: op,
+            semconv.COLLECTIVE_PG: pg,
+            semconv.COLLECTIVE_PG_SIZE: pg_size,
+            semconv.COLLECTIVE_SEQ: seq,
+            semconv.COLLECTIVE_BYTES: nbytes,
+            semconv.COLLECTIVE_ASYNC: is_async,
+            semconv.COLLECTIVE_SOURCE: source,
+            semconv.TIMING: timing,
+        }
+        name = semconv.SPAN_COLLECTIVE_PREFIX + str(op)
+        spans.append(self._span(name, step, start, end, attributes))
+
+    def _hold_for_cuda(self, handle: int, event: tuple[Any, ...],
+                       spans: list[ReadableSpan]) -> None:
+        self._cuda_pending[handle] = event
+        if len(self._cuda_pending) > _MAX_PENDING_CUDA:
+            _, oldest = self._cuda_pending.popitem(last=False)
+            self._emit(oldest, spans, None)
+
+    def _emit(self, event: tuple[Any, ...], spans: list[ReadableSpan],
+              cuda_seconds: float | None) -> None:
+        if event[0] == COLLECTIVE:
+            self._collective(event, spans, cuda_seconds)
+        else:
+            self._phase(event, spans, cuda_seconds)
 
     def _phase(
         self, event: tuple[Any, ...], spans: list[ReadableSpan], cuda_seconds: float | None
@@ -218,12 +241,12 @@ class SpanMaterializer:
         for handle, seconds in resolved:
             event = self._cuda_pending.pop(handle, None)
             if event is not None:
-                self._phase(event, spans, seconds)
+                self._emit(event, spans, seconds)
         if final:
             # At exit unresolved events fall back to host times rather than vanish.
             while self._cuda_pending:
                 _, event = self._cuda_pending.popitem(last=False)
-                self._phase(event, spans, None)
+                self._emit(event, spans, None)
 
 
 class SpanSink(Protocol):

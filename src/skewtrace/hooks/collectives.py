@@ -55,6 +55,12 @@ def tensor_bytes(value: Any) -> int:
         return 0
 
 
+def _on_cuda(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    return bool(getattr(value, "is_cuda", False))
+
+
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None,
               name: str | None, default: Any = None) -> Any:
     if position is not None and len(args) > position:
@@ -105,6 +111,14 @@ def _wrap_collective(ctx: HookContext, original: Callable[..., Any], spec: tuple
             logger.debug("skewtrace: collective %s not traced", op, exc_info=True)
             return original(*args, **kwargs)
         step = recorder.step
+        cuda_timer = ctx.cuda_timer
+        handle = None
+        if cuda_timer is not None and not is_async and _on_cuda(
+                _argument(args, kwargs, input_pos, input_name)):
+            # A synchronous NCCL call returns once the work is queued; the current stream
+            # then waits for it. Events on that stream before and after span this rank's
+            # arrival to the collective's completion.
+            handle = cuda_timer.start()
         tls.depth = 1
         start = now_ns()
         try:
@@ -113,6 +127,10 @@ def _wrap_collective(ctx: HookContext, original: Callable[..., Any], spec: tuple
             tls.depth = 0
         head = (COLLECTIVE, step, start)
         tail = (op, state.name, state.size, seq, nbytes, is_async, SOURCE_API, TIMING_HOST)
+        if handle is not None and cuda_timer is not None:
+            cuda_timer.stop(handle)
+            recorder.record((*head, now_ns(), *tail, handle))
+            return work
         if is_async and work is not None and _record_when_done(ctx, work, head, tail):
             return work
         recorder.record((*head, now_ns(), *tail))
