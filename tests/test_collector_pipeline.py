@@ -13,7 +13,9 @@ import hashlib
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -30,6 +32,7 @@ from collector_harness import (
 from otlp_sink import OtlpSink
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,8 @@ PROM_STRAGGLER = "training_straggler_ratio"
 COLLECTIVE_KEYS = ("training.barrier.skew", "training.barrier.lateness", "training.barrier.wait")
 
 
-def _wait(predicate, timeout_s: float, interval_s: float = 0.2):  # type: ignore[no-untyped-def]
+def _wait(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.2) -> T:
+    """predicate() once it is truthy, or its last value after timeout_s."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
