@@ -228,3 +228,37 @@ def test_exemplars_point_at_the_step_trace(
         finally:
             sender.kill()
             sender.wait()
+
+
+def test_ranks_own_metrics_get_rank_labels(otelcol_path: Path, tmp_path: Path) -> None:
+    """A rank's skewtrace.events.dropped (rank only on the resource) is labelled by rank."""
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    with CollectorProcess(otelcol_path, [OTELCOL_YAML], tmp_path) as collector:
+        for rank in (0, 1):
+            exporter = OTLPMetricExporter(endpoint=collector.otlp_grpc_endpoint, insecure=True)
+            reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)
+            resource = Resource.create(
+                {"service.name": "skewtrace-training", "service.instance.id": f"labels/{rank}",
+                 "training.job.id": "labels", "training.rank": rank, "host.name": "node-a"}
+            )  # fmt: skip
+            provider = MeterProvider(metric_readers=[reader], resource=resource)
+            counter = provider.get_meter("skewtrace").create_counter(
+                "skewtrace.events.dropped", unit="1"
+            )
+            counter.add(3 + rank, {"reason": "full"})
+            provider.shutdown()  # exports once
+
+        def dropped() -> dict[str, float]:
+            samples = find_samples(
+                parse_prometheus(collector.scrape_prometheus()),
+                "skewtrace_events_dropped_total",
+                training_job_id="labels",
+            )
+            return {s.labels.get("training_rank", "?"): s.value for s in samples}
+
+        assert _wait(lambda: len(dropped()) == 2, timeout_s=10), dropped()
+        assert dropped() == {"0": 3.0, "1": 4.0}
