@@ -192,7 +192,9 @@ def _ddp_worker(rank: int, world: int, port: int, conf: dict[str, Any], queue: A
     for block in range(blocks):
         # Alternate which mode goes first in each pair so neither always follows the other.
         instrumented = (block % 2 == 0) == ((block // 2) % 2 == 0)
-        if instrumented:
+        # A/A control: the "instrumented" blocks stay plain, to show the method's noise floor.
+        really = instrumented and not conf.get("null_control", False)
+        if really:
             skewtrace.instrument(model=model, optimizer=optimizer)
         dist.barrier()
         block_times = []
@@ -208,7 +210,7 @@ def _ddp_worker(rank: int, world: int, port: int, conf: dict[str, Any], queue: A
             now = time.perf_counter()
             block_times.append(now - last)
             last = now
-        if instrumented:
+        if really:
             session = skewtrace.SkewtraceInstrumentor().session
             skewtrace.uninstrument()
             assert session is not None
@@ -222,7 +224,8 @@ def _ddp_worker(rank: int, world: int, port: int, conf: dict[str, Any], queue: A
                           spans=events)))
 
 
-def bench_step_time(endpoint_up: bool, conf: dict[str, Any]) -> dict[str, float]:
+def bench_step_time(endpoint_up: bool, conf: dict[str, Any],
+                    null_control: bool = False) -> dict[str, float]:
     import torch.multiprocessing as mp
 
     from otlp_sink import OtlpSink
@@ -230,7 +233,7 @@ def bench_step_time(endpoint_up: bool, conf: dict[str, Any]) -> dict[str, float]
     world = 4
     sink = OtlpSink().start() if endpoint_up else None
     endpoint = sink.endpoint if sink else f"http://127.0.0.1:{_free_port()}"
-    conf = dict(conf, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+    conf = dict(conf, null_control=null_control, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
                            "SKEWTRACE_JOB_ID": f"overhead-{'up' if endpoint_up else 'down'}",
                            "SKEWTRACE_SHUTDOWN_TIMEOUT_MILLIS": "1000",
                            "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
@@ -258,6 +261,11 @@ def bench_step_time(endpoint_up: bool, conf: dict[str, Any]) -> dict[str, float]
     med_plain, med_instr = statistics.median(plain), statistics.median(instr)
     ratio = mean_instr / mean_plain
     ratio_median = med_instr / med_plain
+    if null_control:
+        print(f"[2] A/A control (no block instrumented, same schedule): mean ratio {ratio:.4f},"
+              f" median ratio {ratio_median:.4f} (ideal 1.0: anything else is the method's "
+              f"noise floor at this load; plain CV {statistics.pstdev(plain) / mean_plain:.2f})")
+        return {"ratio": ratio, "median_ratio": ratio_median}
     label = "up  " if endpoint_up else "down"
     cpu_per_step = statistics.fmean(r["export_cpu_s"] / max(r["steps"], 1)
                                     for r in results.values())
@@ -379,6 +387,8 @@ def main() -> None:
                 "hidden": args.hidden, "batch_size": args.batch_size}
         summary["step_time_endpoint_up"] = bench_step_time(True, conf)
         summary["step_time_endpoint_down"] = bench_step_time(False, conf)
+        if not args.quick:
+            summary["step_time_null_control"] = bench_step_time(False, conf, null_control=True)
     if "memory" not in args.skip:
         summary["memory"] = bench_memory(4_000 if args.quick else 24_000,
                                          buffer_events=2048 if args.quick else 8192)

@@ -487,3 +487,15 @@ def test_sync_collective_on_cuda_is_timed_with_cuda_events(world_of_one: None) -
     assert span.end_time - span.start_time == 250_000_000
     (late,) = materializer.materialize([], final=True)
     assert late.attributes[semconv.TIMING] == "host"
+
+
+def test_traced_iterable_for_plain_iterables(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = memory_provider
+    assert list(skewtrace.traced_iterable([1, 2])) == [1, 2]  # not instrumented: passthrough
+    skewtrace.instrument(tracer_provider=provider)
+    assert list(skewtrace.traced_iterable(iter(range(4)))) == [0, 1, 2, 3]
+    skewtrace.uninstrument()
+    fetches = [s for s in exporter.get_finished_spans() if s.name == "dataloader.fetch"]
+    assert len(fetches) == 4

@@ -496,6 +496,12 @@ class BackgroundExporter:
     def start(self) -> None:
         self._thread.start()
 
+    def set_cuda_timer(self, timer: CudaPoller) -> None:
+        """A CUDA model appeared after start (zero-code); takes effect for new spans."""
+        self._cuda_timer = timer
+        if self._materializer is not None:
+            self._materializer._cuda_timer = timer
+
     def _run(self) -> None:
         from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, set_value
 

@@ -213,13 +213,25 @@ class Session:
             original(ddp, *args, **kwargs)
             if not session._closed:
                 try:
-                    use_cuda, _ = session._cuda(ddp)
-                    session._instrument_model(ddp, use_cuda and session.ctx.cuda_timer
-                                              is not None)
+                    session._adopt_model(ddp)
                 except Exception:
                     logger.warning("skewtrace: could not instrument DDP model", exc_info=True)
 
         self.patches.replace(DistributedDataParallel, "__init__", __init__, original)
+
+    def _adopt_model(self, model: Any) -> None:
+        """Zero-code: instrument a DDP model built after instrument(), CUDA timing included."""
+        if self.ctx.device is None:
+            self.ctx.device = _model_device(model)
+        use_cuda = False
+        if self.ctx.cuda_timer is None:
+            use_cuda, timer = self._cuda(model)
+            if timer is not None:
+                self.ctx.cuda_timer = timer
+                self.exporter.set_cuda_timer(timer)
+        else:
+            use_cuda = True
+        self._instrument_model(model, use_cuda)
 
     def identity(self) -> Identity | None:
         with self._lock:
