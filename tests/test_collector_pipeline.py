@@ -262,3 +262,44 @@ def test_ranks_own_metrics_get_rank_labels(otelcol_path: Path, tmp_path: Path) -
 
         assert _wait(lambda: len(dropped()) == 2, timeout_s=10), dropped()
         assert dropped() == {"0": 3.0, "1": 4.0}
+
+
+def test_dead_rank_releases_incomplete_collectives(
+    otelcol_path: Path, loadgen: Path, tmp_path: Path
+) -> None:
+    """A rank that never sends: after wait_timeout every collective comes out with the rank
+    named missing, and the incomplete counter on /metrics counts them."""
+    job, steps, buckets = "pipeline-dead-rank", 4, 2
+    with CollectorProcess(
+        otelcol_path,
+        [OTELCOL_YAML, FILE_EXPORT_YAML],
+        tmp_path,
+        env={"SKEWTRACE_WAIT_TIMEOUT": "1s"},
+    ) as collector:
+        sent = run_loadgen_send(
+            loadgen, collector.otlp_grpc_endpoint,
+            "-job", job, "-ranks", "8", "-steps", str(steps), "-collectives", str(buckets),
+            "-missing-rank", "6",
+        )  # fmt: skip
+        spans = _wait(
+            lambda: len(s := collector.exported_spans()) >= sent["spans"] and s, timeout_s=20
+        )
+        assert spans, "the held collectives were not released"
+        collectives = _collectives(spans)
+        assert len(collectives) == steps * buckets
+        for key, members in collectives.items():
+            assert len(members) == 7, key
+            for span in members:
+                assert span.attributes.get("training.barrier.missing_ranks") == 1, span.attributes
+                assert span.attributes.get("training.barrier.missing") == "6", span.attributes
+
+        def incomplete() -> float:
+            samples = find_samples(
+                parse_prometheus(collector.scrape_prometheus()),
+                "training_collective_incomplete_total",
+                training_job_id=job,
+            )
+            return sum(s.value for s in samples)
+
+        assert _wait(lambda: incomplete() >= steps * buckets, timeout_s=10), incomplete()
+        assert incomplete() == steps * buckets
