@@ -6,6 +6,9 @@ whose ``barrierskew`` connector pushes metrics to a ``skewtrace pacer``. The onl
 between the two modes is whether the ranks are given ``SKEWTRACE_PACER_URL``. Runs alternate
 (off, on, on, off, ...) so that drift in the shared machine's load hits both modes alike.
 
+"pacer on" is the share of the run during which the pacer's decision for the job was active;
+it decides in both modes (the metrics flow either way), but only "on" ranks apply it.
+
 Printed per mode (means over runs, rank 0): iteration-time CV, mean and p99 step time
 (p99 from rank 0's ``train.step`` spans, which the collector forwards to an in-process OTLP
 sink) and throughput (samples/s), then the on/off ratios beside the paper's figures: CV 0.22
@@ -372,7 +375,7 @@ def report(results: Sequence[RunResult]) -> str:
     lines = []
     header = (
         f"{'mode':<5} {'runs':>4} {'iter CV':>8} {'mean step ms':>13} {'p99 step ms':>12} "
-        f"{'samples/s':>10} {'paced':>6}"
+        f"{'samples/s':>10} {'pacer on':>9}"
     )
     lines.append(header)
     by_mode: dict[str, list[RunResult]] = {}
@@ -391,7 +394,7 @@ def report(results: Sequence[RunResult]) -> str:
         s = summary[mode]
         lines.append(
             f"{mode:<5} {len(runs):>4} {s['cv']:>8.3f} {s['mean'] * 1e3:>13.1f} "
-            f"{s['p99'] * 1e3:>12.1f} {s['tp']:>10.1f} {s['active'] * 100:>5.0f}%"
+            f"{s['p99'] * 1e3:>12.1f} {s['tp']:>10.1f} {s['active'] * 100:>8.0f}%"
         )
     off, on = summary["off"], summary["on"]
     cv_ratio = on["cv"] / off["cv"] if off["cv"] else math.nan
@@ -456,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results.append(result)
                 print(
                     f"run {index} {mode}: cv={result.cv:.3f} mean={result.mean_s * 1e3:.1f} ms "
-                    f"p99={result.p99_s * 1e3:.1f} ms paced={result.active_fraction * 100:.0f}% "
+                    f"p99={result.p99_s * 1e3:.1f} ms pacer on={result.active_fraction * 100:.0f}% "
                     f"({result.wall_s:.0f} s)",
                     flush=True,
                 )
