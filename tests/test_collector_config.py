@@ -21,6 +21,7 @@ from collector_harness import (
 )
 
 MANIFEST = CONFIG_DIR / "builder-config.yaml"
+PPROF_YAML = CONFIG_DIR / "pprof.yaml"
 CORE_PREFIX = "go.opentelemetry.io/collector/"
 CONTRIB_PREFIX = "github.com/open-telemetry/opentelemetry-collector-contrib/"
 OUR_MODULE = "github.com/skewtrace/skewtrace/src/collector"
@@ -114,7 +115,7 @@ ENV_REF = re.compile(r"\$\{env:([A-Z0-9_]+)(?::-([^}]*))?\}")
 
 
 @pytest.mark.parametrize(
-    "config", [OTELCOL_YAML, FILE_EXPORT_YAML, GATEWAY_YAML], ids=lambda p: p.name
+    "config", [OTELCOL_YAML, FILE_EXPORT_YAML, GATEWAY_YAML, PPROF_YAML], ids=lambda p: p.name
 )
 def test_every_env_var_is_listed_in_the_header(config: Path) -> None:
     text = config.read_text()
@@ -165,8 +166,14 @@ def _run(
 @pytest.mark.collector
 @pytest.mark.parametrize(
     "configs",
-    [[OTELCOL_YAML], [OTELCOL_YAML, FILE_EXPORT_YAML], [GATEWAY_YAML], [PASSTHROUGH_YAML]],
-    ids=["otelcol", "otelcol+file-export", "gateway", "passthrough"],
+    [
+        [OTELCOL_YAML],
+        [OTELCOL_YAML, FILE_EXPORT_YAML],
+        [OTELCOL_YAML, PPROF_YAML],
+        [GATEWAY_YAML],
+        [PASSTHROUGH_YAML],
+    ],
+    ids=["otelcol", "otelcol+file-export", "otelcol+pprof", "gateway", "passthrough"],
 )
 def test_binary_accepts_config(otelcol_path: Path, configs: list[Path]) -> None:
     args = ["validate"]
