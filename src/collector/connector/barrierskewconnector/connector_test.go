@@ -414,3 +414,32 @@ func histogramTotals(m pmetric.Metric) totals {
 	}
 	return out
 }
+
+// TestConcurrentConsumersAndFlushTicker feeds steps from several goroutines while the flush
+// ticker emits and the telemetry is read; run it with -race.
+func TestConcurrentConsumersAndFlushTicker(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MetricsFlushInterval = time.Millisecond })
+	ranks := fixture.Ranks(4)
+	var wg sync.WaitGroup
+	for worker := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range int64(20) {
+				step := int64(worker)*100 + i
+				if err := h.conn.ConsumeTraces(context.Background(),
+					stepBatch(ranks, step, 1, semconv.SpanForward, 20*time.Millisecond)); err != nil {
+					t.Error(err)
+					return
+				}
+				h.conn.snapshot()
+			}
+		}()
+	}
+	wg.Wait()
+	md := h.flush(t)
+	skew := findMetric(t, md, semconv.MetricBarrierSkew).Histogram().DataPoints().At(0)
+	if skew.Count() != 80 {
+		t.Errorf("skew count %d, want 80 collectives", skew.Count())
+	}
+}
