@@ -74,7 +74,12 @@ def simulate(
     reporting: Callable[[float, int], bool] = lambda t, r: True,
     seed: int = 7,
     window_s: float = 4.0,
+    absorbed: bool = False,
 ) -> SimResult:
+    """``absorbed``: the ranks apply their delays at a collective right after a
+    synchronisation, so a delay does not move the rank's arrival at the barrier; instead
+    every other rank waits there for the most delayed one and the step gets that much longer.
+    """
     params = params or PolicyParams()
     rng = random.Random(seed)
     result = SimResult()
@@ -85,14 +90,21 @@ def simulate(
         for _ in range(STEPS_PER_TICK):
             natural = [arrivals(t, r, rng) for r in range(WORLD)]
             applied = [delays.get(r, 0.0) for r in range(WORLD)]
-            arrival = [n + d for n, d in zip(natural, applied, strict=True)]
+            if absorbed:
+                arrival = natural
+                most, least = max(applied), min(applied)
+                extra_wait = [most - d for d in applied]
+                extra_late = [d - least for d in applied]
+            else:
+                arrival = [n + d for n, d in zip(natural, applied, strict=True)]
+                most, extra_wait, extra_late = 0.0, [0.0] * WORLD, [0.0] * WORLD
             latest, earliest = max(arrival), min(arrival)
             result.steps.append(
                 _StepRecord(
                     t=t,
-                    step_time=BASE_STEP_S + latest,
-                    wait=[latest - a for a in arrival],
-                    lateness=[a - earliest for a in arrival],
+                    step_time=BASE_STEP_S + latest + most,
+                    wait=[latest - a + x for a, x in zip(arrival, extra_wait, strict=True)],
+                    lateness=[a - earliest + x for a, x in zip(arrival, extra_late, strict=True)],
                     delay=applied,
                     arrival=arrival,
                 )
@@ -365,11 +377,11 @@ def test_applied_delay_is_added_back_so_pacing_does_not_switch_itself_off() -> N
     assert decision.delays[0] == pytest.approx(0.010)
 
 
-def test_delay_a_rank_did_not_apply_does_not_ratchet_up() -> None:
+def test_delay_a_rank_did_not_apply_does_not_ratchet_up_and_is_dropped() -> None:
     """Open loop: the rank ignores its delays, so its observed wait stays 30 ms."""
-    params = PolicyParams(gain=1.0)
-    state = PolicyState(active=True)
-    applied = 0.0
+    params = PolicyParams(gain=1.0, ineffective_hold_s=4.0)
+    state = PolicyState()
+    applied, published = 0.0, []
     for tick in range(20):
         ranks = {
             0: RankWindow(10, 1.3, 10 * 0.030, 0.0, applied_delay_s=applied),
@@ -377,8 +389,43 @@ def test_delay_a_rank_did_not_apply_does_not_ratchet_up() -> None:
         }
         decision = decide(JobWindow(now=5.0 + tick, ranks=ranks), state, params)
         state = decision.state
-        applied = decision.delays[0]  # what the pacer believes was applied
-    assert applied == pytest.approx(0.015)  # half the observed wait, not the whole of it
+        applied = decision.delays.get(0, 0.0)  # what the pacer believes was applied
+        published.append(applied)
+    # half the observed wait at most, never the whole of it ...
+    assert max(published) == pytest.approx(0.015)
+    # ... and once the wait failed to drop for 4 s the rank is no longer paced
+    assert published[-1] == 0.0 and 0 in state.suppressed
+    assert decision.active and decision.reason == "ineffective"
+    first_zero = published.index(0.0, 1)
+    assert first_zero <= 7, published
+
+
+def test_absorbed_delays_are_dropped_and_stop_costing_time() -> None:
+    """Delays applied where they cannot move the arrival only lengthen every step."""
+    params = PolicyParams()
+    absorbed = simulate(straggler_between(5.0, 60.0), 60.0, params, absorbed=True)
+    on = absorbed.first_time(lambda i: absorbed.active[i])
+    assert on is not None
+    dropped = absorbed.first_time(
+        lambda i: absorbed.active[i] and not any(absorbed.delays[i].values()), after=on
+    )
+    assert dropped is not None and dropped - on <= 10.0, (on, dropped)
+    later = [d for t, d in zip(absorbed.times, absorbed.delays, strict=True) if t > dropped]
+    assert all(not any(d.values()) for d in later), "ineffective delays came back"
+    assert all(a for t, a in zip(absorbed.times, absorbed.active, strict=True) if t > dropped)
+    cost = sum(max(s.delay) for s in absorbed.steps)
+    # without the check the delays would cost ~10 ms on every step for 50 s (~50 s * 10/s
+    # steps * 10 ms = 5 s); with it, the few seconds before they are dropped
+    assert cost < 1.0, cost
+
+
+def test_effectiveness_memory_resets_when_pacing_turns_off() -> None:
+    state = PolicyState(active=True, suppressed=frozenset({0}), baseline_wait={0: 0.03})
+    calm = {0: RankWindow(10, 1.0, 0.0, 0.0), 1: RankWindow(10, 1.0, 0.0, 0.0)}
+    params = PolicyParams(deactivate_hold_s=0.0)
+    decision = decide(JobWindow(now=1.0, ranks=calm), state, params)
+    assert not decision.active
+    assert decision.state.suppressed == frozenset() and not decision.state.baseline_wait
 
 
 def test_smoothing_moves_part_way_and_drops_at_once() -> None:

@@ -114,6 +114,9 @@ class SimulatedJob:
     lateness_s: float = 0.030
     collectives_per_step: int = 3
     overlapping: bool = False
+    applies_delays: bool = True
+    """Closed loop: the ranks apply the pacer's delays (as PacingClient would)."""
+    delays: dict[int, float] = field(default_factory=dict)
     totals: dict[tuple[str, int], list[Any]] = field(default_factory=dict)
 
     def _add(self, metric: str, rank: int, values: list[float], steps: int) -> None:
@@ -124,10 +127,17 @@ class SimulatedJob:
             total[2][_bucket_of(value)] += steps
 
     def run_steps(self, steps: int) -> None:
+        applied = self.delays if self.applies_delays else {}
+        least = min((applied.get(r, 0.0) for r in range(self.world)), default=0.0)
         for rank in range(self.world):
             late = self.late_rank is not None
-            wait = self.lateness_s if late and rank != self.late_rank else 0.0
-            lateness = self.lateness_s if late and rank == self.late_rank else 0.0
+            delay = applied.get(rank, 0.0)
+            if not late:
+                wait, lateness = 0.0, 0.0
+            elif rank == self.late_rank:
+                wait, lateness = 0.0, self.lateness_s - least
+            else:  # an early rank: its delay moves it toward the late one
+                wait, lateness = max(0.0, self.lateness_s - delay), delay - least
             n = self.collectives_per_step
             rest = [wait] * (n - 1) if self.overlapping else [0.0] * (n - 1)
             rest_late = [lateness] * (n - 1) if self.overlapping else [0.0] * (n - 1)
@@ -235,6 +245,9 @@ def drive(
                 assert response.partial_success.rejected_data_points == 0
                 previous[job.job_id] = job.snapshot()
         service.tick()
+        for job in jobs:
+            body = service.decision_body(job.job_id) or {}
+            job.delays = {int(r): v for r, v in body.get("delays", {}).items()}
 
 
 # ------------------------------------------------------------------ decisions
@@ -257,12 +270,23 @@ def test_straggler_job_is_paced_over_grpc_and_http(
     assert body["version"] >= 1
     assert set(body["delays"]) == {"0", "1", "2"}, body  # never the late rank
     for delay in body["delays"].values():
-        # the simulated ranks do not apply their delays (open loop), so the observed wait
-        # stays 30 ms per step and the delay settles at half of it
-        assert 0.010 < delay <= 0.015 + 1e-6
-    # ... and the natural spread is the observed 30 ms plus the delay the pacer believes applied
-    delay = body["delays"]["0"]
-    assert body["spread"] == pytest.approx((0.030 + delay) / 0.130, rel=0.1)
+        # the ranks apply their delays: d = 0.5 * (30 ms - d) settles at 10 ms
+        assert 0.008 < delay <= 0.0115
+    # the natural spread still sees the whole 30 ms (applied delays added back)
+    assert body["spread"] == pytest.approx(0.030 / 0.130, rel=0.15)
+
+
+def test_job_that_does_not_apply_its_delays_is_no_longer_paced(
+    service: PacerService, stub: Any, clock: FakeClock
+) -> None:
+    job = SimulatedJob("deaf", applies_delays=False)
+    drive(service, stub, clock, [job], 4.0)
+    first = get(service, "/v1/pacing?job=deaf")[1]
+    assert first["active"] and first["delays"]
+    drive(service, stub, clock, [job], 10.0)
+    later = get(service, "/v1/pacing?job=deaf")[1]
+    assert later["active"] is True and later["delays"] == {}
+    assert later["reason"] == "ineffective"
 
 
 def test_cumulative_and_delta_give_the_same_decisions(clock: FakeClock) -> None:

@@ -157,6 +157,12 @@ _PACER_OPTIONS = (
         "--min-steps", _count, _POLICY.min_steps, "steps a rank needs in the window to be judged"
     ),
     _Option(
+        "--ineffective-hold-s",
+        _non_negative,
+        _POLICY.ineffective_hold_s,
+        "stop pacing a rank whose delays have not shown in its wait for this long",
+    ),
+    _Option(
         "--rank-timeout-s",
         _positive,
         _CONFIG.rank_timeout_s,
@@ -199,6 +205,7 @@ _FIELD_FLAGS = {
     "margin_s": "--margin-s",
     "window_s": "--window-s",
     "rank_timeout_s": "--rank-timeout-s",
+    "ineffective_hold_s": "--ineffective-hold-s",
 }
 
 
@@ -269,6 +276,7 @@ def build_pacer_config(
             margin_s=values["margin_s"],
             gain=values["gain"],
             min_steps=values["min_steps"],
+            ineffective_hold_s=values["ineffective_hold_s"],
         )
         config = PacerConfig(
             otlp_host=values["otlp_grpc"][0],

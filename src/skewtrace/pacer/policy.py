@@ -35,6 +35,7 @@ REASON_ABOVE_THRESHOLD = "above_threshold"
 REASON_ACTIVATING = "activating"
 REASON_DEACTIVATING = "deactivating"
 REASON_ACTIVE = "active"
+REASON_INEFFECTIVE = "ineffective"
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,12 @@ class PolicyParams:
     min_ranks: int = 2
     """Fewer reporting ranks than this and pacing is off (nothing to compare)."""
 
+    ineffective_hold_s: float = 4.0
+    """A paced rank whose observed wait has not dropped by at least half its applied delay
+    (below its largest wait since pacing turned on) for this long gets no more delay until pacing
+    turns off: its delay is being absorbed (applied where it cannot move the rank's arrival)
+    and only costs every rank time."""
+
     def __post_init__(self) -> None:
         def positive(name: str, value: float) -> None:
             if not (math.isfinite(value) and value > 0):
@@ -93,6 +100,7 @@ class PolicyParams:
                 f"activate_threshold ({self.activate_threshold}) for hysteresis"
             )
         non_negative("activate_hold_s", self.activate_hold_s)
+        non_negative("ineffective_hold_s", self.ineffective_hold_s)
         non_negative("deactivate_hold_s", self.deactivate_hold_s)
         non_negative("max_delay_s", self.max_delay_s)
         non_negative("margin_s", self.margin_s)
@@ -160,6 +168,15 @@ class PolicyState:
 
     delays: Mapping[int, float] = field(default_factory=dict)
 
+    baseline_wait: Mapping[int, float] = field(default_factory=dict)
+    """Each rank's largest observed wait per step since pacing turned on."""
+
+    ineffective_since: Mapping[int, float] = field(default_factory=dict)
+    """Since when a paced rank's delay has not shown in its wait."""
+
+    suppressed: frozenset[int] = frozenset()
+    """Ranks whose delays proved ineffective; unpaced until pacing turns off."""
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -206,9 +223,65 @@ def decide(window: JobWindow, previous: PolicyState, params: PolicyParams) -> De
         state = PolicyState(active=False, crossing_since=crossing_since, delays=delays)
         return Decision(False, delays, spread, reason, state)
 
+    if previous.active:
+        # The running maximum: when pacing turns on while instability is still ramping up,
+        # the first window understates the unpaced wait; the wait keeps rising until the
+        # first delays show in the metrics (a poll and a flush later).
+        baseline = dict(previous.baseline_wait)
+        for rank, observed in ranks.items():
+            baseline[rank] = max(baseline.get(rank, 0.0), observed.wait_per_step_s)
+        ineffective_since, suppressed = _effectiveness(ranks, previous, window.now, params)
+    else:
+        # Pacing turns on now: this window is unpaced, the reference for effectiveness.
+        baseline = {r: w.wait_per_step_s for r, w in ranks.items()}
+        ineffective_since, suppressed = {}, frozenset()
     delays = _delays(ranks, natural_wait, previous.delays if previous.active else {}, params)
-    state = PolicyState(active=True, crossing_since=crossing_since, delays=delays)
+    for rank in suppressed:
+        if rank in delays:
+            delays[rank] = 0.0
+    if suppressed and not any(delays.values()):
+        reason = REASON_INEFFECTIVE
+    state = PolicyState(
+        active=True,
+        crossing_since=crossing_since,
+        delays=delays,
+        baseline_wait=baseline,
+        ineffective_since=ineffective_since,
+        suppressed=suppressed,
+    )
     return Decision(True, delays, spread, reason, state)
+
+
+# An applied delay below this is too small to judge against the noise in the waits.
+_MIN_JUDGED_DELAY_S = 0.002
+
+
+def _effectiveness(
+    ranks: Mapping[int, RankWindow], previous: PolicyState, now: float, params: PolicyParams
+) -> tuple[dict[int, float], frozenset[int]]:
+    """Which paced ranks' delays have shown in their waits (see ``ineffective_hold_s``).
+
+    An applied delay ``d`` should lower the rank's observed wait by about ``d``; a delay
+    that lands on a collective right after a synchronisation (a loss all-reduce issued after
+    the optimizer step, say) is absorbed there: the rank's wait at the barrier it was meant
+    for stays the same and every other rank waits ``d`` longer instead.
+    """
+    since = dict(previous.ineffective_since)
+    suppressed = set(previous.suppressed)
+    for rank, observed in ranks.items():
+        baseline = previous.baseline_wait.get(rank)
+        applied = observed.applied_delay_s
+        if rank in suppressed or baseline is None or applied < _MIN_JUDGED_DELAY_S:
+            since.pop(rank, None)
+            continue
+        if baseline - observed.wait_per_step_s >= 0.5 * applied:
+            since.pop(rank, None)
+            continue
+        started = since.setdefault(rank, now)
+        if now - started >= params.ineffective_hold_s:
+            suppressed.add(rank)
+            since.pop(rank, None)
+    return since, frozenset(suppressed)
 
 
 def _off(reason: str, spread: float | None) -> Decision:
