@@ -190,6 +190,16 @@ def rank_plan(args: argparse.Namespace, rank: int) -> RankPlan:
     return plan
 
 
+def agreed_job_id(job_id: str | None) -> str:
+    """The given id, else one rank 0 makes up and broadcasts (torchrun without --rdzv-id
+    gives every job the run id "none", which skewtrace refuses)."""
+    if job_id and job_id != "none":
+        return job_id
+    proposal = [f"train-ddp-{uuid.uuid4().hex[:8]}" if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(proposal, src=0)
+    return str(proposal[0])
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     use_cuda = dist.get_backend() == "nccl"
@@ -221,7 +231,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         import skewtrace
 
         skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
-                             job_id=args.job_id)
+                             job_id=agreed_job_id(args.job_id))
 
     step_times: list[float] = []
     step = 0

@@ -75,6 +75,13 @@ def test_job_id_order() -> None:
     assert resolve_job_id(None, 4, {"SLURM_JOB_ID": "c"}) == "c"
 
 
+def test_torchrun_default_run_id_is_not_a_job_id() -> None:
+    """torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID=none for every job."""
+    assert resolve_job_id(None, 4, {"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "7"}) == "7"
+    with pytest.raises(ConfigError):
+        resolve_job_id(None, 2, {"TORCHELASTIC_RUN_ID": "none"})
+
+
 def test_missing_job_id_with_several_ranks_is_an_error() -> None:
     with pytest.raises(ConfigError, match=r"SKEWTRACE_JOB_ID.*ranks"):
         resolve_job_id(None, 2, {})

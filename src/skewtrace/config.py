@@ -18,6 +18,7 @@ SKEWTRACE_JOB_ID = "SKEWTRACE_JOB_ID"
 """The job id every rank agrees on. Else ``TORCHELASTIC_RUN_ID``, else ``SLURM_JOB_ID``."""
 
 TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
+TORCHELASTIC_UNSET = "none"
 SLURM_JOB_ID = "SLURM_JOB_ID"
 
 SKEWTRACE_BUFFER_EVENTS = "SKEWTRACE_BUFFER_EVENTS"
@@ -192,12 +193,17 @@ def resolve_job_id(
         return explicit.strip()
     for name in (SKEWTRACE_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID):
         value = env.get(name, "").strip()
+        # torchrun sets TORCHELASTIC_RUN_ID=none without --rdzv-id: every such job would
+        # share one id, and their traces would mix.
+        if name == TORCHELASTIC_RUN_ID and value == TORCHELASTIC_UNSET:
+            continue
         if value:
             return value
     if world_size > 1:
         raise ConfigError(
-            f"no job id: pass job_id= or set {SKEWTRACE_JOB_ID} (or run under torchrun/Slurm, "
-            f"which set {TORCHELASTIC_RUN_ID}/{SLURM_JOB_ID}); with {world_size} ranks a "
+            f"no job id: pass job_id= or set {SKEWTRACE_JOB_ID} (or run under torchrun with "
+            f"--rdzv-id, or Slurm, which set {TORCHELASTIC_RUN_ID}/{SLURM_JOB_ID}); with "
+            f"{world_size} ranks a "
             "generated id could differ between ranks and break the per-step traces"
         )
     return "local-" + os.urandom(6).hex()
