@@ -86,10 +86,14 @@ def bench_hot_path(n: int) -> dict[str, float]:
     provider.shutdown()
     event_us = (best_event - baseline_loop) * 1e6
     sdk_us = (best_sdk - baseline_loop) * 1e6
-    print(f"[1] record one event:      {event_us:6.2f} us   (target <= {HOT_PATH_TARGET_US} us)"
-          f"  {'OK' if event_us <= HOT_PATH_TARGET_US else 'OVER TARGET'}")
-    print(f"    full SDK span, same run: {sdk_us:6.2f} us   (ratio SDK/skewtrace "
-          f"{sdk_us / event_us:.1f}x)")
+    print(
+        f"[1] record one event:      {event_us:6.2f} us   (target <= {HOT_PATH_TARGET_US} us)"
+        f"  {'OK' if event_us <= HOT_PATH_TARGET_US else 'OVER TARGET'}"
+    )
+    print(
+        f"    full SDK span, same run: {sdk_us:6.2f} us   (ratio SDK/skewtrace "
+        f"{sdk_us / event_us:.1f}x)"
+    )
     return {"record_event_us": event_us, "sdk_span_us": sdk_us}
 
 
@@ -103,8 +107,9 @@ def bench_hook_overhead(n: int) -> dict[str, float]:
     import skewtrace
 
     os.environ["SKEWTRACE_JOB_ID"] = "overhead-hooks"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
     torch.set_num_threads(1)
     model = nn.Linear(4, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -136,8 +141,11 @@ def bench_hook_overhead(n: int) -> dict[str, float]:
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(Discard()))
-    calls = (("collective", collective), ("forward_backward", forward_backward),
-             ("optimizer_step", opt_step))
+    calls = (
+        ("collective", collective),
+        ("forward_backward", forward_backward),
+        ("optimizer_step", opt_step),
+    )
     plain = dict.fromkeys(("collective", "forward_backward", "optimizer_step"), float("inf"))
     instrumented = dict(plain)
     # Alternate plain and instrumented rounds and keep each mode's fastest: on a shared
@@ -145,16 +153,23 @@ def bench_hook_overhead(n: int) -> dict[str, float]:
     for _ in range(7):
         for name, fn in calls:
             plain[name] = min(plain[name], timed(fn))
-        skewtrace.instrument(model=model, optimizer=optimizer, tracer_provider=provider,
-                             meter_provider=MeterProvider(), buffer_events=8 * n + 16)
+        skewtrace.instrument(
+            model=model,
+            optimizer=optimizer,
+            tracer_provider=provider,
+            meter_provider=MeterProvider(),
+            buffer_events=8 * n + 16,
+        )
         for name, fn in calls:
             instrumented[name] = min(instrumented[name], timed(fn))
         skewtrace.uninstrument()
     dist.destroy_process_group()
     added = {name: (instrumented[name] - plain[name]) * 1e6 for name in plain}
-    print(f"[1] hooks, added per call on the training thread: collective "
-          f"{added['collective']:.2f} us, forward+backward {added['forward_backward']:.2f} us,"
-          f" optimizer.step (+ train.step) {added['optimizer_step']:.2f} us")
+    print(
+        f"[1] hooks, added per call on the training thread: collective "
+        f"{added['collective']:.2f} us, forward+backward {added['forward_backward']:.2f} us,"
+        f" optimizer.step (+ train.step) {added['optimizer_step']:.2f} us"
+    )
     return added
 
 
@@ -162,8 +177,13 @@ def bench_hook_overhead(n: int) -> dict[str, float]:
 
 
 def _ddp_worker(rank: int, world: int, port: int, conf: dict[str, Any], queue: Any) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     os.environ.update(conf["env"])
     import torch
     import torch.distributed as dist
@@ -179,8 +199,12 @@ def _ddp_worker(rank: int, world: int, port: int, conf: dict[str, Any], queue: A
     torch.manual_seed(0)
     blocks, per_block, batch = conf["blocks"], conf["steps_per_block"], conf["batch_size"]
     dataset = SyntheticDataset(batch * blocks * per_block * world + batch * world, 64, 0)
-    loader = DataLoader(dataset, batch_size=batch, drop_last=True,
-                        sampler=DistributedSampler(dataset, world, rank, shuffle=False))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch,
+        drop_last=True,
+        sampler=DistributedSampler(dataset, world, rank, shuffle=False),
+    )
     model = DistributedDataParallel(Net(64, conf["hidden"], 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
@@ -220,12 +244,14 @@ def _ddp_worker(rank: int, world: int, port: int, conf: dict[str, Any], queue: A
         # The first steps of a block absorb the mode switch; keep the steady state.
         times["instrumented" if instrumented else "plain"].extend(block_times[2:])
     dist.destroy_process_group()
-    queue.put((rank, dict(times, export_cpu_s=export_cpu_s, steps=instrumented_steps,
-                          spans=events)))
+    queue.put(
+        (rank, dict(times, export_cpu_s=export_cpu_s, steps=instrumented_steps, spans=events))
+    )
 
 
-def bench_step_time(endpoint_up: bool, conf: dict[str, Any],
-                    null_control: bool = False) -> dict[str, float]:
+def bench_step_time(
+    endpoint_up: bool, conf: dict[str, Any], null_control: bool = False
+) -> dict[str, float]:
     import torch.multiprocessing as mp
 
     from otlp_sink import OtlpSink
@@ -233,16 +259,24 @@ def bench_step_time(endpoint_up: bool, conf: dict[str, Any],
     world = 4
     sink = OtlpSink().start() if endpoint_up else None
     endpoint = sink.endpoint if sink else f"http://127.0.0.1:{_free_port()}"
-    conf = dict(conf, null_control=null_control, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-                           "SKEWTRACE_JOB_ID": f"overhead-{'up' if endpoint_up else 'down'}",
-                           "SKEWTRACE_SHUTDOWN_TIMEOUT_MILLIS": "1000",
-                           "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+    conf = dict(
+        conf,
+        null_control=null_control,
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "SKEWTRACE_JOB_ID": f"overhead-{'up' if endpoint_up else 'down'}",
+            "SKEWTRACE_SHUTDOWN_TIMEOUT_MILLIS": "1000",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
+        },
+    )
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
     try:
-        procs = [ctx.Process(target=_ddp_worker, args=(r, world, port, conf, queue))
-                 for r in range(world)]
+        procs = [
+            ctx.Process(target=_ddp_worker, args=(r, world, port, conf, queue))
+            for r in range(world)
+        ]
         for proc in procs:
             proc.start()
         results = dict(queue.get(timeout=900) for _ in range(world))
@@ -253,35 +287,52 @@ def bench_step_time(endpoint_up: bool, conf: dict[str, Any],
         if sink:
             sink.stop()
     # A synchronous job runs at its slowest rank's pace: compare the per-step max over ranks.
-    plain = [max(r["plain"][i] for r in results.values())
-             for i in range(min(len(r["plain"]) for r in results.values()))]
-    instr = [max(r["instrumented"][i] for r in results.values())
-             for i in range(min(len(r["instrumented"]) for r in results.values()))]
+    plain = [
+        max(r["plain"][i] for r in results.values())
+        for i in range(min(len(r["plain"]) for r in results.values()))
+    ]
+    instr = [
+        max(r["instrumented"][i] for r in results.values())
+        for i in range(min(len(r["instrumented"]) for r in results.values()))
+    ]
     mean_plain, mean_instr = statistics.fmean(plain), statistics.fmean(instr)
     med_plain, med_instr = statistics.median(plain), statistics.median(instr)
     ratio = mean_instr / mean_plain
     ratio_median = med_instr / med_plain
     if null_control:
-        print(f"[2] A/A control (no block instrumented, same schedule): mean ratio {ratio:.4f},"
-              f" median ratio {ratio_median:.4f} (ideal 1.0: anything else is the method's "
-              f"noise floor at this load; plain CV {statistics.pstdev(plain) / mean_plain:.2f})")
+        print(
+            f"[2] A/A control (no block instrumented, same schedule): mean ratio {ratio:.4f},"
+            f" median ratio {ratio_median:.4f} (ideal 1.0: anything else is the method's "
+            f"noise floor at this load; plain CV {statistics.pstdev(plain) / mean_plain:.2f})"
+        )
         return {"ratio": ratio, "median_ratio": ratio_median}
     label = "up  " if endpoint_up else "down"
-    cpu_per_step = statistics.fmean(r["export_cpu_s"] / max(r["steps"], 1)
-                                    for r in results.values())
+    cpu_per_step = statistics.fmean(
+        r["export_cpu_s"] / max(r["steps"], 1) for r in results.values()
+    )
     spans_per_step = statistics.fmean(r["spans"] / max(r["steps"], 1) for r in results.values())
-    print(f"[2] endpoint {label}: plain {mean_plain * 1e3:6.2f} ms, instrumented "
-          f"{mean_instr * 1e3:6.2f} ms per step (mean of {len(plain)}/{len(instr)} steps); "
-          f"ratio {ratio:.4f} (target <= {STEP_OVERHEAD_TARGET}) "
-          f"{'OK' if ratio <= STEP_OVERHEAD_TARGET else 'OVER TARGET'}; median ratio "
-          f"{ratio_median:.4f}; plain CV {statistics.pstdev(plain) / mean_plain:.2f}"
-          + (f"; spans received {spans}" if endpoint_up else ""))
-    print(f"    export thread CPU per rank-step: {cpu_per_step * 1e6:.0f} us for "
-          f"{spans_per_step:.1f} spans = {cpu_per_step / med_plain:.2%} of the median plain "
-          f"step (target <= 1%)")
-    return {"plain_mean_s": mean_plain, "instrumented_mean_s": mean_instr, "ratio": ratio,
-            "export_cpu_per_step_s": cpu_per_step, "spans_per_step": spans_per_step,
-            "median_ratio": ratio_median, "spans_received": spans}
+    print(
+        f"[2] endpoint {label}: plain {mean_plain * 1e3:6.2f} ms, instrumented "
+        f"{mean_instr * 1e3:6.2f} ms per step (mean of {len(plain)}/{len(instr)} steps); "
+        f"ratio {ratio:.4f} (target <= {STEP_OVERHEAD_TARGET}) "
+        f"{'OK' if ratio <= STEP_OVERHEAD_TARGET else 'OVER TARGET'}; median ratio "
+        f"{ratio_median:.4f}; plain CV {statistics.pstdev(plain) / mean_plain:.2f}"
+        + (f"; spans received {spans}" if endpoint_up else "")
+    )
+    print(
+        f"    export thread CPU per rank-step: {cpu_per_step * 1e6:.0f} us for "
+        f"{spans_per_step:.1f} spans = {cpu_per_step / med_plain:.2%} of the median plain "
+        f"step (target <= 1%)"
+    )
+    return {
+        "plain_mean_s": mean_plain,
+        "instrumented_mean_s": mean_instr,
+        "ratio": ratio,
+        "export_cpu_per_step_s": cpu_per_step,
+        "spans_per_step": spans_per_step,
+        "median_ratio": ratio_median,
+        "spans_received": spans,
+    }
 
 
 # ------------------------------------------------------------------------------ 3. memory
@@ -320,8 +371,9 @@ def bench_memory(steps: int, buffer_events: int) -> dict[str, Any]:
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{_free_port()}"  # down
     os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "1"
     os.environ["SKEWTRACE_JOB_ID"] = "overhead-memory"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
     torch.set_num_threads(1)
 
     plain: list[tuple[int, int]] = []
@@ -338,8 +390,12 @@ def bench_memory(steps: int, buffer_events: int) -> dict[str, Any]:
 
     def checkpoint(step: int | None, model: Any, optimizer: Any) -> None:
         if step is None:
-            skewtrace.instrument(model=model, optimizer=optimizer, buffer_events=buffer_events,
-                                 shutdown_timeout_millis=1000)
+            skewtrace.instrument(
+                model=model,
+                optimizer=optimizer,
+                buffer_events=buffer_events,
+                shutdown_timeout_millis=1000,
+            )
             sessions.append(skewtrace.SkewtraceInstrumentor().session)
             return
         samples.append((step, _rss_bytes(), len(sessions[0].recorder.events)))
@@ -351,19 +407,28 @@ def bench_memory(steps: int, buffer_events: int) -> dict[str, Any]:
     growth_mb = (samples[-1][1] - samples[1][1]) / 2**20
     plain_growth_mb = (plain[-1][1] - plain[1][1]) / 2**20
     max_buffered = max(s[2] for s in samples)
-    print(f"[3] memory, endpoint down, buffer {buffer_events} events, {steps} steps "
-          f"(~{steps * 5} events, {dropped} dropped):")
+    print(
+        f"[3] memory, endpoint down, buffer {buffer_events} events, {steps} steps "
+        f"(~{steps * 5} events, {dropped} dropped):"
+    )
     for (step, rss, buffered), (_, plain_rss) in zip(samples, plain, strict=True):
-        print(f"    step {step:7d}: RSS {rss / 2**20:7.1f} MiB (plain run {plain_rss / 2**20:7.1f}"
-              f" MiB), buffered events {buffered}")
+        print(
+            f"    step {step:7d}: RSS {rss / 2**20:7.1f} MiB (plain run {plain_rss / 2**20:7.1f}"
+            f" MiB), buffered events {buffered}"
+        )
     bound_ok = max_buffered <= buffer_events
-    print(f"    RSS growth from 1/4 to the end: instrumented {growth_mb:+.1f} MiB vs plain "
-          f"{plain_growth_mb:+.1f} MiB in the same process (target: no growth with run "
-          f"length once the buffer is full); buffered <= capacity: "
-          f"{'OK' if bound_ok else 'VIOLATED'}")
-    return {"rss_growth_after_quarter_mib": growth_mb,
-            "plain_rss_growth_after_quarter_mib": plain_growth_mb,
-            "max_buffered": max_buffered, "dropped": dropped}
+    print(
+        f"    RSS growth from 1/4 to the end: instrumented {growth_mb:+.1f} MiB vs plain "
+        f"{plain_growth_mb:+.1f} MiB in the same process (target: no growth with run "
+        f"length once the buffer is full); buffered <= capacity: "
+        f"{'OK' if bound_ok else 'VIOLATED'}"
+    )
+    return {
+        "rss_growth_after_quarter_mib": growth_mb,
+        "plain_rss_growth_after_quarter_mib": plain_growth_mb,
+        "max_buffered": max_buffered,
+        "dropped": dropped,
+    }
 
 
 def main() -> None:
@@ -376,22 +441,28 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
     summary: dict[str, Any] = {"loadavg": os.getloadavg(), "cpus": os.cpu_count()}
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start "
-          "(figures below are only as steady as this load)")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start "
+        "(figures below are only as steady as this load)"
+    )
     if "hot" not in args.skip:
         summary["hot_path"] = bench_hot_path(20_000 if args.quick else 200_000)
         summary["hooks"] = bench_hook_overhead(500 if args.quick else 3000)
     if "ddp" not in args.skip:
-        conf = {"blocks": args.blocks or (4 if args.quick else 12),
-                "steps_per_block": args.steps_per_block or (10 if args.quick else 30),
-                "hidden": args.hidden, "batch_size": args.batch_size}
+        conf = {
+            "blocks": args.blocks or (4 if args.quick else 12),
+            "steps_per_block": args.steps_per_block or (10 if args.quick else 30),
+            "hidden": args.hidden,
+            "batch_size": args.batch_size,
+        }
         summary["step_time_endpoint_up"] = bench_step_time(True, conf)
         summary["step_time_endpoint_down"] = bench_step_time(False, conf)
         if not args.quick:
             summary["step_time_null_control"] = bench_step_time(False, conf, null_control=True)
     if "memory" not in args.skip:
-        summary["memory"] = bench_memory(4_000 if args.quick else 24_000,
-                                         buffer_events=2048 if args.quick else 8192)
+        summary["memory"] = bench_memory(
+            4_000 if args.quick else 24_000, buffer_events=2048 if args.quick else 8192
+        )
     summary["loadavg_end"] = os.getloadavg()
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print("SUMMARY " + json.dumps(summary))

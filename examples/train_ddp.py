@@ -66,12 +66,14 @@ def parse_straggler(text: str) -> Straggler:
     rank_s, kind, amount_s = parts
     if kind not in STRAGGLER_KINDS:
         raise argparse.ArgumentTypeError(
-            f"--straggler {text!r}: KIND must be one of {', '.join(STRAGGLER_KINDS)}")
+            f"--straggler {text!r}: KIND must be one of {', '.join(STRAGGLER_KINDS)}"
+        )
     try:
         rank, amount = int(rank_s), float(amount_s)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--straggler {text!r}: RANK must be an int and AMOUNT seconds") from None
+            f"--straggler {text!r}: RANK must be an int and AMOUNT seconds"
+        ) from None
     if rank < 0 or amount < 0:
         raise argparse.ArgumentTypeError(f"--straggler {text!r}: RANK and AMOUNT must be >= 0")
     return Straggler(rank, kind, amount)
@@ -84,7 +86,8 @@ def parse_jitter(text: str) -> tuple[list[int], float]:
         amount = float(amount_s)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--jitter {text!r}: expected RANKS:AMOUNT, e.g. 1,3:0.03") from None
+            f"--jitter {text!r}: expected RANKS:AMOUNT, e.g. 1,3:0.03"
+        ) from None
     if not ranks or amount < 0:
         raise argparse.ArgumentTypeError(f"--jitter {text!r}: need ranks and AMOUNT >= 0")
     return ranks, amount
@@ -103,8 +106,12 @@ def parse_range(text: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nprocs", type=int, default=4,
-                        help="ranks to spawn when not launched by torchrun (default 4)")
+    parser.add_argument(
+        "--nprocs",
+        type=int,
+        default=4,
+        help="ranks to spawn when not launched by torchrun (default 4)",
+    )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=512, help="MLP width (step time knob)")
@@ -218,10 +225,16 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     features = 64
     dataset = SyntheticDataset(args.batch_size * max(args.steps, 1) * world, features, args.seed)
-    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank,
-                                                  seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
-                        collate_fn=SlowCollate(plan.data_s), drop_last=True)
+    sampler = torch.utils.data.DistributedSampler(
+        dataset, num_replicas=world, rank=rank, seed=args.seed
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        collate_fn=SlowCollate(plan.data_s),
+        drop_last=True,
+    )
     net = Net(features, args.hidden, args.layers).to(device)
     model = DistributedDataParallel(net, device_ids=[device.index] if use_cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -230,8 +243,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_instrument:
         import skewtrace
 
-        skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
-                             job_id=agreed_job_id(args.job_id))
+        skewtrace.instrument(
+            model=model, optimizer=optimizer, dataloader=loader, job_id=agreed_job_id(args.job_id)
+        )
 
     step_times: list[float] = []
     step = 0
@@ -241,10 +255,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             if step >= args.steps:
                 break
             jitter_on = plan.jitter_steps is None or (
-                plan.jitter_steps[0] <= step < plan.jitter_steps[1])
+                plan.jitter_steps[0] <= step < plan.jitter_steps[1]
+            )
             net.extra_compute_s = plan.compute_s
-            net.extra_sleep_s = jitter_rng.uniform(0, plan.jitter_s) if (
-                plan.jitter_s > 0 and jitter_on) else 0.0
+            net.extra_sleep_s = (
+                jitter_rng.uniform(0, plan.jitter_s) if (plan.jitter_s > 0 and jitter_on) else 0.0
+            )
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), targets)
@@ -264,7 +280,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         import skewtrace
 
         skewtrace.uninstrument()
-    measured = step_times[args.warmup:] or step_times
+    measured = step_times[args.warmup :] or step_times
     mean = statistics.fmean(measured) if measured else 0.0
     stdev = statistics.pstdev(measured) if len(measured) > 1 else 0.0
     return {
@@ -317,8 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         args.job_id = os.environ.get("SKEWTRACE_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID")
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if launched:
-        worker(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])), args,
-               int(os.environ["WORLD_SIZE"]))
+        worker(
+            int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+            args,
+            int(os.environ["WORLD_SIZE"]),
+        )
         return 0
     if args.nprocs < 1:
         print("--nprocs must be >= 1", file=sys.stderr)

@@ -89,17 +89,19 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             resource = attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    received.append(ReceivedSpan(
-                        name=span.name,
-                        trace_id=span.trace_id.hex(),
-                        span_id=span.span_id.hex(),
-                        parent_span_id=span.parent_span_id.hex(),
-                        start_ns=span.start_time_unix_nano,
-                        end_ns=span.end_time_unix_nano,
-                        attributes=attributes(span.attributes),
-                        resource=resource,
-                        scope=scope_spans.scope.name,
-                    ))
+                    received.append(
+                        ReceivedSpan(
+                            name=span.name,
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_span_id=span.parent_span_id.hex(),
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
+                            attributes=attributes(span.attributes),
+                            resource=resource,
+                            scope=scope_spans.scope.name,
+                        )
+                    )
         with self._store.cond:
             self._store.spans.extend(received)
             self._store.trace_requests += 1
@@ -122,8 +124,11 @@ class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
                         continue
                     for point in getattr(metric, kind).data_points:
                         value = point.as_int if point.HasField("as_int") else point.as_double
-                        points.append(ReceivedMetricPoint(
-                            metric.name, value, attributes(point.attributes), resource))
+                        points.append(
+                            ReceivedMetricPoint(
+                                metric.name, value, attributes(point.attributes), resource
+                            )
+                        )
         with self._store.cond:
             self._store.metrics.extend(points)
             self._store.cond.notify_all()
@@ -137,9 +142,11 @@ class OtlpSink:
         self._store = _Store()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            _TraceService(self._store), self._server)
+            _TraceService(self._store), self._server
+        )
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
-            _MetricsService(self._store), self._server)
+            _MetricsService(self._store), self._server
+        )
         self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
         if self.port == 0:
             raise OSError(f"could not bind 127.0.0.1:{port}")
@@ -179,8 +186,9 @@ class OtlpSink:
             self._store.spans.clear()
             self._store.metrics.clear()
 
-    def wait_for_spans(self, done: Callable[[list[ReceivedSpan]], bool],
-                       timeout: float) -> list[ReceivedSpan]:
+    def wait_for_spans(
+        self, done: Callable[[list[ReceivedSpan]], bool], timeout: float
+    ) -> list[ReceivedSpan]:
         deadline = time.monotonic() + timeout
         with self._store.cond:
             while not done(self._store.spans):

@@ -18,15 +18,17 @@ def test_defaults() -> None:
 
 
 def test_env_values_are_parsed() -> None:
-    settings = Settings.from_env({
-        "SKEWTRACE_BUFFER_EVENTS": "128",
-        "SKEWTRACE_EXPORT_INTERVAL_MILLIS": "50",
-        "SKEWTRACE_SHUTDOWN_TIMEOUT_MILLIS": "0",
-        "SKEWTRACE_PACER_URL": "http://127.0.0.1:4320",
-        "SKEWTRACE_PACING_MAX_DELAY": "0.01",
-        "SKEWTRACE_PACER_TOKEN": "secret",
-        "SKEWTRACE_JOB_ID": "job-1",
-    })
+    settings = Settings.from_env(
+        {
+            "SKEWTRACE_BUFFER_EVENTS": "128",
+            "SKEWTRACE_EXPORT_INTERVAL_MILLIS": "50",
+            "SKEWTRACE_SHUTDOWN_TIMEOUT_MILLIS": "0",
+            "SKEWTRACE_PACER_URL": "http://127.0.0.1:4320",
+            "SKEWTRACE_PACING_MAX_DELAY": "0.01",
+            "SKEWTRACE_PACER_TOKEN": "secret",
+            "SKEWTRACE_JOB_ID": "job-1",
+        }
+    )
     assert (settings.buffer_events, settings.export_interval_millis) == (128, 50)
     assert settings.shutdown_timeout_millis == 0
     assert settings.pacer_url == "http://127.0.0.1:4320"
@@ -36,8 +38,7 @@ def test_env_values_are_parsed() -> None:
 
 
 def test_arguments_override_env() -> None:
-    settings = Settings.from_env({"SKEWTRACE_BUFFER_EVENTS": "128"}, buffer_events=7,
-                                 job_id=None)
+    settings = Settings.from_env({"SKEWTRACE_BUFFER_EVENTS": "128"}, buffer_events=7, job_id=None)
     assert settings.buffer_events == 7
 
 

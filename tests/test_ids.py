@@ -42,8 +42,9 @@ _CHILD = (
 def test_identical_seeds_in_separate_processes_give_distinct_ids() -> None:
     """Two 'ranks' that seed random identically must not produce the same span IDs."""
     outputs = [
-        subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
-                       check=True).stdout.split()
+        subprocess.run(
+            [sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True
+        ).stdout.split()
         for _ in range(2)
     ]
     assert len(outputs[0]) == 50

@@ -40,8 +40,9 @@ from skewtrace.resource import RankInfo, build_resource
 
 @pytest.fixture(scope="module")
 def world_of_one() -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
     try:
         yield
     finally:
@@ -102,19 +103,22 @@ def test_full_buffer_drops_counts_and_logs_once(caplog: pytest.LogCaptureFixture
 
 
 def _identity(rank: int) -> Identity:
-    return Identity("job-x", rank, build_resource("job-x", RankInfo(rank, rank, 2),
-                                                  host_name="node1"))
+    return Identity(
+        "job-x", rank, build_resource("job-x", RankInfo(rank, rank, 2), host_name="node1")
+    )
 
 
 def test_materializer_builds_the_step_tree() -> None:
     spans = {}
     for rank in (0, 1):
         materializer = SpanMaterializer(_identity(rank), epoch_anchor_ns=1_000)
-        spans[rank] = materializer.materialize([
-            (PHASE, semconv.SPAN_FORWARD, 0, 10, 20, "host", None),
-            (COLLECTIVE, 0, 20, 30, "all_reduce", "default", 2, 0, 64, False, "api", "host"),
-            (STEP, 0, 5, 40),
-        ])
+        spans[rank] = materializer.materialize(
+            [
+                (PHASE, semconv.SPAN_FORWARD, 0, 10, 20, "host", None),
+                (COLLECTIVE, 0, 20, 30, "all_reduce", "default", 2, 0, 64, False, "api", "host"),
+                (STEP, 0, 5, 40),
+            ]
+        )
     names0 = [s.name for s in spans[0]]
     assert names0 == ["forward", "collective.all_reduce", "train.step", "train.step.root"]
     assert "train.step.root" not in [s.name for s in spans[1]]
@@ -182,11 +186,14 @@ def test_uninstrument_restores_every_wrapped_function(
     before = _wrapped_state()
     loader_class = type(loader)
     module_hooks = (len(model._forward_pre_hooks), len(model._forward_hooks))
-    optimizer_hooks = (len(optimizer._optimizer_step_pre_hooks),
-                       len(optimizer._optimizer_step_post_hooks))
+    optimizer_hooks = (
+        len(optimizer._optimizer_step_pre_hooks),
+        len(optimizer._optimizer_step_post_hooks),
+    )
 
-    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
-                         tracer_provider=memory_provider[0])
+    skewtrace.instrument(
+        model=model, optimizer=optimizer, dataloader=loader, tracer_provider=memory_provider[0]
+    )
     during = _wrapped_state()
     for key, original in before.items():
         assert during[key] is not original, key
@@ -198,8 +205,10 @@ def test_uninstrument_restores_every_wrapped_function(
     assert _wrapped_state() == before
     assert type(loader) is loader_class
     assert (len(model._forward_pre_hooks), len(model._forward_hooks)) == module_hooks
-    assert (len(optimizer._optimizer_step_pre_hooks),
-            len(optimizer._optimizer_step_post_hooks)) == optimizer_hooks
+    assert (
+        len(optimizer._optimizer_step_pre_hooks),
+        len(optimizer._optimizer_step_post_hooks),
+    ) == optimizer_hooks
     assert not skewtrace.is_instrumented()
     # The model still trains after uninstrument (the DDP hook only forwards now).
     assert _train(model, optimizer, loader) == 4
@@ -209,8 +218,9 @@ def test_second_instrument_warns_and_keeps_the_first(
     world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
     provider, _ = memory_provider
-    skewtrace.instrument(tracer_provider=provider, optimizer=torch.optim.SGD(
-        [nn.Parameter(torch.zeros(1))], lr=0.1))
+    skewtrace.instrument(
+        tracer_provider=provider, optimizer=torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    )
     session = skewtrace.SkewtraceInstrumentor().session
     with pytest.warns(RuntimeWarning, match="twice"):
         skewtrace.instrument(tracer_provider=provider)
@@ -223,34 +233,45 @@ def test_custom_tracer_provider_gets_spans_and_global_is_untouched(
     provider, exporter = memory_provider
     global_before = trace.get_tracer_provider()
     model, optimizer, loader = _ddp_setup(batches=3)
-    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
-                         tracer_provider=provider)
+    skewtrace.instrument(
+        model=model, optimizer=optimizer, dataloader=loader, tracer_provider=provider
+    )
     assert _train(model, optimizer, loader) == 3
     skewtrace.uninstrument()
     assert trace.get_tracer_provider() is global_before
     spans = exporter.get_finished_spans()
     names = [s.name for s in spans]
-    for name in ("train.step.root", "train.step", "dataloader.fetch", "forward", "backward",
-                 "optimizer.step", "collective.all_reduce"):
+    for name in (
+        "train.step.root",
+        "train.step",
+        "dataloader.fetch",
+        "forward",
+        "backward",
+        "optimizer.step",
+        "collective.all_reduce",
+    ):
         assert name in names, name
     assert names.count("train.step") == 3
     assert all(semconv.STEP in s.attributes for s in spans)
     resource = spans[0].resource.attributes
     assert resource["service.name"] == "my-trainer"  # the user's choice is kept
     assert resource[semconv.JOB_ID] == "unit-job" and resource[semconv.RANK] == 0
-    steps = sorted((s for s in spans if s.name == "train.step"),
-                   key=lambda s: s.attributes[semconv.STEP])
+    steps = sorted(
+        (s for s in spans if s.name == "train.step"), key=lambda s: s.attributes[semconv.STEP]
+    )
     assert [s.attributes[semconv.STEP] for s in steps] == [0, 1, 2]
     # Each step starts where the previous one ended.
     for previous, current in itertools.pairwise(steps):
         assert current.start_time == previous.end_time
     fetch0 = min((s for s in spans if s.name == "dataloader.fetch"), key=lambda s: s.start_time)
     assert steps[0].start_time == fetch0.start_time
-    ddp = [s for s in spans if s.name == "collective.all_reduce"
-           and s.attributes[semconv.COLLECTIVE_SOURCE] == "ddp"]
+    ddp = [
+        s
+        for s in spans
+        if s.name == "collective.all_reduce" and s.attributes[semconv.COLLECTIVE_SOURCE] == "ddp"
+    ]
     assert ddp and all(s.attributes[semconv.COLLECTIVE_ASYNC] for s in ddp)
-    seqs = [s.attributes[semconv.COLLECTIVE_SEQ] for s in spans
-            if s.name.startswith("collective.")]
+    seqs = [s.attributes[semconv.COLLECTIVE_SEQ] for s in spans if s.name.startswith("collective.")]
     assert sorted(seqs) == list(range(len(seqs)))
 
 
@@ -271,8 +292,13 @@ def test_pacing_delay_applied_once_per_step_before_first_collective(
     provider, exporter = memory_provider
     model, optimizer, loader = _ddp_setup(batches=3)
     client = _FakePacingClient(0.02, 7)
-    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
-                         tracer_provider=provider, pacing_client=client)
+    skewtrace.instrument(
+        model=model,
+        optimizer=optimizer,
+        dataloader=loader,
+        tracer_provider=provider,
+        pacing_client=client,
+    )
     for inputs, targets in loader:
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(inputs), targets).backward()
@@ -287,8 +313,12 @@ def test_pacing_delay_applied_once_per_step_before_first_collective(
         assert span.attributes[semconv.PACING_DELAY] == pytest.approx(0.02)
         assert span.attributes[semconv.PACING_VERSION] == 7
         assert (span.end_time - span.start_time) >= 0.018e9
-        first_collective = min(s.start_time for s in spans if s.name.startswith("collective.")
-                               and s.attributes[semconv.STEP] == span.attributes[semconv.STEP])
+        first_collective = min(
+            s.start_time
+            for s in spans
+            if s.name.startswith("collective.")
+            and s.attributes[semconv.STEP] == span.attributes[semconv.STEP]
+        )
         assert span.end_time <= first_collective
 
 
@@ -315,8 +345,7 @@ def test_builtin_iterables_are_rejected_with_advice(world_of_one: None) -> None:
     assert not hasattr(dist.all_reduce, MARKER)
 
 
-def test_disabled_instrument_is_a_noop(world_of_one: None,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disabled_instrument_is_a_noop(world_of_one: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKEWTRACE_ENABLED", "false")
     skewtrace.instrument(optimizer=torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1))
     assert skewtrace.SkewtraceInstrumentor().session is None
@@ -367,9 +396,13 @@ def test_unreachable_pacer_fails_open(
     """The real HTTP pacing client against a port where nothing listens: no delay, no error."""
     provider, exporter = memory_provider
     model, optimizer, loader = _ddp_setup(batches=2)
-    skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader,
-                         tracer_provider=provider,
-                         pacer_url=f"http://127.0.0.1:{free_port()}")
+    skewtrace.instrument(
+        model=model,
+        optimizer=optimizer,
+        dataloader=loader,
+        tracer_provider=provider,
+        pacer_url=f"http://127.0.0.1:{free_port()}",
+    )
     session = skewtrace.SkewtraceInstrumentor().session
     assert session is not None
     from skewtrace.pacer.client import PacingClient
@@ -393,14 +426,28 @@ def test_example_rejects_malformed_straggler_flags(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "train_ddp", example)  # dataclasses look it up
     spec.loader.exec_module(example)
     parser = example.build_parser()
-    args = parser.parse_args(["--straggler", "1:data:0.2", "--straggler", "2:compute:0.1",
-                              "--jitter", "1,3:0.03", "--jitter-steps", "5:10"])
+    args = parser.parse_args(
+        [
+            "--straggler",
+            "1:data:0.2",
+            "--straggler",
+            "2:compute:0.1",
+            "--jitter",
+            "1,3:0.03",
+            "--jitter-steps",
+            "5:10",
+        ]
+    )
     assert args.straggler[0] == example.Straggler(1, "data", 0.2)
     assert args.jitter == ([1, 3], 0.03) and args.jitter_steps == (5, 10)
     plan = example.rank_plan(args, 1)
     assert plan.data_s == pytest.approx(0.2) and plan.jitter_s == pytest.approx(0.03)
-    for bad in (["--straggler", "1:disk:0.2"], ["--straggler", "x:data:1"],
-                ["--jitter", "1,3"], ["--jitter-steps", "9:3"]):
+    for bad in (
+        ["--straggler", "1:disk:0.2"],
+        ["--straggler", "x:data:1"],
+        ["--jitter", "1,3"],
+        ["--jitter-steps", "9:3"],
+    ):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
 
@@ -417,8 +464,7 @@ def test_fast_encoder_matches_the_sdk_encoder() -> None:
     for step in range(3):
         events += [
             (PHASE, semconv.SPAN_FORWARD, step, 10, 20, "host", None),
-            (COLLECTIVE, step, 20, 30, "all_reduce", "default", 2, step, 64, True, "ddp",
-             "host"),
+            (COLLECTIVE, step, 20, 30, "all_reduce", "default", 2, step, 64, True, "ddp", "host"),
             (STEP, step, 5, 40),
         ]
     for rank in (0, 1):
@@ -470,8 +516,9 @@ def test_sync_collective_on_cuda_is_timed_with_cuda_events(world_of_one: None) -
     recorder = Recorder(capacity=16)
     ctx = HookContext(recorder, cuda_timer=timer)
     calls: list[Any] = []
-    wrapped = _wrap_collective(ctx, lambda *a, **k: calls.append(a),
-                               COLLECTIVE_FUNCTIONS["all_reduce"])
+    wrapped = _wrap_collective(
+        ctx, lambda *a, **k: calls.append(a), COLLECTIVE_FUNCTIONS["all_reduce"]
+    )
     wrapped(_FakeCudaTensor())
     wrapped(_FakeCudaTensor(), async_op=False)
     assert len(calls) == 2 and timer.started == timer.stopped == [1, 2]

@@ -76,8 +76,11 @@ def instrument(
 
     instrumentor = SkewtraceInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:
-        warnings.warn("skewtrace.instrument() called twice; the second call does nothing",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "skewtrace.instrument() called twice; the second call does nothing",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return
     instrumentor.instrument(
         model=model,

@@ -122,9 +122,9 @@ class SpanMaterializer:
             instrumentation_scope=SCOPE,
         )
 
-    def materialize(self, events: Sequence[tuple[object, ...]], final: bool = False) -> list[
-        ReadableSpan
-    ]:
+    def materialize(
+        self, events: Sequence[tuple[object, ...]], final: bool = False
+    ) -> list[ReadableSpan]:
         spans: list[ReadableSpan] = []
         for event in events:
             try:
@@ -204,15 +204,17 @@ class SpanMaterializer:
         name = semconv.SPAN_COLLECTIVE_PREFIX + str(op)
         spans.append(self._span(name, step, start, end, attributes))
 
-    def _hold_for_cuda(self, handle: int, event: tuple[Any, ...],
-                       spans: list[ReadableSpan]) -> None:
+    def _hold_for_cuda(
+        self, handle: int, event: tuple[Any, ...], spans: list[ReadableSpan]
+    ) -> None:
         self._cuda_pending[handle] = event
         if len(self._cuda_pending) > _MAX_PENDING_CUDA:
             _, oldest = self._cuda_pending.popitem(last=False)
             self._emit(oldest, spans, None)
 
-    def _emit(self, event: tuple[Any, ...], spans: list[ReadableSpan],
-              cuda_seconds: float | None) -> None:
+    def _emit(
+        self, event: tuple[Any, ...], spans: list[ReadableSpan], cuda_seconds: float | None
+    ) -> None:
         if event[0] == COLLECTIVE:
             self._collective(event, spans, cuda_seconds)
         else:
@@ -376,8 +378,9 @@ class FastSpanEncoder:
     def _resource(self, resource: Resource) -> bytes:
         entry = self._resources.get(id(resource))
         if entry is None or entry[0] is not resource:
-            body = b"".join(_field(b"\x0a", _key_value(k, v))
-                            for k, v in resource.attributes.items())
+            body = b"".join(
+                _field(b"\x0a", _key_value(k, v)) for k, v in resource.attributes.items()
+            )
             entry = (resource, _field(b"\x0a", body))  # ResourceSpans.resource = 1
             self._resources[id(resource)] = entry
         return entry[1]
@@ -390,16 +393,20 @@ class FastSpanEncoder:
             if context is None:
                 continue
             parts = [
-                b"\x0a\x10", context.trace_id.to_bytes(16, "big"),
-                b"\x12\x08", context.span_id.to_bytes(8, "big"),
+                b"\x0a\x10",
+                context.trace_id.to_bytes(16, "big"),
+                b"\x12\x08",
+                context.span_id.to_bytes(8, "big"),
             ]
             if parent is not None:
                 parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
             parts += (
                 _field(b"\x2a", span.name.encode()),
                 b"\x30\x01",  # kind = SPAN_KIND_INTERNAL
-                b"\x39", _U64.pack(span.start_time or 0),
-                b"\x41", _U64.pack(span.end_time or 0),
+                b"\x39",
+                _U64.pack(span.start_time or 0),
+                b"\x41",
+                _U64.pack(span.end_time or 0),
             )
             for key, value in (span.attributes or {}).items():
                 parts.append(attribute(key, value))
@@ -410,8 +417,10 @@ class FastSpanEncoder:
             if entry is None:
                 entry = by_resource[id(span.resource)] = (span.resource, [])
             entry[1].append(_field(b"\x12", b"".join(parts)))  # ScopeSpans.spans = 2
-        scope = _field(b"\x0a", _field(b"\x0a", SCOPE.name.encode())
-                       + _field(b"\x12", (SCOPE.version or "").encode()))
+        scope = _field(
+            b"\x0a",
+            _field(b"\x0a", SCOPE.name.encode()) + _field(b"\x12", (SCOPE.version or "").encode()),
+        )
         out = []
         for resource, encoded_spans in by_resource.values():
             scope_spans = _field(b"\x12", scope + b"".join(encoded_spans))
@@ -659,15 +668,21 @@ class SelfMetrics:
             return [Observation(self._stats.failed)]
 
         meter.create_observable_counter(
-            semconv.METRIC_EVENTS_DROPPED, [dropped], unit="1",
+            semconv.METRIC_EVENTS_DROPPED,
+            [dropped],
+            unit="1",
             description="events dropped because the rank's buffer was full",
         )
         meter.create_observable_counter(
-            semconv.METRIC_SPANS_EXPORTED, [exported], unit="1",
+            semconv.METRIC_SPANS_EXPORTED,
+            [exported],
+            unit="1",
             description="spans handed to the exporter",
         )
         meter.create_observable_counter(
-            semconv.METRIC_SPANS_EXPORT_FAILED, [failed], unit="1",
+            semconv.METRIC_SPANS_EXPORT_FAILED,
+            [failed],
+            unit="1",
             description="spans the exporter reported as failed",
         )
 

@@ -83,7 +83,8 @@ class Session:
         elif _sdk_provider(provider) is None:
             raise TypeError(
                 "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider "
-                f"(got {type(provider).__name__})")
+                f"(got {type(provider).__name__})"
+            )
         self._user_provider = provider
         if meter_provider is None:
             from opentelemetry import metrics
@@ -106,8 +107,9 @@ class Session:
         self.recorder = Recorder(settings.buffer_events)
         # Our HTTP pacing client needs the job id, so it starts once the identity is known.
         self._own_pacer = pacing_client is None and settings.pacer_url is not None
-        self.ctx = HookContext(self.recorder, pacer=pacing_client, device=device,
-                               cuda_timer=cuda_timer)
+        self.ctx = HookContext(
+            self.recorder, pacer=pacing_client, device=device, cuda_timer=cuda_timer
+        )
 
         sink: SpanSink
         if self._user_provider is not None:
@@ -115,9 +117,11 @@ class Session:
         else:
             sink = ExporterSink(otlp_span_exporter)
         self.exporter = BackgroundExporter(
-            self.recorder, sink, self.identity, settings.export_interval_millis, cuda_timer)
-        self.metrics = SelfMetrics(self.recorder, self.exporter.stats, meter_provider,
-                                   self._resource_or_none)
+            self.recorder, sink, self.identity, settings.export_interval_millis, cuda_timer
+        )
+        self.metrics = SelfMetrics(
+            self.recorder, self.exporter.stats, meter_provider, self._resource_or_none
+        )
 
         self.patches = Patches()
         try:
@@ -153,8 +157,9 @@ class Session:
             if cuda_available_for(model):
                 return True, CudaEventTimer()
         except Exception:
-            logger.warning("skewtrace: CUDA event timing unavailable; using host clocks",
-                           exc_info=True)
+            logger.warning(
+                "skewtrace: CUDA event timing unavailable; using host clocks", exc_info=True
+            )
         return False, None
 
     def _pacing_client(self, identity: Identity) -> Any | None:
@@ -163,18 +168,27 @@ class Session:
             from skewtrace.pacer.client import PacingClient
 
             client = PacingClient(
-                str(settings.pacer_url), identity.job_id, identity.rank,
+                str(settings.pacer_url),
+                identity.job_id,
+                identity.rank,
                 max_delay_s=settings.pacing_max_delay,
                 poll_interval_s=settings.pacer_poll_interval_millis / 1000.0,
-                token=settings.pacer_token)
+                token=settings.pacer_token,
+            )
             client.start()
             return client
         except Exception:
             logger.warning("skewtrace: pacing client unavailable; pacing is off", exc_info=True)
             return None
 
-    def _install(self, model: Any | None, optimizer: Any | None, dataloader: Any | None,
-                 use_cuda: bool, zero_code: bool) -> None:
+    def _install(
+        self,
+        model: Any | None,
+        optimizer: Any | None,
+        dataloader: Any | None,
+        use_cuda: bool,
+        zero_code: bool,
+    ) -> None:
         from skewtrace.hooks.collectives import patch_collectives, patch_ddp_register
         from skewtrace.hooks.dataloader import instrument_dataloader
         from skewtrace.hooks.optimizer import instrument_optimizer
@@ -276,8 +290,12 @@ class Session:
                 logger.debug("skewtrace: pacer client stop failed", exc_info=True)
         remaining = max(0, int((deadline - time.monotonic()) * 1000))
         # The metrics SDK's own shutdown is not bounded by our budget: run it aside.
-        closer = threading.Thread(target=self._close_metrics, args=(remaining,), daemon=True,
-                                  name="skewtrace-metrics-close")
+        closer = threading.Thread(
+            target=self._close_metrics,
+            args=(remaining,),
+            daemon=True,
+            name="skewtrace-metrics-close",
+        )
         closer.start()
         closer.join(remaining / 1000.0)
         atexit.unregister(self.close)
@@ -302,7 +320,8 @@ class SkewtraceInstrumentor(BaseInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         zero_code = not any(
-            kwargs.get(key) is not None for key in ("model", "optimizer", "dataloader"))
+            kwargs.get(key) is not None for key in ("model", "optimizer", "dataloader")
+        )
         zero_code = zero_code and not kwargs.get("_explicit", False)
         settings = Settings.from_env(
             job_id=kwargs.get("job_id"),

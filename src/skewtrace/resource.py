@@ -59,8 +59,9 @@ def discover_rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
     world_size = 1 if world_size is None else world_size
     # Without either variable the ranks are assumed to share one node.
     local_rank = _env_int(env, "LOCAL_RANK", "SLURM_LOCALID")
-    return RankInfo(rank=rank, local_rank=rank if local_rank is None else local_rank,
-                    world_size=world_size)
+    return RankInfo(
+        rank=rank, local_rank=rank if local_rank is None else local_rank, world_size=world_size
+    )
 
 
 def _topology(host_name: str, env: Mapping[str, str]) -> tuple[str, str]:
@@ -68,8 +69,10 @@ def _topology(host_name: str, env: Mapping[str, str]) -> tuple[str, str]:
         from skewtrace.topology import discover_topology
     except ImportError:
         # topology.py not installed in this checkout: fall back on the explicit variables.
-        return (env.get("SKEWTRACE_SWITCH") or semconv.UNKNOWN,
-                env.get("SKEWTRACE_NIC") or semconv.UNKNOWN)
+        return (
+            env.get("SKEWTRACE_SWITCH") or semconv.UNKNOWN,
+            env.get("SKEWTRACE_NIC") or semconv.UNKNOWN,
+        )
     info = discover_topology(host_name, env)
     return info.switch, info.nic
 

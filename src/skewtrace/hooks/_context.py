@@ -30,8 +30,13 @@ class GroupState:
 
 
 class HookContext:
-    def __init__(self, recorder: Recorder, pacer: Any | None = None, device: Any | None = None,
-                 cuda_timer: Any | None = None) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        pacer: Any | None = None,
+        device: Any | None = None,
+        cuda_timer: Any | None = None,
+    ) -> None:
         self.recorder = recorder
         self.pacer = pacer
         self.device = device

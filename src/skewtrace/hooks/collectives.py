@@ -61,8 +61,13 @@ def _on_cuda(value: Any) -> bool:
     return bool(getattr(value, "is_cuda", False))
 
 
-def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None,
-              name: str | None, default: Any = None) -> Any:
+def _argument(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    position: int | None,
+    name: str | None,
+    default: Any = None,
+) -> Any:
     if position is not None and len(args) > position:
         return args[position]
     if name is not None:
@@ -70,8 +75,9 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int | Non
     return default
 
 
-def _record_when_done(ctx: HookContext, work: Any, head: tuple[Any, ...],
-                      tail: tuple[Any, ...]) -> bool:
+def _record_when_done(
+    ctx: HookContext, work: Any, head: tuple[Any, ...], tail: tuple[Any, ...]
+) -> bool:
     """Record the span when ``work`` completes; False if its completion cannot be observed."""
     try:
         future = work.get_future()
@@ -88,8 +94,11 @@ def _record_when_done(ctx: HookContext, work: Any, head: tuple[Any, ...],
     return True
 
 
-def _wrap_collective(ctx: HookContext, original: Callable[..., Any], spec: tuple[
-        str, int | None, str | None, int, int]) -> Callable[..., Any]:
+def _wrap_collective(
+    ctx: HookContext,
+    original: Callable[..., Any],
+    spec: tuple[str, int | None, str | None, int, int],
+) -> Callable[..., Any]:
     op, input_pos, input_name, group_pos, async_pos = spec
     recorder = ctx.recorder
     tls = ctx.tls
@@ -113,8 +122,11 @@ def _wrap_collective(ctx: HookContext, original: Callable[..., Any], spec: tuple
         step = recorder.step
         cuda_timer = ctx.cuda_timer
         handle = None
-        if cuda_timer is not None and not is_async and _on_cuda(
-                _argument(args, kwargs, input_pos, input_name)):
+        if (
+            cuda_timer is not None
+            and not is_async
+            and _on_cuda(_argument(args, kwargs, input_pos, input_name))
+        ):
             # A synchronous NCCL call returns once the work is queued; the current stream
             # then waits for it. Events on that stream before and after span this rank's
             # arrival to the collective's completion.
@@ -200,8 +212,16 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
         finally:
             tls.depth = 0
         head = (COLLECTIVE, step, start)
-        tail = ("all_reduce", group_state.name, group_state.size, seq, nbytes, True,
-                SOURCE_DDP, TIMING_HOST)
+        tail = (
+            "all_reduce",
+            group_state.name,
+            group_state.size,
+            seq,
+            nbytes,
+            True,
+            SOURCE_DDP,
+            TIMING_HOST,
+        )
         record = recorder.record
 
         def done(_future: Any) -> None:
@@ -256,7 +276,9 @@ def instrument_ddp(ctx: HookContext, model: Any) -> bool:
         logger.warning(
             "skewtrace: %s already has a communication hook; its collectives are traced as "
             "source=api. Call skewtrace.instrument() before register_comm_hook() to trace "
-            "buckets as source=ddp.", type(model).__name__)
+            "buckets as source=ddp.",
+            type(model).__name__,
+        )
         return False
     slot = CommHookSlot(ctx)
     hook = make_ddp_comm_hook(model.process_group, slot)

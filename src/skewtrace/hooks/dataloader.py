@@ -40,8 +40,9 @@ class TracedIterator:
         batch = next(self._inner)
         end = now_ns()
         recorder.mark_activity(start)
-        recorder.record((PHASE, semconv.SPAN_DATALOADER_FETCH, recorder.step, start, end,
-                         None, None))
+        recorder.record(
+            (PHASE, semconv.SPAN_DATALOADER_FETCH, recorder.step, start, end, None, None)
+        )
         return batch
 
     def __len__(self) -> int:
@@ -58,14 +59,22 @@ def traced_iterable(iterable: Iterable[Any], ctx: HookContext) -> Iterator[Any]:
 def _subclass_for(cls: type) -> type:
     sub = _SUBCLASSES.get(cls)
     if sub is None:
+
         def __iter__(self: Any) -> Iterator[Any]:
             inner = cls.__iter__(self)  # type: ignore[attr-defined]
             ctx = self.__dict__.get("_skewtrace_ctx")
             return inner if ctx is None else TracedIterator(inner, ctx)
 
-        sub = type(cls.__name__, (cls,), {"__iter__": __iter__, _ORIGINAL_CLASS: cls,
-                                          "__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__})
+        sub = type(
+            cls.__name__,
+            (cls,),
+            {
+                "__iter__": __iter__,
+                _ORIGINAL_CLASS: cls,
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+            },
+        )
         _SUBCLASSES[cls] = sub
     return sub
 
@@ -84,7 +93,8 @@ def instrument_dataloader(ctx: HookContext, loader: Any, patches: Patches) -> No
         except (TypeError, AttributeError):
             raise TypeError(
                 f"skewtrace cannot instrument a {cls.__name__} in place; iterate over "
-                "skewtrace.traced_iterable(loader) instead") from None
+                "skewtrace.traced_iterable(loader) instead"
+            ) from None
     ref = weakref.ref(loader)
 
     def restore() -> None:

@@ -75,8 +75,17 @@ class ModuleHooks:
             self._cuda.stop(handle)  # type: ignore[union-attr]
             self._forward_handle = None
         end = now_ns()
-        recorder.record((PHASE, semconv.SPAN_FORWARD, recorder.step, self._forward_start, end,
-                         TIMING_HOST, handle))
+        recorder.record(
+            (
+                PHASE,
+                semconv.SPAN_FORWARD,
+                recorder.step,
+                self._forward_start,
+                end,
+                TIMING_HOST,
+                handle,
+            )
+        )
         try:
             tensor = _first_grad_tensor(output)
             if tensor is not None:
@@ -107,8 +116,17 @@ class ModuleHooks:
         if handle is not None:
             self._cuda.stop(handle)  # type: ignore[union-attr]
             self._backward_handle = None
-        recorder.record((PHASE, semconv.SPAN_BACKWARD, self._backward_step,
-                         self._backward_start, now_ns(), TIMING_HOST, handle))
+        recorder.record(
+            (
+                PHASE,
+                semconv.SPAN_BACKWARD,
+                self._backward_step,
+                self._backward_start,
+                now_ns(),
+                TIMING_HOST,
+                handle,
+            )
+        )
 
 
 def instrument_module(ctx: HookContext, model: Any, use_cuda: bool, patches: Patches) -> None:

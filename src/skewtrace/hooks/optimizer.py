@@ -31,24 +31,29 @@ class OptimizerHooks:
         if not recorder.active:
             return
         end = now_ns()
-        recorder.record((PHASE, semconv.SPAN_OPTIMIZER_STEP, recorder.step, self._start, end,
-                         None, None))
+        recorder.record(
+            (PHASE, semconv.SPAN_OPTIMIZER_STEP, recorder.step, self._start, end, None, None)
+        )
         recorder.end_step(end)
 
 
 def instrument_optimizer(ctx: HookContext, optimizer: Any | None, patches: Patches) -> None:
     hooks = OptimizerHooks(ctx)
     if optimizer is not None:
-        handles = [optimizer.register_step_pre_hook(hooks.pre_step),
-                   optimizer.register_step_post_hook(hooks.post_step)]
+        handles = [
+            optimizer.register_step_pre_hook(hooks.pre_step),
+            optimizer.register_step_post_hook(hooks.post_step),
+        ]
     else:
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
         )
 
-        handles = [register_optimizer_step_pre_hook(hooks.pre_step),
-                   register_optimizer_step_post_hook(hooks.post_step)]
+        handles = [
+            register_optimizer_step_pre_hook(hooks.pre_step),
+            register_optimizer_step_post_hook(hooks.post_step),
+        ]
 
     def remove() -> None:
         for handle in handles:
