@@ -28,6 +28,16 @@ const (
 	recycleMaxSeenWords  = 1024
 )
 
+type releasedAt struct {
+	step int64
+	at   int64
+}
+
+type releasedKey struct {
+	key Key
+	at  int64
+}
+
 type pending[R any] struct {
 	key        Key
 	op         string
@@ -66,8 +76,11 @@ type Engine[R any] struct {
 
 	// recently released keys, so that a member arriving after its collective was
 	// released is passed through as late instead of opening a collective that never fills.
-	recent     map[Key]struct{}
-	recentRing []Key
+	// A key counts as released only for the same step and for 2 x wait_timeout: a job
+	// restarted under the same id (TorchElastic keeps its run id) starts its sequence
+	// numbers over, and its collectives must join again.
+	recent     map[Key]releasedAt
+	recentRing []releasedKey
 	recentPos  int
 
 	jobs   map[string]*jobState
@@ -90,8 +103,8 @@ func New[R any](cfg Config, clock Clock) *Engine[R] {
 		cfg:        cfg,
 		clock:      clock,
 		pending:    make(map[Key]*pending[R]),
-		recent:     make(map[Key]struct{}, recentSize),
-		recentRing: make([]Key, recentSize),
+		recent:     make(map[Key]releasedAt, recentSize),
+		recentRing: make([]releasedKey, recentSize),
 		jobs:       make(map[string]*jobState),
 		phases:     newPhaseCache(cfg.MaxPhaseEntries),
 	}
@@ -129,8 +142,12 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 			return e.reject(RejectedDuplicate), out
 		}
 	} else {
-		if _, late := e.recent[a.Key]; late {
-			return e.reject(RejectedLate), out
+		if released, ok := e.recent[a.Key]; ok {
+			if released.step == a.Step &&
+				e.clock.Now().UnixNano()-released.at <= 2*int64(e.cfg.WaitTimeout) {
+				return e.reject(RejectedLate), out
+			}
+			delete(e.recent, a.Key)
 		}
 		for len(e.pending) >= e.cfg.MaxPending {
 			out = append(out, e.release(e.oldest, ReleasedEvicted))
@@ -263,16 +280,18 @@ func (e *Engine[R]) newReleased() *Released[R] {
 	return &Released[R]{}
 }
 
-func (e *Engine[R]) rememberReleased(k Key) {
+func (e *Engine[R]) rememberReleased(k Key, step int64) {
 	if len(e.recentRing) == 0 {
 		return
 	}
+	now := e.clock.Now().UnixNano()
 	old := e.recentRing[e.recentPos]
-	if old.Job != "" || old.PG != "" {
-		delete(e.recent, old)
+	// The slot's key may have been released again since; only its own entry goes.
+	if current, ok := e.recent[old.key]; ok && current.at == old.at {
+		delete(e.recent, old.key)
 	}
-	e.recentRing[e.recentPos] = k
-	e.recent[k] = struct{}{}
+	e.recentRing[e.recentPos] = releasedKey{key: k, at: now}
+	e.recent[k] = releasedAt{step: step, at: now}
 	e.recentPos++
 	if e.recentPos == len(e.recentRing) {
 		e.recentPos = 0
@@ -283,7 +302,7 @@ func (e *Engine[R]) rememberReleased(k Key) {
 func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
 	delete(e.pending, p.key)
 	e.unlink(p)
-	e.rememberReleased(p.key)
+	e.rememberReleased(p.key, p.step)
 	n := len(p.members)
 	e.buffered -= n
 

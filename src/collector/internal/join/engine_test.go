@@ -642,3 +642,27 @@ func TestCauseSticksWhenPhasesAreMissing(t *testing.T) {
 		t.Errorf("no phases ever: cause %q, want unknown", m.Cause)
 	}
 }
+
+func TestRestartedJobJoinsAgainUnderTheSameID(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) { c.WaitTimeout = time.Second })
+	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0),
+		arrival("default", 2, 0, 1, time.Millisecond, base, 0))
+	// A duplicate of the same step soon after the release is a late arrival.
+	if o, _ := e.Add(arrival("default", 2, 0, 1, time.Millisecond, base, 0), nil); o != RejectedLate {
+		t.Fatalf("same step right after release: %q, want late_arrival", o.Reason())
+	}
+	// The job restarts under the same id: sequence numbers start over at another step.
+	restarted := func(rank int) *Arrival[int] {
+		a := arrival("default", 2, 0, rank, time.Millisecond, base, 0)
+		a.Step = 500
+		return a
+	}
+	if out := addAll(t, e, restarted(0), restarted(1)); len(out) != 1 || !out[0].Complete() {
+		t.Fatalf("restarted job's collective not joined: %+v", out)
+	}
+	// Long after wait_timeout the same (step, seq) is a new collective too.
+	clock.Advance(3 * time.Second)
+	if out := addAll(t, e, restarted(0), restarted(1)); len(out) != 1 {
+		t.Fatalf("same key long after release not joined: %+v", out)
+	}
+}
