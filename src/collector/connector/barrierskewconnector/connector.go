@@ -49,9 +49,10 @@ type barrierSkewConnector struct {
 	malformed     map[string]int64
 	passedThrough int64
 	// seen remembers recent annotated collectives so that their skew (carried by every
-	// member's span) is counted once.
-	seen     map[join.Key]struct{}
-	seenRing []join.Key
+	// member's span) is counted once. The step is part of the key: a job restarted under
+	// the same id starts its sequence numbers over.
+	seen     map[seenKey]struct{}
+	seenRing []seenKey
 	seenPos  int
 
 	telemetry metric.Registration
@@ -70,8 +71,8 @@ func newConnector(
 		engine:    join.New[spanRef](cfg.Config, clock),
 		agg:       newAggregator(cfg),
 		malformed: make(map[string]int64),
-		seen:      make(map[join.Key]struct{}, cfg.DedupWindow),
-		seenRing:  make([]join.Key, cfg.DedupWindow),
+		seen:      make(map[seenKey]struct{}, cfg.DedupWindow),
+		seenRing:  make([]seenKey, cfg.DedupWindow),
 	}
 	reg, err := selftel.Register(set.MeterProvider, scopeName, "otelcol_connector_barrierskew_",
 		true, c.snapshot)
@@ -227,7 +228,7 @@ func rankOf(res *spanio.Resource) rankKey {
 func (c *barrierSkewConnector) observeAnnotated(
 	now time.Time, a *join.Arrival[spanRef], ann spanio.Annotations, ref spanRef,
 ) {
-	if c.firstSighting(a.Key) {
+	if c.firstSighting(seenKey{Key: a.Key, step: a.Step}) {
 		c.agg.observeCollective(now, collective{
 			key:          collectiveKey{job: a.Job, pg: a.PG, op: a.Op},
 			skew:         ann.Skew,
@@ -246,10 +247,16 @@ func (c *barrierSkewConnector) observeAnnotated(
 	})
 }
 
-func (c *barrierSkewConnector) firstSighting(k join.Key) bool {
+type seenKey struct {
+	join.Key
+	step int64
+}
+
+func (c *barrierSkewConnector) firstSighting(k seenKey) bool {
 	if _, ok := c.seen[k]; ok {
 		return false
 	}
+	// Keys are unique in the ring (a seen key is never added again while it is there).
 	old := c.seenRing[c.seenPos]
 	if old.Job != "" || old.PG != "" {
 		delete(c.seen, old)
