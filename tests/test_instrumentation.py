@@ -546,3 +546,37 @@ def test_traced_iterable_for_plain_iterables(
     skewtrace.uninstrument()
     fetches = [s for s in exporter.get_finished_spans() if s.name == "dataloader.fetch"]
     assert len(fetches) == 4
+
+
+def test_comm_hook_registered_before_instrument_still_runs(
+    world_of_one: None,
+    memory_provider: tuple[TracerProvider, InMemorySpanExporter],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """DDP takes one comm hook for life: a hook registered first stays in charge, and its
+    own dist.all_reduce calls are traced as source=api."""
+    provider, exporter = memory_provider
+    model, optimizer, loader = _ddp_setup(batches=2)
+    calls = 0
+
+    def user_hook(state, bucket):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return (
+            dist.all_reduce(bucket.buffer(), async_op=True)
+            .get_future()
+            .then(lambda fut: fut.value()[0])
+        )
+
+    model.register_comm_hook(None, user_hook)
+    with caplog.at_level(logging.WARNING, logger="skewtrace"):
+        skewtrace.instrument(
+            model=model, optimizer=optimizer, dataloader=loader, tracer_provider=provider
+        )
+    assert any("already has a communication hook" in r.message for r in caplog.records)
+    assert _train(model, optimizer, loader) == 2
+    skewtrace.uninstrument()
+    assert calls >= 2
+    collectives = [s for s in exporter.get_finished_spans() if s.name.startswith("collective.")]
+    assert len(collectives) == calls
+    assert {s.attributes[semconv.COLLECTIVE_SOURCE] for s in collectives} == {"api"}

@@ -419,7 +419,7 @@ def test_zero_code_opentelemetry_instrument() -> None:
     spans = [s for s in spans if s.resource.get("training.job.id") == job]
     names = collections.Counter((s.name, _rank(s)) for s in spans)
     for rank in (0, 1):
-        for name in ("train.step", "forward", "backward", "optimizer.step"):
+        for name in ("train.step", "dataloader.fetch", "forward", "backward", "optimizer.step"):
             assert names[(name, rank)] == STEPS, (name, rank, names)
         assert names[("collective.all_reduce", rank)] > STEPS  # buckets + explicit calls
     sources = {

@@ -202,6 +202,10 @@ class Session:
         instrument_optimizer(self.ctx, optimizer, self.patches)
         if dataloader is not None:
             instrument_dataloader(self.ctx, dataloader, self.patches)
+        elif zero_code:
+            from skewtrace.hooks.dataloader import patch_dataloader_class
+
+            patch_dataloader_class(self.ctx, self.patches)
 
     def _instrument_model(self, model: Any, use_cuda: bool) -> None:
         from torch.nn.parallel import DistributedDataParallel

@@ -107,3 +107,17 @@ def instrument_dataloader(ctx: HookContext, loader: Any, patches: Patches) -> No
             target.__class__ = original
 
     patches.on_restore(restore)
+
+
+def patch_dataloader_class(ctx: HookContext, patches: Patches) -> None:
+    """Zero-code: every ``torch.utils.data.DataLoader`` iteration is timed (evaluation
+    loaders included: their fetches count toward the step in progress)."""
+    from torch.utils.data import DataLoader
+
+    original = DataLoader.__dict__["__iter__"]
+
+    def __iter__(self: Any) -> Iterator[Any]:
+        inner = original(self)
+        return TracedIterator(inner, ctx) if ctx.recorder.active else inner
+
+    patches.replace(DataLoader, "__iter__", __iter__, original)
