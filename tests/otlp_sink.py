@@ -15,6 +15,7 @@ prints the span count every few seconds.
 from __future__ import annotations
 
 import argparse
+import http.server
 import threading
 import time
 from collections.abc import Callable
@@ -135,11 +136,47 @@ class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
+class _HttpHandler(http.server.BaseHTTPRequestHandler):
+    """OTLP/HTTP (binary protobuf) on /v1/traces and /v1/metrics."""
+
+    traces: _TraceService
+    metrics: _MetricsService
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/v1/traces":
+            request: Any = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+            reply = self.traces.Export(request, None)
+        elif self.path == "/v1/metrics":
+            request = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+            reply = self.metrics.Export(request, None)
+        else:
+            self.send_error(404)
+            return
+        payload = reply.SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
 class OtlpSink:
-    """An OTLP/gRPC server on 127.0.0.1 (``port=0``: any free port)."""
+    """An OTLP/gRPC server on 127.0.0.1 (``port=0``: any free port), and OTLP/HTTP on
+    ``http_endpoint`` for the http/protobuf protocol."""
 
     def __init__(self, port: int = 0) -> None:
         self._store = _Store()
+        handler = type(
+            "Handler",
+            (_HttpHandler,),
+            {"traces": _TraceService(self._store), "metrics": _MetricsService(self._store)},
+        )
+        self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._http_thread = threading.Thread(target=self._http.serve_forever, daemon=True)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
             _TraceService(self._store), self._server
@@ -155,12 +192,19 @@ class OtlpSink:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def http_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}"
+
     def start(self) -> OtlpSink:
         self._server.start()
+        self._http_thread.start()
         return self
 
     def stop(self) -> None:
         self._server.stop(grace=None).wait()
+        self._http.shutdown()
+        self._http.server_close()
 
     def __enter__(self) -> OtlpSink:
         return self.start()
@@ -204,7 +248,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=4317)
     args = parser.parse_args()
     with OtlpSink(args.port) as sink:
-        print(f"listening on {sink.endpoint}", flush=True)
+        print(f"listening on {sink.endpoint} (gRPC), {sink.http_endpoint} (HTTP)", flush=True)
         try:
             while True:
                 time.sleep(5)

@@ -580,3 +580,32 @@ def test_comm_hook_registered_before_instrument_still_runs(
     collectives = [s for s in exporter.get_finished_spans() if s.name.startswith("collective.")]
     assert len(collectives) == calls
     assert {s.attributes[semconv.COLLECTIVE_SOURCE] for s in collectives} == {"api"}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_private_exporter_delivers_within_a_second(
+    world_of_one: None, monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    """No user provider: skewtrace's own OTLP exporter, per OTEL_EXPORTER_OTLP_PROTOCOL, sends
+    to a real receiver while training goes on (the collector joins spans within ~1 s)."""
+    from otlp_sink import OtlpSink
+
+    monkeypatch.delenv("SKEWTRACE_EXPORT_INTERVAL_MILLIS")  # the 500 ms default
+    with OtlpSink() as sink:
+        endpoint = sink.endpoint if protocol == "grpc" else sink.http_endpoint
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+        model, optimizer, loader = _ddp_setup(batches=1)
+        global_before = trace.get_tracer_provider()
+        skewtrace.instrument(model=model, optimizer=optimizer, dataloader=loader)
+        assert _train(model, optimizer, loader) == 1
+        ended = time.monotonic()
+        spans = sink.wait_for_spans(lambda s: any(x.name == "train.step" for x in s), 5.0)
+        latency = time.monotonic() - ended
+        skewtrace.uninstrument()
+        assert trace.get_tracer_provider() is global_before
+    assert any(s.name == "train.step" for s in spans)
+    assert latency < 1.0, latency
+    step = next(s for s in spans if s.name == "train.step")
+    assert step.resource[semconv.JOB_ID] == "unit-job"
+    assert step.resource["service.name"] == semconv.DEFAULT_SERVICE_NAME
