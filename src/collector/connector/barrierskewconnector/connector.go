@@ -233,6 +233,7 @@ func (c *barrierSkewConnector) observeAnnotated(
 			key:          collectiveKey{job: a.Job, pg: a.PG, op: a.Op},
 			skew:         ann.Skew,
 			missingRanks: ann.MissingRanks,
+			missing:      ann.Missing,
 			skewRef:      ref,
 		})
 	}
@@ -274,6 +275,7 @@ func (c *barrierSkewConnector) observeReleased(now time.Time) {
 			key:          collectiveKey{job: r.Job, pg: r.PG, op: r.Op},
 			skew:         r.Skew,
 			missingRanks: r.MissingRanks,
+			missing:      r.Missing,
 		}
 		lastArrival := -1
 		for i := range r.Members {

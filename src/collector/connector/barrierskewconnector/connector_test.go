@@ -320,6 +320,60 @@ func TestClockOffsetAndIncomplete(t *testing.T) {
 	if !inc.IsMonotonic() || inc.DataPoints().Len() != 1 || inc.DataPoints().At(0).IntValue() != 1 {
 		t.Errorf("incomplete counter %v", inc.DataPoints().At(0).IntValue())
 	}
+	assertMissing(t, md, map[int64]int64{3: 1})
+}
+
+func assertMissing(t *testing.T, md pmetric.Metrics, want map[int64]int64) {
+	t.Helper()
+	points := findMetric(t, md, semconv.MetricRankMissing).Sum().DataPoints()
+	got := map[int64]int64{}
+	for i := range points.Len() {
+		rank, _ := points.At(i).Attributes().Get(semconv.AttrRank)
+		got[rank.Int()] = points.At(i).IntValue()
+	}
+	if len(got) != len(want) {
+		t.Fatalf("training.rank.missing %v, want %v", got, want)
+	}
+	for rank, n := range want {
+		if got[rank] != n {
+			t.Errorf("training.rank.missing %v, want %v", got, want)
+		}
+	}
+}
+
+// TestMissingRanksFromAnnotations: the processor releases a collective without ranks 1 and
+// 3 at shutdown; the connector behind it counts them by rank from the annotations.
+func TestMissingRanksFromAnnotations(t *testing.T) {
+	h := newHarness(t, nil)
+	procSink := new(consumertest.TracesSink)
+	procFactory := barrierskewprocessor.NewFactory()
+	proc, err := procFactory.CreateTraces(context.Background(),
+		processortest.NewNopSettings(procFactory.Type()), procFactory.CreateDefaultConfig(),
+		procSink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := fixture.Ranks(4)
+	b := fixture.NewBatch()
+	for _, r := range []fixture.Rank{ranks[0], ranks[2]} {
+		b.AddCollective(r, fixture.Collective{PGSize: 4, Seq: 9, Step: 2, TrueEnd: trueEnd,
+			Duration: time.Millisecond})
+	}
+	if err := proc.ConsumeTraces(context.Background(), b.Traces); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, td := range procSink.AllTraces() {
+		h.consume(t, td)
+	}
+	md := h.flush(t)
+	assertMissing(t, md, map[int64]int64{1: 1, 3: 1})
+	inc := findMetric(t, md, semconv.MetricCollectiveIncomplete).Sum().DataPoints()
+	if inc.Len() != 1 || inc.At(0).IntValue() != 1 {
+		t.Errorf("incomplete counted %d times for one collective", inc.At(0).IntValue())
+	}
 }
 
 func TestMaxSeriesIsEnforcedAndCounted(t *testing.T) {

@@ -23,6 +23,11 @@ type rankKey struct {
 	join.Topology
 }
 
+type missingKey struct {
+	job  string
+	rank int
+}
+
 type hostKey struct {
 	job, host string
 }
@@ -87,6 +92,7 @@ type aggregator struct {
 	stragglers   map[rankKey]*rankStraggler
 	domains      map[domainKey]*domainGauge
 	incomplete   map[collectiveKey]*incompleteCounter
+	missing      map[missingKey]*incompleteCounter
 	offsets      map[hostKey]*offsetGauge
 
 	seriesDropped int64
@@ -102,6 +108,7 @@ func newAggregator(cfg *Config) *aggregator {
 		stragglers:   make(map[rankKey]*rankStraggler),
 		domains:      make(map[domainKey]*domainGauge),
 		incomplete:   make(map[collectiveKey]*incompleteCounter),
+		missing:      make(map[missingKey]*incompleteCounter),
 		offsets:      make(map[hostKey]*offsetGauge),
 	}
 }
@@ -153,6 +160,8 @@ type collective struct {
 	key          collectiveKey
 	skew         float64
 	missingRanks int
+	// missing names the ranks that never arrived (as far as known).
+	missing []int
 	// skewRef is the span the skew exemplar points at (the last arrival's).
 	skewRef spanRef
 }
@@ -171,10 +180,18 @@ type memberObservation struct {
 func (a *aggregator) observeCollective(now time.Time, c collective) {
 	a.observe(lookup(a, a.skew, c.key, func() *histogram { return a.newHistogram(now) }),
 		now, c.skew, c.skewRef)
+	newCounter := func() *incompleteCounter {
+		return &incompleteCounter{start: pcommon.NewTimestampFromTime(now)}
+	}
 	if c.missingRanks > 0 {
-		if ctr := lookup(a, a.incomplete, c.key, func() *incompleteCounter {
-			return &incompleteCounter{start: pcommon.NewTimestampFromTime(now)}
-		}); ctr != nil {
+		if ctr := lookup(a, a.incomplete, c.key, newCounter); ctr != nil {
+			ctr.count++
+			ctr.updated = now
+		}
+	}
+	for _, rank := range c.missing {
+		if ctr := lookup(a, a.missing, missingKey{job: c.key.job, rank: rank},
+			newCounter); ctr != nil {
 			ctr.count++
 			ctr.updated = now
 		}
@@ -268,6 +285,7 @@ func (a *aggregator) expire(now time.Time) {
 	expireMap(a.stragglers, cutoff, func(s *rankStraggler) time.Time { return s.updated })
 	expireMap(a.domains, cutoff, func(g *domainGauge) time.Time { return g.updated })
 	expireMap(a.incomplete, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
+	expireMap(a.missing, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
 	expireMap(a.offsets, cutoff, func(g *offsetGauge) time.Time { return g.updated })
 }
 
@@ -372,6 +390,29 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			c := a.incomplete[key]
 			dp := sum.DataPoints().AppendEmpty()
 			putCollective(dp.Attributes(), key)
+			dp.SetStartTimestamp(c.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(c.count)
+		}
+	}
+	if len(a.missing) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricRankMissing)
+		m.SetDescription("Collectives released without this rank (it never arrived).")
+		m.SetUnit("1")
+		sum := m.SetEmptySum()
+		sum.SetIsMonotonic(true)
+		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		for _, key := range sortedKeys(a.missing, func(x, y missingKey) bool {
+			if x.job != y.job {
+				return x.job < y.job
+			}
+			return x.rank < y.rank
+		}) {
+			c := a.missing[key]
+			dp := sum.DataPoints().AppendEmpty()
+			dp.Attributes().PutStr(semconv.AttrJobID, key.job)
+			dp.Attributes().PutInt(semconv.AttrRank, int64(key.rank))
 			dp.SetStartTimestamp(c.start)
 			dp.SetTimestamp(ts)
 			dp.SetIntValue(c.count)

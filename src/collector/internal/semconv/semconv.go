@@ -76,6 +76,7 @@ const (
 	MetricStraggler            = "training.straggler"
 	MetricStragglerDomain      = "training.straggler.domain"
 	MetricCollectiveIncomplete = "training.collective.incomplete"
+	MetricRankMissing          = "training.rank.missing"
 	MetricClockOffset          = "training.clock.offset"
 	MetricStepDuration         = "training.step.duration"
 )

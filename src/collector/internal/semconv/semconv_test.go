@@ -23,7 +23,7 @@ var goNames = []string{
 	AttrBarrierMissing,
 	CauseData, CauseCompute, CauseNetwork, CauseUnknown, DefaultPG, UnknownTopology,
 	MetricBarrierSkew, MetricRankLateness, MetricRankWait, MetricStraggler, MetricStragglerDomain,
-	MetricCollectiveIncomplete, MetricClockOffset, MetricStepDuration,
+	MetricCollectiveIncomplete, MetricRankMissing, MetricClockOffset, MetricStepDuration,
 }
 
 func readDoc(t *testing.T) string {

@@ -273,6 +273,8 @@ type Annotations struct {
 	Verdict      join.Verdict
 	Cause        string
 	MissingRanks int
+	// Missing are the ranks named in training.barrier.missing (unparsable entries skipped).
+	Missing []int
 }
 
 // ReadAnnotations reads what Annotate wrote. Missing or mistyped figures read as 0.
@@ -304,5 +306,25 @@ func ReadAnnotations(span ptrace.Span) Annotations {
 	if v, ok := attrs.Get(semconv.AttrBarrierMissingRanks); ok && v.Type() == pcommon.ValueTypeInt {
 		a.MissingRanks = int(v.Int())
 	}
+	if v, ok := attrs.Get(semconv.AttrBarrierMissing); ok && v.Type() == pcommon.ValueTypeStr {
+		a.Missing = ParseRanks(v.Str())
+	}
 	return a
+}
+
+// ParseRanks reads FormatRanks' output, skipping entries that are not ranks, at most
+// join.MaxMissingNamed of them.
+func ParseRanks(text string) []int {
+	var ranks []int
+	for field := range strings.SplitSeq(text, ",") {
+		if len(ranks) >= join.MaxMissingNamed {
+			break
+		}
+		rank, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || rank < 0 || rank >= join.MaxRanks {
+			continue
+		}
+		ranks = append(ranks, rank)
+	}
+	return ranks
 }

@@ -1,6 +1,7 @@
 package spanio
 
 import (
+	"reflect"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -58,9 +59,13 @@ func TestAnnotateThenReadBack(t *testing.T) {
 	}
 	got := ReadAnnotations(span)
 	want := Annotations{Skew: 0.02, Lateness: 0.02, ClockOffset: -1.5,
-		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, MissingRanks: 2}
-	if got != want {
+		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, MissingRanks: 2,
+		Missing: []int{3, 5}}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("read back %+v, want %+v", got, want)
+	}
+	if got := ParseRanks("1, x,-2,7,"); !reflect.DeepEqual(got, []int{1, 7}) {
+		t.Errorf("ParseRanks kept %v, want [1 7]", got)
 	}
 	missing, _ := span.Attributes().Get(semconv.AttrBarrierMissing)
 	domain, _ := span.Attributes().Get(semconv.AttrStragglerDomain)
