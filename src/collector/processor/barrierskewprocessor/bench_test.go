@@ -89,7 +89,8 @@ func BenchmarkProcessor(b *testing.B) {
 	b.ReportMetric(joined/baseline, "x_passthrough")
 	b.ReportMetric(allocs, "allocs/span")
 	b.Logf("processor, 64 ranks: %.0f collective spans/s joined and annotated (%.1f allocs "+
-		"per span; one resource copy per rank and output batch); pass-through of the same spans in the "+
-		"same run %.0f spans/s (%.2fx). No target of its own: the 1e6/s per core target is the "+
-		"join engine's (BenchmarkJoin), without pdata", joined, allocs, baseline, joined/baseline)
+		"per span; one resource copy per rank and output batch); pass-through of the same "+
+		"spans in the same run %.0f spans/s (%.2fx). No target of its own: the 1e6/s per core "+
+		"target is the join engine's (BenchmarkJoin), without pdata", joined, allocs, baseline,
+		joined/baseline)
 }
