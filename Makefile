@@ -29,13 +29,16 @@ $(JAEGER): tools/jaeger/go.mod
 	bash tools/jaeger/build.sh $(JAEGER)
 
 lint: venv
-	$(VENV)/bin/ruff check src tests examples benchmarks
-	$(VENV)/bin/ruff format --check src tests examples benchmarks
+	$(VENV)/bin/ruff check src tests examples benchmarks grafana
+	$(VENV)/bin/ruff format --check src tests examples benchmarks grafana
 	$(VENV)/bin/mypy
 	cd src/collector && go vet ./...
+	cd tools/loadgen && go vet ./...
+	@test -z "$$(gofmt -l src/collector tools/loadgen)" || { gofmt -l src/collector tools/loadgen; exit 1; }
 
 test-go:
 	cd src/collector && go test -count=1 ./...
+	cd tools/loadgen && go test -count=1 ./...
 
 test-py: venv collector jaeger
 	$(PY) -m pytest -q
@@ -47,6 +50,8 @@ demo: venv collector
 
 bench: venv collector
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/collector_e2e.py
+	$(PY) benchmarks/pacing.py
 	cd src/collector && go test -run '^$$' -bench . -benchmem ./...
 
 clean:
