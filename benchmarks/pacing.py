@@ -45,6 +45,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
+import itertools
+
 from otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
 
 PAPER_CV_BEFORE, PAPER_CV_AFTER = 0.22, 0.09
@@ -306,6 +308,10 @@ class DecisionWatcher:
             except (OSError, ValueError):
                 self.samples.append((time.monotonic(), {"error": True}))
 
+    def flips(self) -> int:
+        states = [d["active"] for _, d in self.samples if "version" in d and d["version"] > 0]
+        return sum(1 for a, b in itertools.pairwise(states) if a != b)
+
     def active_fraction(self) -> float:
         seen = [d for _, d in self.samples if "version" in d and d["version"] > 0]
         return sum(1 for d in seen if d["active"]) / len(seen) if seen else 0.0
@@ -324,6 +330,9 @@ class RunResult:
     throughput: float
     active_fraction: float
     wall_s: float
+    delay_spans: int = 0
+    delay_total_s: float = 0.0
+    flips: int = 0
 
 
 def _one_run(stack: Stack, args: argparse.Namespace, mode: str, index: int) -> RunResult:
@@ -353,6 +362,9 @@ def _one_run(stack: Stack, args: argparse.Namespace, mode: str, index: int) -> R
         for s in rank_step_spans(spans, job_id, 0)
         if int(s.attributes.get("training.step", 0)) >= args.warmup
     ]
+    delays = [
+        s for s in spans if s.name == "pacing.delay" and s.resource.get("training.job.id") == job_id
+    ]
     per_step_samples = args.batch_size * args.nprocs
     return RunResult(
         mode=mode,
@@ -363,6 +375,9 @@ def _one_run(stack: Stack, args: argparse.Namespace, mode: str, index: int) -> R
         throughput=per_step_samples / float(stats["step_time_mean_s"]),
         active_fraction=watcher.active_fraction(),
         wall_s=wall,
+        delay_spans=len(delays),
+        delay_total_s=sum(s.duration_s for s in delays),
+        flips=watcher.flips(),
     )
 
 
@@ -460,7 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"run {index} {mode}: cv={result.cv:.3f} mean={result.mean_s * 1e3:.1f} ms "
                     f"p99={result.p99_s * 1e3:.1f} ms pacer on={result.active_fraction * 100:.0f}% "
-                    f"({result.wall_s:.0f} s)",
+                    f"flips={result.flips} delays applied={result.delay_spans} "
+                    f"({result.delay_total_s:.2f} s) ({result.wall_s:.0f} s)",
                     flush=True,
                 )
     print()

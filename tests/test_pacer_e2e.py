@@ -148,9 +148,12 @@ def test_killing_the_pacer_leaves_training_running(otelcol_path: Path, tmp_path:
         )
         deadline = time.monotonic() + 240
         decision: dict[str, Any] = {}
+        # Kill it once the ranks have demonstrably applied delays (spans reach the sink about
+        # a second after they happen).
         while time.monotonic() < deadline and proc.poll() is None:
             decision = stack.decision(job_id)
-            if decision["active"] and decision["delays"]:
+            applied = len(_spans(stack, job_id, "pacing.delay"))
+            if decision["active"] and decision["delays"] and applied >= 5:
                 break
             time.sleep(0.25)
         assert decision.get("active"), f"pacing never turned on\n{stack.log_tail()}"
