@@ -23,6 +23,7 @@ The harness here (collector + pacer + sink, launching a training run) is also wh
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -44,8 +45,6 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-
-import itertools
 
 from otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
 
