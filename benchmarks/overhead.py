@@ -9,7 +9,7 @@
 3. Memory: a long single-rank run with the endpoint down and a small buffer: RSS must stop
    growing once the buffer is full (bounded by the buffer, not by the run length).
 
-    python benchmarks/overhead.py            # all three, ~5 minutes on 2 shared cores
+    python benchmarks/overhead.py            # all three, ~5 minutes on 2 shared cores at normal load
     python benchmarks/overhead.py --quick    # smaller, for a smoke check
 """
 
@@ -450,7 +450,7 @@ def main() -> None:
         summary["hooks"] = bench_hook_overhead(500 if args.quick else 3000)
     if "ddp" not in args.skip:
         conf = {
-            "blocks": args.blocks or (4 if args.quick else 12),
+            "blocks": args.blocks or (4 if args.quick else 10),
             "steps_per_block": args.steps_per_block or (10 if args.quick else 30),
             "hidden": args.hidden,
             "batch_size": args.batch_size,
