@@ -168,8 +168,12 @@ class PolicyState:
 
     delays: Mapping[int, float] = field(default_factory=dict)
 
+    active_since: float | None = None
+    """When pacing last turned on."""
+
     baseline_wait: Mapping[int, float] = field(default_factory=dict)
-    """Each rank's largest observed wait per step since pacing turned on."""
+    """Each rank's largest observed wait per step in the first ``ineffective_hold_s`` after
+    pacing turned on."""
 
     ineffective_since: Mapping[int, float] = field(default_factory=dict)
     """Since when a paced rank's delay has not shown in its wait."""
@@ -224,15 +228,19 @@ def decide(window: JobWindow, previous: PolicyState, params: PolicyParams) -> De
         return Decision(False, delays, spread, reason, state)
 
     if previous.active:
-        # The running maximum: when pacing turns on while instability is still ramping up,
-        # the first window understates the unpaced wait; the wait keeps rising until the
-        # first delays show in the metrics (a poll and a flush later).
+        active_since = previous.active_since if previous.active_since is not None else window.now
         baseline = dict(previous.baseline_wait)
-        for rank, observed in ranks.items():
-            baseline[rank] = max(baseline.get(rank, 0.0), observed.wait_per_step_s)
+        if window.now - active_since < params.ineffective_hold_s:
+            # The running maximum over the episode's first seconds: when pacing turns on while
+            # instability is still ramping up, the first window understates the unpaced wait,
+            # which keeps rising until the first delays show in the metrics (a poll and a
+            # flush later). Later maxima would only collect noise.
+            for rank, observed in ranks.items():
+                baseline[rank] = max(baseline.get(rank, 0.0), observed.wait_per_step_s)
         ineffective_since, suppressed = _effectiveness(ranks, previous, window.now, params)
     else:
         # Pacing turns on now: this window is unpaced, the reference for effectiveness.
+        active_since = window.now
         baseline = {r: w.wait_per_step_s for r, w in ranks.items()}
         ineffective_since, suppressed = {}, frozenset()
     delays = _delays(ranks, natural_wait, previous.delays if previous.active else {}, params)
@@ -245,6 +253,7 @@ def decide(window: JobWindow, previous: PolicyState, params: PolicyParams) -> De
         active=True,
         crossing_since=crossing_since,
         delays=delays,
+        active_since=active_since,
         baseline_wait=baseline,
         ineffective_since=ineffective_since,
         suppressed=suppressed,
@@ -274,8 +283,13 @@ def _effectiveness(
         if rank in suppressed or baseline is None or applied < _MIN_JUDGED_DELAY_S:
             since.pop(rank, None)
             continue
-        if baseline - observed.wait_per_step_s >= 0.5 * applied:
+        drop = baseline - observed.wait_per_step_s
+        if drop >= 0.75 * applied:
             since.pop(rank, None)
+            continue
+        if drop >= 0.5 * applied:
+            # In between: noise in a window's mean wait can lift one tick over the line;
+            # neither start nor clear the clock on it.
             continue
         started = since.setdefault(rank, now)
         if now - started >= params.ineffective_hold_s:
