@@ -431,7 +431,7 @@ def report(results: Sequence[RunResult]) -> str:
         "per run: "
         + ", ".join(
             f"{r.mode}:cv={r.cv:.3f},mean={r.mean_s * 1e3:.0f}ms,p99={r.p99_s * 1e3:.0f}ms,"
-            f"paced={r.active_fraction * 100:.0f}%"
+            f"pacer on={r.active_fraction * 100:.0f}%"
             for r in results
         )
     )
