@@ -457,3 +457,29 @@ def test_smoothing_moves_part_way_and_drops_at_once() -> None:
 def test_invalid_params_name_the_field(field_name: str, value: float) -> None:
     with pytest.raises(ValueError, match=field_name):
         PolicyParams(**{field_name: value})  # type: ignore[arg-type]
+
+
+def test_one_noisy_window_does_not_reset_the_ineffective_clock() -> None:
+    """Drops between d/2 and 3d/4 neither start nor clear the clock; below d/2 counts."""
+    params = PolicyParams(gain=1.0, ineffective_hold_s=2.0)
+    late = RankWindow(10, 1.3, 0.0, 10 * 0.030)
+    state = PolicyState(
+        active=True,
+        active_since=0.0,
+        baseline_wait={0: 0.030, 1: 0.0},
+        delays={0: 0.010},
+    )
+    # applied 10 ms each time; observed wait drops by 1 ms (ineffective), 6 ms (band), 1 ms
+    for now, wait in ((10.0, 0.029), (11.0, 0.024), (12.0, 0.029)):
+        early = RankWindow(10, 1.3, 10 * wait, 0.0, applied_delay_s=0.010)
+        decision = decide(JobWindow(now=now, ranks={0: early, 1: late}), state, params)
+        state = decision.state
+    assert 0 in state.suppressed  # 10.0 -> 12.0 is the 2 s hold, the band tick did not reset it
+
+    # a clear drop (>= 3d/4) clears the clock
+    state = PolicyState(
+        active=True, active_since=0.0, baseline_wait={0: 0.030}, ineffective_since={0: 10.0}
+    )
+    early = RankWindow(10, 1.3, 10 * 0.021, 0.0, applied_delay_s=0.010)
+    decision = decide(JobWindow(now=11.0, ranks={0: early, 1: late}), state, params)
+    assert 0 not in decision.state.ineffective_since and not decision.state.suppressed
