@@ -286,9 +286,30 @@ class _FakePacingClient:
         return self.delay, self.version
 
 
-def test_pacing_delay_applied_once_per_step_before_first_collective(
+def _pacing_spans_before(spans: list[Any], names: tuple[str, ...]) -> list[Any]:
+    """The pacing.delay spans, each checked to end before the step's first span named in
+    ``names`` (a prefix match) starts."""
+    pacing = [s for s in spans if s.name == "pacing.delay"]
+    for span in pacing:
+        assert span.attributes[semconv.PACING_DELAY] == pytest.approx(0.02)
+        assert span.attributes[semconv.PACING_VERSION] == 7
+        assert (span.end_time - span.start_time) >= 0.018e9
+        first = min(
+            s.start_time
+            for s in spans
+            if s.name.startswith(names)
+            and s.attributes[semconv.STEP] == span.attributes[semconv.STEP]
+        )
+        assert span.end_time <= first
+    return pacing
+
+
+def test_pacing_delay_applied_once_per_step_before_forward(
     world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
+    """With a model, the delay goes before its forward: a collective issued before the
+    forward (a loss all-reduce after the previous step's gradient sync, where every rank
+    arrives together) is not where a paced rank would otherwise wait."""
     provider, exporter = memory_provider
     model, optimizer, loader = _ddp_setup(batches=3)
     client = _FakePacingClient(0.02, 7)
@@ -300,6 +321,7 @@ def test_pacing_delay_applied_once_per_step_before_first_collective(
         pacing_client=client,
     )
     for inputs, targets in loader:
+        dist.all_reduce(torch.ones(1))  # before the forward: not delayed
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(inputs), targets).backward()
         dist.all_reduce(torch.ones(1))  # a second collective in the step: no second delay
@@ -307,19 +329,34 @@ def test_pacing_delay_applied_once_per_step_before_first_collective(
     skewtrace.uninstrument()
     assert client.calls == 3
     spans = exporter.get_finished_spans()
-    pacing = [s for s in spans if s.name == "pacing.delay"]
+    pacing = _pacing_spans_before(spans, ("forward",))
     assert [s.attributes[semconv.STEP] for s in pacing] == [0, 1, 2]
     for span in pacing:
-        assert span.attributes[semconv.PACING_DELAY] == pytest.approx(0.02)
-        assert span.attributes[semconv.PACING_VERSION] == 7
-        assert (span.end_time - span.start_time) >= 0.018e9
-        first_collective = min(
-            s.start_time
+        early = [
+            s
             for s in spans
-            if s.name.startswith("collective.")
+            if s.name == "collective.all_reduce"
             and s.attributes[semconv.STEP] == span.attributes[semconv.STEP]
-        )
-        assert span.end_time <= first_collective
+            and s.end_time <= span.start_time
+        ]
+        assert early, "the all-reduce issued before the forward ran before the delay"
+
+
+def test_pacing_delay_before_first_collective_without_a_model(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = memory_provider
+    _model, optimizer, _loader = _ddp_setup(batches=1)
+    client = _FakePacingClient(0.02, 7)
+    skewtrace.instrument(optimizer=optimizer, tracer_provider=provider, pacing_client=client)
+    for _ in range(3):
+        dist.all_reduce(torch.ones(1))
+        dist.all_reduce(torch.ones(1))  # a second collective in the step: no second delay
+        optimizer.step()
+    skewtrace.uninstrument()
+    assert client.calls == 3
+    pacing = _pacing_spans_before(exporter.get_finished_spans(), ("collective.",))
+    assert [s.attributes[semconv.STEP] for s in pacing] == [0, 1, 2]
 
 
 def test_dataloader_is_instrumented_in_place(

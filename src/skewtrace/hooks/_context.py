@@ -47,6 +47,14 @@ class HookContext:
         self._groups: dict[Any, GroupState] = {}
         self._groups_lock = threading.Lock()
         self._pacing_failed_logged = False
+        # Where the step's delay goes. With an instrumented model: before its forward, so the
+        # paced rank's compute, and with it its arrival at the gradient collectives where it
+        # would otherwise wait, moves later. Without one: before the step's first collective.
+        # Not before the first collective when a model is known: in a typical loop that is a
+        # loss or metric all-reduce issued right after the gradient sync, where every rank
+        # arrives together, so a delay there makes the paced rank the latest and every other
+        # rank waits for it.
+        self.pace_before_forward = False
 
     def depth(self) -> int:
         return getattr(self.tls, "depth", 0)
@@ -72,10 +80,15 @@ class HookContext:
             state = self._groups.setdefault(pg, GroupState(name, int(pg.size())))  # type: ignore[union-attr]
         return state
 
-    def maybe_pace(self) -> None:
-        """Once per step, before its first collective: apply the pacer's current delay."""
+    def maybe_pace(self, *, at_forward: bool = False) -> None:
+        """Once per step, before the model's forward (or, with no model, before the step's
+        first collective): apply the pacer's current delay."""
         recorder = self.recorder
-        if self.pacer is None or recorder.paced_step == recorder.step:
+        if (
+            self.pacer is None
+            or at_forward != self.pace_before_forward
+            or recorder.paced_step == recorder.step
+        ):
             return
         recorder.paced_step = recorder.step
         try:

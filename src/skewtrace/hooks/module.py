@@ -60,6 +60,7 @@ class ModuleHooks:
         recorder = self._ctx.recorder
         if not recorder.active:
             return
+        self._ctx.maybe_pace(at_forward=True)
         start = now_ns()
         recorder.mark_activity(start)
         self._forward_start = start
@@ -131,4 +132,5 @@ class ModuleHooks:
 
 def instrument_module(ctx: HookContext, model: Any, use_cuda: bool, patches: Patches) -> None:
     hooks = ModuleHooks(ctx, model, use_cuda)
+    ctx.pace_before_forward = True
     patches.on_restore(hooks.remove)

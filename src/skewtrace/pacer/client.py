@@ -6,7 +6,7 @@
     client.start()                      # daemon thread: GET {url}/v1/pacing?job=<job_id>
     ...
     seconds, version = client.current_delay()   # once per step, on the training thread
-    apply_delay(seconds, device)                 # before the step's first collective
+    apply_delay(seconds, device)                 # before the step's forward
     ...
     client.stop()
 
