@@ -9,7 +9,7 @@
 3. Memory: a long single-rank run with the endpoint down and a small buffer: RSS must stop
    growing once the buffer is full (bounded by the buffer, not by the run length).
 
-    python benchmarks/overhead.py            # all three, ~5 minutes on 2 shared cores at normal load
+    python benchmarks/overhead.py            # all three, ~5 minutes on 2 shared cores
     python benchmarks/overhead.py --quick    # smaller, for a smoke check
 """
 
