@@ -21,6 +21,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
+from skewtrace import _log_limit
 from skewtrace._export import (
     BackgroundExporter,
     ExporterSink,
@@ -105,6 +106,7 @@ class Session:
         device = _model_device(model) if model is not None else None
         use_cuda, cuda_timer = self._cuda(model)
         self.recorder = Recorder(settings.buffer_events)
+        self._log_limit_installed = False
         # Our HTTP pacing client needs the job id, so it starts once the identity is known.
         self._own_pacer = pacing_client is None and settings.pacer_url is not None
         self.ctx = HookContext(
@@ -116,6 +118,10 @@ class Session:
             sink = ProcessorSink(self._user_provider)
         else:
             sink = ExporterSink(otlp_span_exporter)
+            # Our private exporters must not flood the training log while the collector
+            # is down (the SDK logs every retry); failures are still counted.
+            _log_limit.install()
+            self._log_limit_installed = True
         self.exporter = BackgroundExporter(
             self.recorder, sink, self.identity, settings.export_interval_millis, cuda_timer
         )
@@ -282,6 +288,9 @@ class Session:
             self._closed = True
         self.recorder.active = False
         self.patches.restore()
+        if self._log_limit_installed:
+            self._log_limit_installed = False
+            _log_limit.uninstall()
         timeout = self.settings.shutdown_timeout_millis
         import time
 
