@@ -118,10 +118,6 @@ class Session:
             sink = ProcessorSink(self._user_provider)
         else:
             sink = ExporterSink(otlp_span_exporter)
-            # Our private exporters must not flood the training log while the collector
-            # is down (the SDK logs every retry); failures are still counted.
-            _log_limit.install()
-            self._log_limit_installed = True
         self.exporter = BackgroundExporter(
             self.recorder, sink, self.identity, settings.export_interval_millis, cuda_timer
         )
@@ -141,6 +137,12 @@ class Session:
             self.metrics.start()
         except Exception:
             logger.warning("skewtrace: self-metrics disabled", exc_info=True)
+        if self._user_provider is None:
+            # Our private exporters must not flood the training log while the collector
+            # is down (the SDK logs every retry); failures are still counted. Installed
+            # only once instrument() can no longer fail, so close() always removes it.
+            _log_limit.install()
+            self._log_limit_installed = True
         self.exporter.start()
         atexit.register(self.close)
         self._finalizer: Any | None = None
