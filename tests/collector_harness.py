@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from skewtrace.demo import Sample, parse_prometheus_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "collector-config"
@@ -235,32 +236,8 @@ def scrape(url: str, *, openmetrics: bool = False, timeout_s: float = 5.0) -> st
 
 # -- Prometheus text -----------------------------------------------------------------------
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*?)\})?\s+(?P<value>\S+)"
-)
-_LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def parse_prometheus(text: str) -> list[Sample]:
-    """Samples of a Prometheus or OpenMetrics text exposition (exemplars are dropped)."""
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        line = line.split(" # ", 1)[0]  # OpenMetrics exemplar
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = {m["key"]: m["value"] for m in _LABEL.finditer(match["labels"] or "")}
-        samples.append(Sample(match["name"], labels, float(match["value"])))
-    return samples
+# One parser for the exposition text: the demo's (exemplars dropped, unparsable lines skipped).
+parse_prometheus = parse_prometheus_text
 
 
 def find_samples(samples: Sequence[Sample], name: str, **labels: str) -> list[Sample]:
