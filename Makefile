@@ -13,7 +13,10 @@ export SKEWTRACE_JAEGER := $(JAEGER)
 all: venv collector
 
 # The venv lives at a stable path outside the checkout so CI reuses torch (several GB).
+# The venv is shared by every checkout on the machine: point its editable install at this one.
 venv: $(VENV)/.skewtrace-installed
+	@$(PY) -c 'import skewtrace, sys; sys.exit(not skewtrace.__file__.startswith("$(CURDIR)/src/"))' \
+	  || $(PY) -m pip install -q --no-deps -e .
 $(VENV)/.skewtrace-installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
