@@ -166,6 +166,66 @@ def test_cuda_event_durations_replace_host_durations() -> None:
     assert late.attributes[semconv.TIMING] == "host" and late.end_time - late.start_time == 9
 
 
+def test_cuda_result_polled_before_its_event_arrives_is_kept() -> None:
+    """A pair can resolve between the hook's stop() and its event reaching the buffer; the
+    result must wait for the event instead of being lost (the span would then sit pending
+    until exit). No GPU here: a fake timer stands in for CudaEventTimer's poll()."""
+    timer = _FakeCudaTimer()
+    materializer = SpanMaterializer(_identity(0), 0, cuda_timer=timer)
+    assert materializer.materialize([(PHASE, semconv.SPAN_FORWARD, 3, 0, 9, "host", 30)]) == []
+    timer.resolved = [(30, 0.1), (31, 0.25)]  # 31's event is still in the buffer
+    (first,) = materializer.materialize([])
+    assert first.end_time - first.start_time == 100_000_000
+    (second,) = materializer.materialize([(PHASE, semconv.SPAN_BACKWARD, 3, 10, 20, "host", 31)])
+    assert second.attributes[semconv.TIMING] == "cuda_event"
+    assert second.end_time - second.start_time == 250_000_000
+
+
+def test_failed_forward_gives_its_cuda_pair_back() -> None:
+    """No GPU here: a fake timer stands in for CudaEventTimer (start/stop/discard)."""
+    from skewtrace._recorder import Recorder
+    from skewtrace.hooks._context import HookContext
+    from skewtrace.hooks.module import ModuleHooks
+
+    class _Timer:
+        def __init__(self) -> None:
+            self.next, self.started, self.stopped, self.discarded = 0, [], [], []
+
+        def start(self, stream: object | None = None) -> int:
+            self.next += 1
+            self.started.append(self.next)
+            return self.next
+
+        def stop(self, handle: int, stream: object | None = None) -> None:
+            self.stopped.append(handle)
+
+        def discard(self, handle: int) -> None:
+            self.discarded.append(handle)
+
+    class _Failing(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fail = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.fail:
+                raise RuntimeError("bad batch")
+            return x * 2
+
+    timer = _Timer()
+    ctx = HookContext(Recorder(64), cuda_timer=timer)
+    model = _Failing()
+    hooks = ModuleHooks(ctx, model, use_cuda=True)
+    with pytest.raises(RuntimeError):
+        model(torch.ones(1))
+    model.fail = False
+    model(torch.ones(1))
+    hooks.remove()
+    assert timer.started == [1, 2]
+    assert timer.discarded == [1]
+    assert timer.stopped == [2]
+
+
 # ------------------------------------------------------------------ instrument / uninstrument
 
 

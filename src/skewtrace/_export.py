@@ -80,6 +80,8 @@ class SpanMaterializer:
         self._steps: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._cuda_timer = cuda_timer
         self._cuda_pending: OrderedDict[int, tuple[object, ...]] = OrderedDict()
+        # Results polled before their event was drained from the buffer.
+        self._cuda_early: OrderedDict[int, float] = OrderedDict()
 
     def _step_ids(self, step: int) -> tuple[int, int]:
         """(trace id, this rank's train.step span id) for ``step``."""
@@ -207,6 +209,10 @@ class SpanMaterializer:
     def _hold_for_cuda(
         self, handle: int, event: tuple[Any, ...], spans: list[ReadableSpan]
     ) -> None:
+        early = self._cuda_early.pop(handle, None)
+        if early is not None:
+            self._emit(event, spans, early)
+            return
         self._cuda_pending[handle] = event
         if len(self._cuda_pending) > _MAX_PENDING_CUDA:
             _, oldest = self._cuda_pending.popitem(last=False)
@@ -244,6 +250,12 @@ class SpanMaterializer:
             event = self._cuda_pending.pop(handle, None)
             if event is not None:
                 self._emit(event, spans, seconds)
+            else:
+                # Resolved between the hook's stop() and its event reaching the buffer:
+                # keep the result for the event's arrival (handles are never reused).
+                self._cuda_early[handle] = seconds
+                if len(self._cuda_early) > _MAX_PENDING_CUDA:
+                    self._cuda_early.popitem(last=False)
         if final:
             # At exit unresolved events fall back to host times rather than vanish.
             while self._cuda_pending:

@@ -65,6 +65,10 @@ class ModuleHooks:
         recorder.mark_activity(start)
         self._forward_start = start
         if self._cuda is not None:
+            if self._forward_handle is not None:
+                # The previous forward raised before its post-hook: give its pair back,
+                # or the pool loses a slot per failed forward.
+                self._cuda.discard(self._forward_handle)
             self._forward_handle = self._cuda.start()
 
     def _post_forward(self, _module: Any, _args: Any, output: Any) -> None:
