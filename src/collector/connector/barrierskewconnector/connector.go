@@ -17,6 +17,7 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/selftel"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
+	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
 )
 
 type realClock struct{}
@@ -56,8 +57,7 @@ type barrierSkewConnector struct {
 	seenPos  int
 
 	telemetry metric.Registration
-	stop      chan struct{}
-	done      chan struct{}
+	flushes   ticker.Loop
 }
 
 func newConnector(
@@ -97,26 +97,12 @@ func (c *barrierSkewConnector) snapshot() selftel.Snapshot {
 
 // Start launches the flush ticker.
 func (c *barrierSkewConnector) Start(context.Context, component.Host) error {
-	c.stop = make(chan struct{})
-	c.done = make(chan struct{})
-	go c.flushLoop()
-	return nil
-}
-
-func (c *barrierSkewConnector) flushLoop() {
-	defer close(c.done)
-	ticker := time.NewTicker(c.cfg.MetricsFlushInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-ticker.C:
-			if err := c.flush(context.Background(), false); err != nil {
-				c.logger.Warn("emitting barrierskew metrics failed", zap.Error(err))
-			}
+	c.flushes.Start(c.cfg.MetricsFlushInterval, func() {
+		if err := c.flush(context.Background(), false); err != nil {
+			c.logger.Warn("emitting barrierskew metrics failed", zap.Error(err))
 		}
-	}
+	})
+	return nil
 }
 
 // flush releases the own engine's expired collectives (all of them at shutdown) and emits
@@ -140,11 +126,7 @@ func (c *barrierSkewConnector) flush(ctx context.Context, drain bool) error {
 
 // Shutdown stops the ticker and emits a last flush including every pending collective.
 func (c *barrierSkewConnector) Shutdown(ctx context.Context) error {
-	if c.stop != nil {
-		close(c.stop)
-		<-c.done
-		c.stop = nil
-	}
+	c.flushes.Stop()
 	err := c.flush(ctx, true)
 	if c.telemetry != nil {
 		err = errors.Join(err, c.telemetry.Unregister())

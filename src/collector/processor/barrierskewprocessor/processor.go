@@ -17,6 +17,7 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/selftel"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
+	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
 )
 
 type realClock struct{}
@@ -76,8 +77,7 @@ type barrierSkewProcessor struct {
 	passedThrough int64
 
 	telemetry metric.Registration
-	stop      chan struct{}
-	done      chan struct{}
+	releases  ticker.Loop
 }
 
 func newProcessor(
@@ -116,24 +116,8 @@ func (p *barrierSkewProcessor) snapshot() selftel.Snapshot {
 
 // Start launches the ticker that releases collectives past wait_timeout.
 func (p *barrierSkewProcessor) Start(context.Context, component.Host) error {
-	p.stop = make(chan struct{})
-	p.done = make(chan struct{})
-	go p.releaseLoop()
+	p.releases.Start(p.cfg.ReleaseInterval, func() { p.releaseExpired(context.Background()) })
 	return nil
-}
-
-func (p *barrierSkewProcessor) releaseLoop() {
-	defer close(p.done)
-	ticker := time.NewTicker(p.cfg.ReleaseInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-ticker.C:
-			p.releaseExpired(context.Background())
-		}
-	}
 }
 
 // releaseExpired forwards the collectives whose wait_timeout has passed.
@@ -158,11 +142,7 @@ func (p *barrierSkewProcessor) forward(ctx context.Context, td ptrace.Traces) {
 
 // Shutdown forwards every pending collective (incomplete) and stops the ticker.
 func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
-	if p.stop != nil {
-		close(p.stop)
-		<-p.done
-		p.stop = nil
-	}
+	p.releases.Stop()
 	p.mu.Lock()
 	out := ptrace.NewTraces()
 	p.scratch = p.engine.Drain(p.scratch[:0])
