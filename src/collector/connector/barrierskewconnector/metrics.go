@@ -350,11 +350,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 				putRank(dp.Attributes(), key)
 				dp.Attributes().PutStr(semconv.AttrStragglerCause, cause)
 				dp.SetTimestamp(ts)
-				if s.flagged && s.cause == cause {
-					dp.SetIntValue(1)
-				} else {
-					dp.SetIntValue(0)
-				}
+				dp.SetIntValue(gaugeFlag(s.flagged && s.cause == cause))
 			}
 		}
 	}
@@ -371,11 +367,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			dp.Attributes().PutStr(semconv.AttrJobID, key.job)
 			dp.Attributes().PutStr(key.attr, key.name)
 			dp.SetTimestamp(ts)
-			if a.domains[key].active {
-				dp.SetIntValue(1)
-			} else {
-				dp.SetIntValue(0)
-			}
+			dp.SetIntValue(gaugeFlag(a.domains[key].active))
 		}
 	}
 	if len(a.incomplete) > 0 {
@@ -494,4 +486,12 @@ func lessRank(x, y rankKey) bool {
 
 func lessCollective(x, y collectiveKey) bool {
 	return x.job+"\x00"+x.pg+"\x00"+x.op < y.job+"\x00"+y.pg+"\x00"+y.op
+}
+
+// gaugeFlag is a 0/1 gauge value.
+func gaugeFlag(on bool) int64 {
+	if on {
+		return 1
+	}
+	return 0
 }
