@@ -57,6 +57,14 @@ def _torch_timing_event() -> _TimingEvent:
 _FREE, _STARTED, _STOPPED = 0, 1, 2
 
 
+def _record(event: Any, stream: object | None) -> None:
+    """Records ``event`` on ``stream``, or on the current stream when None."""
+    if stream is None:
+        event.record()
+    else:
+        event.record(stream)
+
+
 class CudaEventTimer:
     """A bounded pool of CUDA event pairs, resolved later with non-blocking ``query()``.
 
@@ -123,10 +131,7 @@ class CudaEventTimer:
             if event is None:
                 event, end_event = self._factory(), self._factory()
                 self._starts[slot], self._ends[slot] = event, end_event
-            if stream is None:
-                event.record()
-            else:
-                event.record(stream)
+            _record(event, stream)
         except Exception as error:
             self.failed += 1
             self._release(slot)
@@ -143,10 +148,7 @@ class CudaEventTimer:
         event = self._ends[slot]
         try:
             assert event is not None  # created together with the start event
-            if stream is None:
-                event.record()
-            else:
-                event.record(stream)
+            _record(event, stream)
         except Exception as error:
             self.failed += 1
             self._release(slot)
