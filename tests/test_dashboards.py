@@ -34,6 +34,7 @@ from prometheus_harness import (
     promtool_check,
     substitute_variables,
 )
+from skewtrace import semconv
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GRAFANA_DIR = REPO_ROOT / "grafana"
@@ -407,18 +408,6 @@ def test_dashboard_answers(
     assert present(dashboard), f"no panel answers: {name}"
 
 
-def _prometheus_name(otel_name: str, kind: str, unit: str) -> str:
-    """The Prometheus name the Collector's prometheus exporter gives an OTel metric."""
-    name = otel_name.replace(".", "_")
-    if unit == "s":
-        name += "_seconds"
-    if kind.startswith("counter"):
-        name += "_total"
-    elif kind.startswith("gauge") and unit == "1":
-        name += "_ratio"
-    return name
-
-
 def semconv_prometheus_metrics() -> set[str]:
     """Prometheus names of every metric docs/semantic-conventions.md lists (with histogram
     series suffixes)."""
@@ -438,9 +427,9 @@ def semconv_prometheus_metrics() -> set[str]:
             unit = "1" if "0/1" in kind else "s" if kind.endswith(" s") else ""
         if kind.split()[0] not in ("histogram", "gauge", "counter"):
             continue
-        base = _prometheus_name(otel_name, kind, unit)
+        base = semconv.prometheus_name(otel_name, kind.split()[0], unit)
         if kind.startswith("histogram"):
-            names.update({f"{base}_bucket", f"{base}_sum", f"{base}_count"})
+            names.update(base + series for series in semconv.HISTOGRAM_SERIES)
         else:
             names.add(base)
     return names

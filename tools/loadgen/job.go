@@ -15,41 +15,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
-// Names shared with the Python instrumentation and the collector component; the source of
-// truth is docs/semantic-conventions.md.
-const (
-	attrJobID        = "training.job.id"
-	attrRank         = "training.rank"
-	attrLocalRank    = "training.local_rank"
-	attrWorldSize    = "training.world_size"
-	attrSwitch       = "training.switch"
-	attrNIC          = "training.nic"
-	attrHostName     = "host.name"
-	attrServiceName  = "service.name"
-	attrServiceInst  = "service.instance.id"
-	attrStep         = "training.step"
-	attrCollOp       = "training.collective.op"
-	attrCollPG       = "training.collective.pg"
-	attrCollPGSize   = "training.collective.pg_size"
-	attrCollSeq      = "training.collective.seq"
-	attrCollBytes    = "training.collective.bytes"
-	attrCollAsync    = "training.collective.async"
-	attrCollSource   = "training.collective.source"
-	attrTiming       = "training.timing"
-	attrBarrierSkew  = "training.barrier.skew"
-	attrStraggler    = "training.straggler"
-	attrStragCause   = "training.straggler.cause"
-	spanStepRoot     = "train.step.root"
-	spanStep         = "train.step"
-	spanFetch        = "dataloader.fetch"
-	spanForward      = "forward"
-	spanBackward     = "backward"
-	spanOptimizer    = "optimizer.step"
-	spanAllReduce    = "collective.all_reduce"
-	spanAllGather    = "collective.all_gather"
-	defaultPGName    = "default"
-	loadgenScopeName = "skewtrace.loadgen"
-)
+// loadgenScopeName is the instrumentation scope of the spans the load generator makes. The
+// names skewtrace defines (attributes, spans, values) are in semconv_gen.go, generated from
+// src/semconv/registry.yaml.
+const loadgenScopeName = "skewtrace.loadgen"
 
 // Straggler makes one rank late by Amount per step, for one reason, from step FromStep on
 // (a slowdown that starts mid-run, as a failing NIC or a noisy neighbour does).
@@ -75,7 +44,7 @@ func ParseStraggler(text string) (*Straggler, error) {
 		return nil, fmt.Errorf("-straggler %q: rank must be a non-negative integer", text)
 	}
 	switch parts[1] {
-	case "data", "compute", "network":
+	case causeData, causeCompute, causeNetwork:
 	default:
 		return nil, fmt.Errorf("-straggler %q: cause must be data, compute or network", text)
 	}
@@ -267,7 +236,7 @@ func (j *Job) rankResource(rank int) pcommon.Map {
 	host := rank / cfg.GPUsPerNode
 	attrs := pcommon.NewMap()
 	attrs.PutStr(attrServiceName, "skewtrace-loadgen")
-	attrs.PutStr(attrServiceInst, fmt.Sprintf("%s/%d", cfg.JobID, rank))
+	attrs.PutStr(attrServiceInstanceID, fmt.Sprintf("%s/%d", cfg.JobID, rank))
 	attrs.PutStr(attrJobID, cfg.JobID)
 	attrs.PutInt(attrRank, int64(rank))
 	attrs.PutInt(attrLocalRank, int64(rank%cfg.GPUsPerNode))
@@ -325,11 +294,11 @@ func (j *Job) NextStep() Step {
 		}
 		tl := &timelines[rank]
 		tl.start = j.ranks[rank].cursor
-		tl.fetchEnd = tl.start.Add(j.draw(cfg.Fetch) + extra("data", 1))
-		forward := j.draw(cfg.Forward) + extra("compute", 1.0/3)
+		tl.fetchEnd = tl.start.Add(j.draw(cfg.Fetch) + extra(causeData, 1))
+		forward := j.draw(cfg.Forward) + extra(causeCompute, 1.0/3)
 		tl.forwardEnd = tl.fetchEnd.Add(forward)
 		tl.tpArrival = tl.fetchEnd.Add(forward / 2)
-		backward := j.draw(cfg.Backward) + extra("compute", 2.0/3)
+		backward := j.draw(cfg.Backward) + extra(causeCompute, 2.0/3)
 		tl.computeEnd = tl.forwardEnd.Add(backward)
 		// DDP launches bucket k once its gradients are ready, spread over backward. A network
 		// straggler is late to every bucket although its phases are normal: its previous
@@ -337,12 +306,12 @@ func (j *Job) NextStep() Step {
 		tl.bucketArrival = make([]time.Time, cfg.Collectives)
 		for k := range tl.bucketArrival {
 			ready := time.Duration(float64(backward) * float64(k+1) / float64(cfg.Collectives))
-			tl.bucketArrival[k] = tl.forwardEnd.Add(ready + extra("network", 1))
+			tl.bucketArrival[k] = tl.forwardEnd.Add(ready + extra(causeNetwork, 1))
 		}
 	}
 
 	transfer := cfg.Transfer
-	if straggler != nil && straggler.Cause == "network" {
+	if straggler != nil && straggler.Cause == causeNetwork {
 		// A slow link slows the whole ring: every member sees a longer transfer.
 		transfer *= 3
 	}
@@ -423,23 +392,25 @@ func (j *Job) NextStep() Step {
 			addSpan(spanStepRoot, rootID, pcommon.NewSpanIDEmpty(), tl.start, optimizerEnd)
 		}
 		addSpan(spanStep, stepID, rootID, tl.start, optimizerEnd)
-		addSpan(spanFetch, j.newSpanID(), stepID, tl.start, tl.fetchEnd)
+		addSpan(spanDataloaderFetch, j.newSpanID(), stepID, tl.start, tl.fetchEnd)
 		fwd := addSpan(spanForward, j.newSpanID(), stepID, tl.fetchEnd, tl.forwardEnd)
-		fwd.Attributes().PutStr(attrTiming, "host")
+		fwd.Attributes().PutStr(attrTiming, timingHost)
 		bwd := addSpan(spanBackward, j.newSpanID(), stepID, tl.forwardEnd, backwardEnd)
-		bwd.Attributes().PutStr(attrTiming, "host")
+		bwd.Attributes().PutStr(attrTiming, timingHost)
 		for k := range cfg.Collectives {
-			c := addSpan(spanAllReduce, j.newSpanID(), stepID, tl.bucketArrival[k], bucketEnd[k])
-			putCollective(c.Attributes(), "all_reduce", defaultPGName, cfg.Ranks,
-				bucketSeq+int64(k), 25<<20, "ddp")
+			c := addSpan(spanCollectivePrefix+opAllReduce, j.newSpanID(), stepID,
+				tl.bucketArrival[k], bucketEnd[k])
+			putCollective(c.Attributes(), opAllReduce, defaultPGName, cfg.Ranks,
+				bucketSeq+int64(k), 25<<20, sourceDDP)
 		}
 		if cfg.TPSize > 0 {
 			g := rank / cfg.TPSize
-			c := addSpan(spanAllGather, j.newSpanID(), stepID, tl.tpArrival, tpEnd[g])
-			putCollective(c.Attributes(), "all_gather", tpGroupName(g), cfg.TPSize, tpSeq[g],
-				4<<20, "api")
+			c := addSpan(spanCollectivePrefix+opAllGather, j.newSpanID(), stepID,
+				tl.tpArrival, tpEnd[g])
+			putCollective(c.Attributes(), opAllGather, tpGroupName(g), cfg.TPSize, tpSeq[g],
+				4<<20, sourceAPI)
 		}
-		addSpan(spanOptimizer, j.newSpanID(), stepID, backwardEnd, optimizerEnd)
+		addSpan(spanOptimizerStep, j.newSpanID(), stepID, backwardEnd, optimizerEnd)
 		j.ranks[rank].cursor = optimizerEnd
 	}
 	return Step{Index: step, Traces: td, Spans: spans}
@@ -452,16 +423,16 @@ func putCollective(attrs pcommon.Map, op, pg string, pgSize int, seq int64, byte
 ) {
 	// DDP launches bucket all-reduces from autograd hooks and they overlap the rest of
 	// backward, as skewtrace's comm hook reports them (async, source ddp).
-	async := source == "ddp"
+	async := source == sourceDDP
 
-	attrs.PutStr(attrCollOp, op)
+	attrs.PutStr(attrCollectiveOp, op)
 	attrs.PutStr(attrCollPG, pg)
-	attrs.PutInt(attrCollPGSize, int64(pgSize))
+	attrs.PutInt(attrCollectivePGSize, int64(pgSize))
 	attrs.PutInt(attrCollSeq, seq)
-	attrs.PutInt(attrCollBytes, bytes)
-	attrs.PutBool(attrCollAsync, async)
-	attrs.PutStr(attrCollSource, source)
-	attrs.PutStr(attrTiming, "host")
+	attrs.PutInt(attrCollectiveBytes, bytes)
+	attrs.PutBool(attrCollectiveAsync, async)
+	attrs.PutStr(attrCollectiveSource, source)
+	attrs.PutStr(attrTiming, timingHost)
 }
 
 // SplitByRanks cuts a step into requests of at most ranksPerRequest ranks each, the way
