@@ -8,7 +8,7 @@ JAEGER := $(BUILD)/jaeger
 export SKEWTRACE_OTELCOL := $(OTELCOL)
 export SKEWTRACE_JAEGER := $(JAEGER)
 
-.PHONY: all venv collector jaeger lint test test-go test-py demo bench clean
+.PHONY: all venv collector jaeger generate lint test test-go test-py demo bench clean
 
 all: venv collector
 
@@ -31,9 +31,16 @@ jaeger: $(JAEGER)
 $(JAEGER): tools/jaeger/go.mod
 	bash tools/jaeger/build.sh $(JAEGER)
 
+# Names: src/semconv/registry.yaml -> semconv.py, semconv.go, loadgen, docs tables.
+generate: venv
+	$(PY) tools/semconvgen/generate.py
+	bash src/collector/generate.sh
+
 lint: venv
-	$(VENV)/bin/ruff check src tests examples benchmarks grafana
-	$(VENV)/bin/ruff format --check src tests examples benchmarks grafana
+	$(PY) tools/semconvgen/generate.py --check
+	bash src/collector/generate.sh --check
+	$(VENV)/bin/ruff check src tests examples benchmarks grafana tools/semconvgen
+	$(VENV)/bin/ruff format --check src tests examples benchmarks grafana tools/semconvgen
 	$(VENV)/bin/mypy
 	cd src/collector && go vet ./...
 	cd tools/loadgen && go vet ./...

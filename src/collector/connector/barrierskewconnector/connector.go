@@ -2,7 +2,6 @@ package barrierskewconnector // import "github.com/skewtrace/skewtrace/src/colle
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -11,11 +10,10 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
-	"github.com/skewtrace/skewtrace/src/collector/internal/selftel"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
 )
@@ -56,7 +54,7 @@ type barrierSkewConnector struct {
 	seenRing []seenKey
 	seenPos  int
 
-	telemetry metric.Registration
+	telemetry *metadata.TelemetryBuilder
 	flushes   ticker.Loop
 }
 
@@ -74,25 +72,12 @@ func newConnector(
 		seen:      make(map[seenKey]struct{}, cfg.DedupWindow),
 		seenRing:  make([]seenKey, cfg.DedupWindow),
 	}
-	reg, err := selftel.Register(set.MeterProvider, scopeName, "otelcol_connector_barrierskew_",
-		true, c.snapshot)
+	tb, err := newTelemetry(set.TelemetrySettings, c.snapshot)
 	if err != nil {
 		return nil, err
 	}
-	c.telemetry = reg
+	c.telemetry = tb
 	return c, nil
-}
-
-func (c *barrierSkewConnector) snapshot() selftel.Snapshot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	stats := c.engine.Stats()
-	return selftel.Snapshot{
-		Engine:        stats,
-		Malformed:     selftel.CountRejected(stats, c.malformed),
-		PassedThrough: c.passedThrough,
-		SeriesDropped: c.agg.seriesDropped,
-	}
 }
 
 // Start launches the flush ticker.
@@ -129,7 +114,7 @@ func (c *barrierSkewConnector) Shutdown(ctx context.Context) error {
 	c.flushes.Stop()
 	err := c.flush(ctx, true)
 	if c.telemetry != nil {
-		err = errors.Join(err, c.telemetry.Unregister())
+		c.telemetry.Shutdown()
 		c.telemetry = nil
 	}
 	return err

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processortest"
 
+	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor"
@@ -57,7 +58,7 @@ func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	}
 	sink := new(consumertest.MetricsSink)
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	conn, err := newConnector(connectortest.NewNopSettings(Type), cfg, sink, clock)
+	conn, err := newConnector(connectortest.NewNopSettings(metadata.Type), cfg, sink, clock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,25 +1,24 @@
 package barrierskewconnector // import "github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector"
 
+//go:generate bash ../../generate.sh .
+
 import (
 	"context"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/connector"
 	"go.opentelemetry.io/collector/consumer"
+
+	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
 )
 
-// Type is the component type used in collector configs.
-var Type = component.MustNewType("barrierskew")
-
-// Stability of the traces-to-metrics connector.
-const Stability = component.StabilityLevelAlpha
-
-// NewFactory returns the barrierskew traces-to-metrics connector factory.
+// NewFactory returns the barrierskew traces-to-metrics connector factory. Its type and
+// stability come from metadata.yaml (generated into internal/metadata).
 func NewFactory() connector.Factory {
 	return connector.NewFactory(
-		Type,
+		metadata.Type,
 		func() component.Config { return createDefaultConfig() },
-		connector.WithTracesToMetrics(createTracesToMetrics, Stability),
+		connector.WithTracesToMetrics(createTracesToMetrics, metadata.TracesToMetricsStability),
 	)
 }
 

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/connector/connectortest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
+	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
 )
 
@@ -28,7 +29,7 @@ func FuzzConnectorNeverPanics(f *testing.F) {
 		cfg.FlagK, cfg.FlagWindow, cfg.ClearK = 1, 2, 0
 		sink := new(consumertest.MetricsSink)
 		clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-		c, err := newConnector(connectortest.NewNopSettings(Type), cfg, sink, clock)
+		c, err := newConnector(connectortest.NewNopSettings(metadata.Type), cfg, sink, clock)
 		if err != nil {
 			t.Fatal(err)
 		}

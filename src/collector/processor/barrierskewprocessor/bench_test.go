@@ -12,6 +12,7 @@ import (
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
 // benchBatches builds n batches, each one complete collective of `ranks` members (one span
@@ -39,7 +40,7 @@ func benchBatches(ranks, n int, passThrough bool) []ptrace.Traces {
 // (the fixture is built outside the measured region).
 func spansPerSecond(b *testing.B, ranks int, passThrough bool) (rate, allocsPerSpan float64) {
 	const batches = 64
-	p, err := newProcessor(processortest.NewNopSettings(Type), createDefaultConfig(),
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), createDefaultConfig(),
 		consumertest.NewNop(), realClock{})
 	if err != nil {
 		b.Fatal(err)

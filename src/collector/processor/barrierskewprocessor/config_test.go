@@ -1,19 +1,12 @@
 package barrierskewprocessor
 
 import (
-	"os"
-
-	"context"
-	"go.yaml.in/yaml/v3"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/processor/processortest"
 )
 
 func TestConfigFromTestdata(t *testing.T) {
@@ -79,62 +72,5 @@ func TestConfigFromTestdata(t *testing.T) {
 				t.Errorf("config %+v, want %+v", cfg, tc.want)
 			}
 		})
-	}
-}
-
-func TestConfigStruct(t *testing.T) {
-	if err := componenttest.CheckConfigStruct(createDefaultConfig()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestFactoryLifecycle(t *testing.T) {
-	f := NewFactory()
-	if f.Type().String() != "barrierskew" {
-		t.Fatalf("type %s", f.Type())
-	}
-	p, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(f.Type()),
-		f.CreateDefaultConfig(), new(consumertest.TracesSink))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	// A shutdown without a start must not hang or fail either.
-	p2, err := f.CreateTraces(context.Background(), processortest.NewNopSettings(f.Type()),
-		f.CreateDefaultConfig(), new(consumertest.TracesSink))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p2.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestMetadataMatchesFactory keeps metadata.yaml, the single written record of the type and
-// stability, in step with the factory.
-func TestMetadataMatchesFactory(t *testing.T) {
-	raw, err := os.ReadFile("metadata.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var meta struct {
-		Type   string `yaml:"type"`
-		Status struct {
-			Stability map[string][]string `yaml:"stability"`
-		} `yaml:"status"`
-	}
-	if err := yaml.Unmarshal(raw, &meta); err != nil {
-		t.Fatal(err)
-	}
-	if meta.Type != Type.String() {
-		t.Errorf("metadata type %q, factory %q", meta.Type, Type)
-	}
-	if _, ok := meta.Status.Stability[strings.ToLower(Stability.String())]; !ok {
-		t.Errorf("metadata stability %v, factory %s", meta.Status.Stability, Stability)
 	}
 }

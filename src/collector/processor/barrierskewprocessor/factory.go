@@ -1,25 +1,24 @@
 package barrierskewprocessor // import "github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor"
 
+//go:generate bash ../../generate.sh .
+
 import (
 	"context"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
+
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
-// Type is the component type used in collector configs.
-var Type = component.MustNewType("barrierskew")
-
-// Stability of the traces processor.
-const Stability = component.StabilityLevelAlpha
-
-// NewFactory returns the barrierskew traces processor factory.
+// NewFactory returns the barrierskew traces processor factory. Its type and stability come
+// from metadata.yaml (generated into internal/metadata).
 func NewFactory() processor.Factory {
 	return processor.NewFactory(
-		Type,
+		metadata.Type,
 		func() component.Config { return createDefaultConfig() },
-		processor.WithTraces(createTraces, Stability),
+		processor.WithTraces(createTraces, metadata.TracesStability),
 	)
 }
 

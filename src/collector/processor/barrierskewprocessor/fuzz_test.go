@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
 // FuzzProcessorForwardsEverySpanOnce feeds malformed and well-formed spans in arbitrary
@@ -27,7 +28,7 @@ func FuzzProcessorForwardsEverySpanOnce(f *testing.F) {
 		cfg.FlagK, cfg.FlagWindow, cfg.ClearK = 1, 2, 0
 		sink := new(consumertest.TracesSink)
 		clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-		p, err := newProcessor(processortest.NewNopSettings(Type), cfg, sink, clock)
+		p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, sink, clock)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
 // liveHeap is the heap in use by reachable objects after a full collection.
@@ -37,7 +38,7 @@ func fill(t testing.TB, ranks, maxPending int) fillResult {
 	cfg.MaxPending = maxPending
 	cfg.MaxBufferedSpans = maxPending * ranks
 	cfg.WaitTimeout = time.Hour
-	p, err := newProcessor(processortest.NewNopSettings(Type), cfg, consumertest.NewNop(),
+	p, err := newProcessor(processortest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop(),
 		&fakeClock{now: time.Unix(1_800_000_000, 0)})
 	if err != nil {
 		t.Fatal(err)

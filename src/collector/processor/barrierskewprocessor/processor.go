@@ -2,7 +2,6 @@ package barrierskewprocessor // import "github.com/skewtrace/skewtrace/src/colle
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -11,13 +10,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
-	"github.com/skewtrace/skewtrace/src/collector/internal/selftel"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
 type realClock struct{}
@@ -76,7 +74,7 @@ type barrierSkewProcessor struct {
 	malformed     map[string]int64
 	passedThrough int64
 
-	telemetry metric.Registration
+	telemetry *metadata.TelemetryBuilder
 	releases  ticker.Loop
 }
 
@@ -93,25 +91,12 @@ func newProcessor(
 		origins:      make(map[originKey]*origin),
 		batchOrigins: make(map[[2]int]*origin),
 	}
-	reg, err := selftel.Register(set.MeterProvider,
-		"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor",
-		"otelcol_processor_barrierskew_", false, p.snapshot)
+	tb, err := newTelemetry(set.TelemetrySettings, p.snapshot)
 	if err != nil {
 		return nil, err
 	}
-	p.telemetry = reg
+	p.telemetry = tb
 	return p, nil
-}
-
-func (p *barrierSkewProcessor) snapshot() selftel.Snapshot {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	stats := p.engine.Stats()
-	return selftel.Snapshot{
-		Engine:        stats,
-		Malformed:     selftel.CountRejected(stats, p.malformed),
-		PassedThrough: p.passedThrough,
-	}
 }
 
 // Start launches the ticker that releases collectives past wait_timeout.
@@ -153,7 +138,7 @@ func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
 		err = p.next.ConsumeTraces(ctx, out)
 	}
 	if p.telemetry != nil {
-		err = errors.Join(err, p.telemetry.Unregister())
+		p.telemetry.Shutdown()
 		p.telemetry = nil
 	}
 	return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
 type fakeClock struct {
@@ -54,7 +55,7 @@ func newHarness(t *testing.T, mutate func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	tel := componenttest.NewTelemetry()
-	set := processortest.NewNopSettings(Type)
+	set := processortest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
 	sink := new(consumertest.TracesSink)
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
