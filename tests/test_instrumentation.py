@@ -20,9 +20,10 @@ from opentelemetry.metrics import _internal as metrics_api
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, SamplingResult
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
@@ -30,9 +31,10 @@ from torch.utils.data import DataLoader, TensorDataset
 import skewtrace
 from conftest import free_port
 from skewtrace import semconv
-from skewtrace._export import Identity, SpanMaterializer
+from skewtrace._events import PHASE, CollectiveEvent, PhaseEvent, StepEvent, typed
+from skewtrace._export.materialize import Identity, SpanMaterializer
 from skewtrace._ids import step_root_span_id, step_trace_id
-from skewtrace._recorder import COLLECTIVE, PHASE, STEP, Recorder
+from skewtrace._recorder import Recorder
 from skewtrace.hooks import MARKER
 from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS
 from skewtrace.resource import RankInfo, build_resource
@@ -96,7 +98,7 @@ def test_full_buffer_drops_counts_and_logs_once(caplog: pytest.LogCaptureFixture
     recorder = Recorder(capacity=3)
     with caplog.at_level(logging.WARNING, logger="skewtrace"):
         for i in range(10):
-            recorder.record((STEP, i, 0, 1))
+            recorder.record(StepEvent(i, 0, 1))
     assert len(recorder.events) == 3
     assert recorder.dropped() == {"buffer_full": 7}
     assert sum("dropping events" in r.message for r in caplog.records) == 1
@@ -114,9 +116,11 @@ def test_materializer_builds_the_step_tree() -> None:
         materializer = SpanMaterializer(_identity(rank), epoch_anchor_ns=1_000)
         spans[rank] = materializer.materialize(
             [
-                (PHASE, semconv.SPAN_FORWARD, 0, 10, 20, "host", None),
-                (COLLECTIVE, 0, 20, 30, "all_reduce", "default", 2, 0, 64, False, "api", "host"),
-                (STEP, 0, 5, 40),
+                PhaseEvent(semconv.SPAN_FORWARD, 0, 10, 20, "host", None),
+                CollectiveEvent(
+                    0, 20, 30, "all_reduce", "default", 2, 0, 64, False, "api", "host", None
+                ),
+                StepEvent(0, 5, 40),
             ]
         )
     names0 = [s.name for s in spans[0]]
@@ -154,14 +158,14 @@ def test_cuda_event_durations_replace_host_durations() -> None:
     """No GPU here: a fake timer stands in for CudaEventTimer's poll()."""
     timer = _FakeCudaTimer()
     materializer = SpanMaterializer(_identity(0), 0, cuda_timer=timer)
-    event = (PHASE, semconv.SPAN_BACKWARD, 3, 1_000, 2_000, "host", 17)
+    event = PhaseEvent(semconv.SPAN_BACKWARD, 3, 1_000, 2_000, "host", 17)
     assert materializer.materialize([event]) == []  # waits for its CUDA events
     timer.resolved = [(17, 0.5)]
     (span,) = materializer.materialize([])
     assert span.attributes[semconv.TIMING] == "cuda_event"
     assert span.end_time - span.start_time == 500_000_000
     # Unresolved at exit: host times instead of nothing.
-    assert materializer.materialize([(PHASE, "forward", 3, 0, 9, "host", 18)]) == []
+    assert materializer.materialize([PhaseEvent("forward", 3, 0, 9, "host", 18)]) == []
     (late,) = materializer.materialize([], final=True)
     assert late.attributes[semconv.TIMING] == "host" and late.end_time - late.start_time == 9
 
@@ -172,18 +176,17 @@ def test_cuda_result_polled_before_its_event_arrives_is_kept() -> None:
     until exit). No GPU here: a fake timer stands in for CudaEventTimer's poll()."""
     timer = _FakeCudaTimer()
     materializer = SpanMaterializer(_identity(0), 0, cuda_timer=timer)
-    assert materializer.materialize([(PHASE, semconv.SPAN_FORWARD, 3, 0, 9, "host", 30)]) == []
+    assert materializer.materialize([PhaseEvent(semconv.SPAN_FORWARD, 3, 0, 9, "host", 30)]) == []
     timer.resolved = [(30, 0.1), (31, 0.25)]  # 31's event is still in the buffer
     (first,) = materializer.materialize([])
     assert first.end_time - first.start_time == 100_000_000
-    (second,) = materializer.materialize([(PHASE, semconv.SPAN_BACKWARD, 3, 10, 20, "host", 31)])
+    (second,) = materializer.materialize([PhaseEvent(semconv.SPAN_BACKWARD, 3, 10, 20, "host", 31)])
     assert second.attributes[semconv.TIMING] == "cuda_event"
     assert second.end_time - second.start_time == 250_000_000
 
 
 def test_failed_forward_gives_its_cuda_pair_back() -> None:
     """No GPU here: a fake timer stands in for CudaEventTimer (start/stop/discard)."""
-    from skewtrace._recorder import Recorder
     from skewtrace.hooks._context import HookContext
     from skewtrace.hooks.module import ModuleHooks
 
@@ -335,6 +338,94 @@ def test_custom_tracer_provider_gets_spans_and_global_is_untouched(
     assert sorted(seqs) == list(range(len(seqs)))
 
 
+class _DropStep(Sampler):
+    """Drops one step's trace (decided by trace ID, as a ratio sampler would)."""
+
+    def __init__(self, step: int) -> None:
+        self.trace_id = step_trace_id("unit-job", step)
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        if trace_id == self.trace_id:
+            return SamplingResult(Decision.DROP)
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+
+    def get_description(self) -> str:
+        return "DropStep"
+
+
+class _CountingProcessor(SpanProcessor):
+    def __init__(self) -> None:
+        self.started = 0
+        self.ended: list[ReadableSpan] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started += 1
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span)
+
+
+def test_custom_sampler_applies_and_on_start_is_not_called(world_of_one: None) -> None:
+    """What a user's TracerProvider applies: its sampler (whole steps here, parent-based)
+    and its processors' on_end; on_start is never called (spans are built after the fact)."""
+    processor = _CountingProcessor()
+    provider = TracerProvider(sampler=ParentBased(_DropStep(1)))
+    provider.add_span_processor(processor)
+    model, optimizer, loader = _ddp_setup(batches=3)
+    skewtrace.instrument(
+        model=model, optimizer=optimizer, dataloader=loader, tracer_provider=provider
+    )
+    assert _train(model, optimizer, loader) == 3
+    skewtrace.uninstrument()
+    provider.shutdown()
+    assert processor.started == 0
+    by_step: dict[int, set[str]] = {}
+    for span in processor.ended:
+        by_step.setdefault(span.attributes[semconv.STEP], set()).add(span.name)
+    assert sorted(by_step) == [0, 2]
+    for names in by_step.values():
+        assert {"train.step", "train.step.root", "forward", "backward", "optimizer.step"} <= names
+
+
+def test_zero_code_keyword_chooses_the_mode(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, _ = memory_provider
+
+    def zero_code_patches() -> tuple[bool, bool]:
+        return (
+            hasattr(DataLoader.__dict__["__iter__"], MARKER),
+            hasattr(DistributedDataParallel.__dict__["__init__"], MARKER),
+        )
+
+    skewtrace.instrument(tracer_provider=provider)
+    assert zero_code_patches() == (False, False)
+    skewtrace.uninstrument()
+    skewtrace.instrument(tracer_provider=provider, zero_code=True)
+    assert zero_code_patches() == (True, True)
+    skewtrace.uninstrument()
+    assert zero_code_patches() == (False, False)
+    # BaseInstrumentor's contract: no targets is what opentelemetry-instrument does ...
+    skewtrace.SkewtraceInstrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
+    assert zero_code_patches() == (True, True)
+    skewtrace.uninstrument()
+    # ... and zero_code=False says otherwise.
+    skewtrace.SkewtraceInstrumentor().instrument(
+        tracer_provider=provider, zero_code=False, skip_dep_check=True
+    )
+    assert zero_code_patches() == (False, False)
+    skewtrace.uninstrument()
+
+
 class _FakePacingClient:
     """Stands in for skewtrace.pacer.client.PacingClient (no pacer service in a unit test)."""
 
@@ -474,10 +565,10 @@ def test_default_service_name(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_hot_path_record_is_cheap() -> None:
     """A loose bound that catches gross regressions; benchmarks/overhead.py has the target."""
-    recorder = Recorder(capacity=1 << 20)
-    record = recorder.record
     from skewtrace._recorder import now_ns
 
+    recorder = Recorder(capacity=1 << 20)
+    record = recorder.record
     n = 20000
     start = time.perf_counter()
     for _ in range(n):
@@ -485,6 +576,8 @@ def test_hot_path_record_is_cheap() -> None:
         record((PHASE, "forward", 0, t0, now_ns(), "host", None))
     per_event = (time.perf_counter() - start) / n
     assert per_event < 20e-6
+    event = typed(recorder.events[0])
+    assert isinstance(event, PhaseEvent) and (event.name, event.timing) == ("forward", "host")
 
 
 def test_unreachable_pacer_fails_open(
@@ -549,32 +642,6 @@ def test_example_rejects_malformed_straggler_flags(monkeypatch: pytest.MonkeyPat
             parser.parse_args(bad)
 
 
-def test_fast_encoder_matches_the_sdk_encoder() -> None:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    from skewtrace._export import FastSpanEncoder
-
-    events: list[tuple[object, ...]] = []
-    for step in range(3):
-        events += [
-            (PHASE, semconv.SPAN_FORWARD, step, 10, 20, "host", None),
-            (COLLECTIVE, step, 20, 30, "all_reduce", "default", 2, step, 64, True, "ddp", "host"),
-            (STEP, step, 5, 40),
-        ]
-    for rank in (0, 1):
-        spans = SpanMaterializer(_identity(rank), 1_000).materialize(events)
-        expected = encode_spans(spans)
-        for resource_spans in expected.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    span.ClearField("status")  # unset status: the same on the wire
-        encoded = FastSpanEncoder().encode(spans)
-        assert ExportTraceServiceRequest.FromString(encoded) == expected
-
-
 class _RecordingCudaTimer(_FakeCudaTimer):
     """Stands in for CudaEventTimer (no GPU here): hands out handles, records start/stop."""
 
@@ -620,7 +687,7 @@ def test_sync_collective_on_cuda_is_timed_with_cuda_events(world_of_one: None) -
     wrapped(_FakeCudaTensor(), async_op=False)
     assert len(calls) == 2 and timer.started == timer.stopped == [1, 2]
     events = list(recorder.events)
-    assert [e[12] for e in events] == [1, 2]
+    assert [typed(e).cuda_handle for e in events] == [1, 2]
     materializer = SpanMaterializer(_identity(0), 0, cuda_timer=timer)
     assert materializer.materialize(events) == []
     timer.resolved = [(1, 0.25)]

@@ -26,6 +26,8 @@ from skewtrace.topology import (
     discover_topology,
     gpu_attributes,
 )
+from skewtrace.topology import gpu as topology_gpu
+from skewtrace.topology import nic as topology_nic
 
 DATA = Path(__file__).parent / "data" / "topology"
 
@@ -332,9 +334,9 @@ def test_nic_from_route_table_parsing(tmp_path: Path) -> None:
         "ib0\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n"
         "ib1\t0007000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
     )
-    assert topology._route_interface("10.0.7.3", str(route)) == "ib1"
-    assert topology._route_interface("10.1.2.3", str(route)) == "ib0"
-    assert topology._route_interface("8.8.8.8", str(route)) == "eth0"
+    assert topology_nic._route_interface("10.0.7.3", str(route)) == "ib1"
+    assert topology_nic._route_interface("10.1.2.3", str(route)) == "ib0"
+    assert topology_nic._route_interface("8.8.8.8", str(route)) == "eth0"
 
 
 NETNS_SCRIPT = """
@@ -451,7 +453,7 @@ DEVICES = [
 @pytest.fixture
 def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
     nvml = FakeNvml(DEVICES)
-    monkeypatch.setitem(topology._nvml_state, "module", nvml)
+    monkeypatch.setitem(topology_gpu._nvml_state, "module", nvml)
     return nvml
 
 
@@ -493,7 +495,7 @@ def test_gpu_attributes_follow_cuda_visible_devices(
 
 def test_gpu_numa_left_out_when_unknown(monkeypatch: pytest.MonkeyPatch, sysfs: Path) -> None:
     nvml = FakeNvml([{**DEVICES[2], "numa": None}], numa_supported=False)
-    monkeypatch.setitem(topology._nvml_state, "module", nvml)
+    monkeypatch.setitem(topology_gpu._nvml_state, "module", nvml)
     attributes = gpu_attributes(0, env={}, sysfs_root=str(sysfs))
     assert attributes[GPU_UUID] == "GPU-cccc2222-2222"
     assert GPU_NUMA_NODE not in attributes  # sysfs says -1

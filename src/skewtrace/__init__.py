@@ -21,14 +21,26 @@ gradient bucket, and ``pacing.delay`` when a pacer is configured. Names are in
 - ``tracer_provider`` / ``meter_provider``: an SDK provider to use; otherwise a global SDK
   TracerProvider is used if one is set, else a private OTLP exporter configured by the
   standard ``OTEL_EXPORTER_OTLP_*`` variables. The global provider is never replaced.
+  Of a TracerProvider, skewtrace applies the sampler (per span; a step's spans share one
+  trace ID on every rank, so a trace-ID-ratio sampler keeps or drops whole steps, the same
+  steps on every rank), the span processors' ``on_end`` (their exporters and batching) and
+  the resource (the rank's ``training.*`` attributes win). It does not call ``on_start``
+  (spans are built after they end, on the export thread), nor use the provider's ID
+  generator (IDs derive from job and step so ranks agree) or span limits.
 - ``job_id``, ``pacer_url``, ``buffer_events``, ``export_interval_millis``,
   ``shutdown_timeout_millis``: override the ``SKEWTRACE_*`` variables.
 - ``pacing_client``: an object with ``current_delay() -> (seconds, version)`` to use instead
   of the HTTP client that ``pacer_url`` creates.
+- ``zero_code``: ``False`` (default) resolves the rank and job id now and hooks only what is
+  passed (plus every collective and, without an optimizer, every optimizer's step).
+  ``True`` is what ``opentelemetry-instrument python train.py`` does with no code change:
+  callable before ``init_process_group`` (identity resolved at the first export), and it
+  also instruments each ``DistributedDataParallel`` built later when no ``model`` is given
+  and every ``DataLoader`` when no ``dataloader`` is given (see
+  :mod:`skewtrace.instrumentor`).
 
-``opentelemetry-instrument python train.py`` does the same with no code change (see
-:mod:`skewtrace.instrumentor`). Instrumentation never raises into training after
-``instrument()`` returns: export failures and full buffers are logged once and counted.
+Instrumentation never raises into training after ``instrument()`` returns: export failures
+and full buffers are logged once and counted.
 """
 
 from __future__ import annotations
@@ -66,11 +78,18 @@ def instrument(
     buffer_events: int | None = None,
     export_interval_millis: int | None = None,
     shutdown_timeout_millis: int | None = None,
+    zero_code: bool = False,
 ) -> None:
     """Instrument this rank's training; a second call warns and does nothing.
 
+    The arguments are described in the module docstring (``help(skewtrace)``) and in
+    ``docs/configuration.md``. With a ``tracer_provider`` (or a global SDK one), its sampler
+    and its span processors' ``on_end`` apply to skewtrace's spans; ``on_start`` is never
+    called, and the provider's ID generator and span limits are not used.
+
     Raises ``skewtrace.config.ConfigError`` when the settings are unusable, e.g. no job id
-    with more than one rank.
+    with more than one rank (with ``zero_code=True`` that one is found at the first export:
+    logged, and the spans discarded).
     """
     from skewtrace.instrumentor import SkewtraceInstrumentor
 
@@ -94,8 +113,8 @@ def instrument(
         buffer_events=buffer_events,
         export_interval_millis=export_interval_millis,
         shutdown_timeout_millis=shutdown_timeout_millis,
+        zero_code=zero_code,
         skip_dep_check=True,
-        _explicit=True,
     )
 
 

@@ -1,22 +1,12 @@
 """The hot path: what the training thread does per event.
 
-Recording an event is two clock reads and one ``deque.append`` of a plain tuple; nothing is
-formatted, hashed or allocated beyond the tuple. A background thread (:mod:`skewtrace._export`)
-turns the tuples into spans. ``deque.append`` and ``popleft`` are atomic under the GIL, so
-producers (the training thread, autograd and gloo callback threads) and the single consumer
-need no lock. The buffer is bounded: past ``capacity`` an event is dropped and counted, and the
+Recording an event is two clock reads and one ``deque.append`` of a plain tuple headed by
+its kind (:mod:`skewtrace._events` names the fields); nothing is formatted, hashed or
+allocated beyond the tuple. A background thread (:mod:`skewtrace._export.thread`) turns the
+events into spans. ``deque.append`` and ``popleft`` are atomic under the GIL, so producers
+(the training thread, autograd and gloo callback threads) and the single consumer need no
+lock. The buffer is bounded: past ``capacity`` an event is dropped and counted, and the
 first drop is logged once.
-
-Event tuples (the first field says which):
-
-- ``(PHASE, name, step, start_ns, end_ns, timing, cuda_handle)``
-- ``(STEP, step, start_ns, end_ns)``
-- ``(COLLECTIVE, step, start_ns, end_ns, op, pg, pg_size, seq, nbytes, is_async, source, timing)``
-- ``(PACING, step, start_ns, end_ns, delay_s, version)``
-
-Times are ``time.perf_counter_ns()`` values; the materializer converts them to epoch
-nanoseconds with one anchor taken when the recorder is created, so durations never see wall
-clock steps.
 """
 
 from __future__ import annotations
@@ -26,15 +16,9 @@ import threading
 import time
 from collections import deque
 
+from skewtrace._events import STEP, RawEvent
+
 logger = logging.getLogger("skewtrace")
-
-PHASE = 0
-STEP = 1
-COLLECTIVE = 2
-PACING = 3
-
-TIMING_HOST = "host"
-TIMING_CUDA_EVENT = "cuda_event"
 
 DROP_REASON_BUFFER_FULL = "buffer_full"
 
@@ -48,7 +32,7 @@ class Recorder:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
-        self.events: deque[tuple[object, ...]] = deque()
+        self.events: deque[RawEvent] = deque()
         self.active = True
         # The step of the iteration in progress; advanced after optimizer.step.
         self.step = 0
@@ -60,7 +44,7 @@ class Recorder:
         self._drop_lock = threading.Lock()
         self._drop_logged = False
 
-    def record(self, event: tuple[object, ...]) -> None:
+    def record(self, event: RawEvent) -> None:
         events = self.events
         if len(events) < self.capacity:
             events.append(event)
@@ -96,10 +80,10 @@ class Recorder:
         self.step += 1
         self.step_start_ns = end_ns
 
-    def drain(self, limit: int) -> list[tuple[object, ...]]:
+    def drain(self, limit: int) -> list[RawEvent]:
         """Take up to ``limit`` events, oldest first (consumer side only)."""
         events = self.events
-        taken: list[tuple[object, ...]] = []
+        taken: list[RawEvent] = []
         append = taken.append
         popleft = events.popleft
         for _ in range(min(limit, len(events))):

@@ -2,11 +2,23 @@
 
 Registered under the ``opentelemetry_instrumentor`` entry point, so
 ``opentelemetry-instrument python train.py`` instruments a training script with no code
-change. Without a model, optimizer or dataloader to attach to, that zero-code path traces
-every ``torch.distributed`` collective, every optimizer step (which also delimits
-``train.step``), and each ``DistributedDataParallel`` built afterwards (forward, backward,
-gradient buckets). Rank, world size and job id are then resolved when the first spans are
-exported, after ``init_process_group``.
+change. There are two modes, chosen by the ``zero_code`` keyword:
+
+- ``zero_code=False`` (``skewtrace.instrument()``'s default): called after
+  ``init_process_group``; rank, world size and job id are resolved at once, so a missing job
+  id raises ``ConfigError`` at the call. Hooks go on every ``torch.distributed`` collective
+  and on what is passed: ``model`` (forward, backward, DDP gradient buckets), ``optimizer``
+  (else every optimizer's step ends a ``train.step``), ``dataloader``.
+- ``zero_code=True`` (what ``opentelemetry-instrument`` does): may run before
+  ``init_process_group``; rank, world size and job id are resolved when the first spans are
+  exported (a missing job id is then logged and the spans discarded; training goes on).
+  Besides the above, each ``DistributedDataParallel`` constructed afterwards is instrumented
+  when no ``model`` is passed (forward, backward, gradient buckets), and every
+  ``torch.utils.data.DataLoader`` iteration is timed when no ``dataloader`` is passed.
+
+``SkewtraceInstrumentor().instrument()`` without ``zero_code`` is zero-code when it is given
+no model, optimizer or dataloader (BaseInstrumentor's contract: no arguments does what
+``opentelemetry-instrument`` does), explicit otherwise.
 """
 
 from __future__ import annotations
@@ -22,15 +34,11 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 )
 
 from skewtrace import _log_limit
-from skewtrace._export import (
-    BackgroundExporter,
-    ExporterSink,
-    Identity,
-    ProcessorSink,
-    SelfMetrics,
-    SpanSink,
-    otlp_span_exporter,
-)
+from skewtrace._export.exporters import otlp_span_exporter
+from skewtrace._export.materialize import Identity
+from skewtrace._export.self_metrics import SelfMetrics
+from skewtrace._export.sinks import ExporterSink, ProcessorSink, SpanSink
+from skewtrace._export.thread import BackgroundExporter
 from skewtrace._recorder import Recorder
 from skewtrace.config import Settings, resolve_job_id
 from skewtrace.hooks import Patches
@@ -44,9 +52,9 @@ _instruments = ("torch >= 2.2",)
 
 def _sdk_provider(provider: Any) -> Any | None:
     """``provider`` if it is an SDK TracerProvider we can feed spans into, else None."""
-    if provider is not None and hasattr(provider, "_active_span_processor"):
-        return provider
-    return None
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return provider if isinstance(provider, TracerProvider) else None
 
 
 def _model_device(model: Any) -> Any | None:
@@ -179,7 +187,7 @@ class Session:
                 str(settings.pacer_url),
                 identity.job_id,
                 identity.rank,
-                max_delay_s=settings.pacing_max_delay,
+                max_delay_s=settings.pacer_rank_max_delay_s,
                 poll_interval_s=settings.pacer_poll_interval_millis / 1000.0,
                 token=settings.pacer_token,
             )
@@ -334,10 +342,11 @@ class SkewtraceInstrumentor(BaseInstrumentor):
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        zero_code = not any(
-            kwargs.get(key) is not None for key in ("model", "optimizer", "dataloader")
-        )
-        zero_code = zero_code and not kwargs.get("_explicit", False)
+        zero_code = kwargs.get("zero_code")
+        if zero_code is None:
+            zero_code = not any(
+                kwargs.get(key) is not None for key in ("model", "optimizer", "dataloader")
+            )
         settings = Settings.from_env(
             job_id=kwargs.get("job_id"),
             pacer_url=kwargs.get("pacer_url"),
@@ -356,7 +365,7 @@ class SkewtraceInstrumentor(BaseInstrumentor):
             tracer_provider=kwargs.get("tracer_provider"),
             meter_provider=kwargs.get("meter_provider"),
             pacing_client=kwargs.get("pacing_client"),
-            zero_code=zero_code,
+            zero_code=bool(zero_code),
         )
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.resources import Resource
 
 from skewtrace import semconv
+from skewtrace.topology import discover_topology, gpu_attributes
 
 logger = logging.getLogger(__name__)
 
@@ -65,24 +66,12 @@ def discover_rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
 
 
 def _topology(host_name: str, env: Mapping[str, str]) -> tuple[str, str]:
-    try:
-        from skewtrace.topology import discover_topology
-    except ImportError:
-        # topology.py not installed in this checkout: fall back on the explicit variables.
-        return (
-            env.get("SKEWTRACE_SWITCH") or semconv.UNKNOWN,
-            env.get("SKEWTRACE_NIC") or semconv.UNKNOWN,
-        )
     info = discover_topology(host_name, env)
     return info.switch, info.nic
 
 
 def _gpu(device_index: int | None) -> dict[str, str | int]:
     if device_index is None:
-        return {}
-    try:
-        from skewtrace.topology import gpu_attributes
-    except ImportError:
         return {}
     try:
         return dict(gpu_attributes(device_index))

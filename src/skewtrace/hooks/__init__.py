@@ -1,7 +1,8 @@
 """Where skewtrace attaches to PyTorch: collectives, DDP buckets, module, optimizer, data.
 
-Each hook only reads clocks and appends a tuple to the session's recorder; see
-:mod:`skewtrace._recorder`. Everything installed here is undone by ``Patches.restore()``.
+Each hook only reads clocks and appends an event (:mod:`skewtrace._events`) to the
+session's recorder (:mod:`skewtrace._recorder`). Everything installed here is undone by
+``Patches.restore()``.
 """
 
 from __future__ import annotations

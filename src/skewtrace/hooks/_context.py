@@ -7,7 +7,8 @@ import threading
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._recorder import PACING, Recorder, now_ns
+from skewtrace._events import PACING
+from skewtrace._recorder import Recorder, now_ns
 
 logger = logging.getLogger("skewtrace")
 

@@ -1,8 +1,9 @@
 """Spans for collectives: the torch.distributed functions and DDP's gradient buckets.
 
 Each traced call takes the next number of its group's counter (the join key the collector
-uses with the job and the group name) and records ``(start, end)``. For ``async_op=True`` the
-end is read when the work's future completes, not when the call returns. DDP buckets go
+uses with the job and the group name) and records a ``CollectiveEvent``. For
+``async_op=True`` the end is read when the work's future completes, not when the call
+returns. DDP buckets go
 through a communication hook that wraps the user's own hook (or the default all-reduce);
 while it runs, the patched functions pass calls straight through so a bucket is counted once.
 """
@@ -15,7 +16,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from skewtrace._recorder import COLLECTIVE, TIMING_HOST, now_ns
+from skewtrace._events import COLLECTIVE, TIMING_HOST
+from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
 from skewtrace.hooks._patches import Patches
 
@@ -76,9 +78,11 @@ def _argument(
 
 
 def _record_when_done(
-    ctx: HookContext, work: Any, head: tuple[Any, ...], tail: tuple[Any, ...]
+    ctx: HookContext, work: Any, step: int, start: int, fields: tuple[Any, ...]
 ) -> bool:
-    """Record the span when ``work`` completes; False if its completion cannot be observed."""
+    """Record the event when ``work`` completes; False if its completion cannot be observed.
+
+    ``fields`` are the :class:`~skewtrace._events.CollectiveEvent` fields after ``end_ns``."""
     try:
         future = work.get_future()
     except Exception:
@@ -88,7 +92,7 @@ def _record_when_done(
     def done(_future: Any) -> None:
         # Runs on a c10d thread: never raise there.
         with contextlib.suppress(Exception):
-            record((*head, now_ns(), *tail))
+            record((COLLECTIVE, step, start, now_ns(), *fields))
 
     future.add_done_callback(done)
     return True
@@ -137,15 +141,30 @@ def _wrap_collective(
             work = original(*args, **kwargs)
         finally:
             tls.depth = 0
-        head = (COLLECTIVE, step, start)
-        tail = (op, state.name, state.size, seq, nbytes, is_async, SOURCE_API, TIMING_HOST)
         if handle is not None and cuda_timer is not None:
             cuda_timer.stop(handle)
-            recorder.record((*head, now_ns(), *tail, handle))
-            return work
-        if is_async and work is not None and _record_when_done(ctx, work, head, tail):
-            return work
-        recorder.record((*head, now_ns(), *tail))
+        end = now_ns()
+        if is_async and work is not None:
+            fields = (op, state.name, state.size, seq, nbytes, True, SOURCE_API, TIMING_HOST, None)
+            if _record_when_done(ctx, work, step, start, fields):
+                return work
+        recorder.record(
+            (
+                COLLECTIVE,
+                step,
+                start,
+                end,
+                op,
+                state.name,
+                state.size,
+                seq,
+                nbytes,
+                is_async,
+                SOURCE_API,
+                TIMING_HOST,
+                handle,
+            )
+        )
         return work
 
     return traced_collective
@@ -211,8 +230,7 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
             future = forward(bucket)
         finally:
             tls.depth = 0
-        head = (COLLECTIVE, step, start)
-        tail = (
+        fields = (
             "all_reduce",
             group_state.name,
             group_state.size,
@@ -221,18 +239,19 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
             True,
             SOURCE_DDP,
             TIMING_HOST,
+            None,
         )
         record = recorder.record
 
         def done(_future: Any) -> None:
             # Runs on a c10d thread: never raise there.
             with contextlib.suppress(Exception):
-                record((*head, now_ns(), *tail))
+                record((COLLECTIVE, step, start, now_ns(), *fields))
 
         try:
             future.add_done_callback(done)
         except Exception:
-            record((*head, now_ns(), *tail))
+            record((COLLECTIVE, step, start, now_ns(), *fields))
         return future
 
     # DDP checks the annotations against dist.GradBucket objects; postponed (string)

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._recorder import PHASE, now_ns
+from skewtrace._events import PHASE
+from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
 from skewtrace.hooks._patches import Patches
 

@@ -15,7 +15,8 @@ import logging
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._recorder import PHASE, TIMING_HOST, now_ns
+from skewtrace._events import PHASE, TIMING_HOST
+from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
 from skewtrace.hooks._patches import Patches
 

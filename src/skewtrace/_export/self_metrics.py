@@ -1,0 +1,105 @@
+"""skewtrace's metrics about itself: events dropped, spans exported, exports failed.
+
+Observable counters: the hot path only bumps plain ints and the SDK reads them on its own
+schedule. They go to the user's MeterProvider, else the global SDK one, else a private one
+with an OTLP exporter (:mod:`.exporters`) every ``OTEL_METRIC_EXPORT_INTERVAL`` ms.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+
+from skewtrace import semconv
+from skewtrace._export.exporters import otlp_metric_exporter
+from skewtrace._export.thread import ExportStats
+from skewtrace._recorder import Recorder
+from skewtrace.version import __version__
+
+OTEL_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
+DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS = 10_000
+
+
+def metric_export_interval_millis() -> int:
+    raw = os.environ.get(OTEL_METRIC_EXPORT_INTERVAL, "").strip()
+    try:
+        return int(raw) if raw else DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
+    except ValueError:
+        return DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
+
+
+class SelfMetrics:
+    """skewtrace.events.dropped / spans.exported / spans.export_failed as observable counters.
+
+    Observable: the hot path only bumps plain ints; the SDK reads them on its own schedule.
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        stats: ExportStats,
+        meter_provider: Any | None,
+        resource: Callable[[], Resource | None],
+    ) -> None:
+        self._recorder = recorder
+        self._stats = stats
+        self._own_provider: Any | None = None
+        self._meter_provider = meter_provider
+        self._resource = resource
+        self._started = False
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        provider = self._meter_provider
+        if provider is None:
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+            reader = PeriodicExportingMetricReader(
+                otlp_metric_exporter(), export_interval_millis=metric_export_interval_millis()
+            )
+            resource = self._resource() or Resource.create({})
+            provider = MeterProvider(metric_readers=[reader], resource=resource)
+            self._own_provider = provider
+        meter = provider.get_meter("skewtrace", __version__)
+
+        def dropped(_options: CallbackOptions) -> list[Observation]:
+            counts = self._recorder.dropped()
+            return [Observation(n, {"reason": reason}) for reason, n in counts.items()]
+
+        def exported(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(self._stats.exported)]
+
+        def failed(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(self._stats.failed)]
+
+        meter.create_observable_counter(
+            semconv.METRIC_EVENTS_DROPPED,
+            [dropped],
+            unit="1",
+            description="events dropped because the rank's buffer was full",
+        )
+        meter.create_observable_counter(
+            semconv.METRIC_SPANS_EXPORTED,
+            [exported],
+            unit="1",
+            description="spans handed to the exporter",
+        )
+        meter.create_observable_counter(
+            semconv.METRIC_SPANS_EXPORT_FAILED,
+            [failed],
+            unit="1",
+            description="spans the exporter reported as failed",
+        )
+
+    def shutdown(self, timeout_millis: int) -> None:
+        if self._own_provider is not None:
+            self._own_provider.shutdown(timeout_millis=timeout_millis)
+            self._own_provider = None

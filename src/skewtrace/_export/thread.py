@@ -1,0 +1,163 @@
+"""The export thread: every interval, drain the recorder, materialize, export; the final
+flush at exit is bounded by ``shutdown_timeout_millis``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from skewtrace._export.materialize import CudaPoller, Identity, SpanMaterializer
+from skewtrace._export.sinks import SpanSink
+from skewtrace._recorder import Recorder
+
+logger = logging.getLogger("skewtrace")
+
+# Spans per export call: keeps one OTLP request well under gRPC's 4 MiB default.
+_EXPORT_BATCH = 512
+
+
+class ExportStats:
+    def __init__(self) -> None:
+        self.exported = 0
+        self.failed = 0
+        # CPU the export thread spent (materialize + export): what skewtrace costs off the
+        # hot path, measurable even when step times are too noisy to compare.
+        self.cpu_ns = 0
+
+
+class BackgroundExporter:
+    """The daemon thread: drain, materialize, export, every interval; bounded final flush."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        sink: SpanSink,
+        identity: Callable[[], Identity | None],
+        interval_millis: int,
+        cuda_timer: CudaPoller | None = None,
+    ) -> None:
+        self._recorder = recorder
+        self._sink = sink
+        self._identity = identity
+        self._interval_s = interval_millis / 1000.0
+        self._cuda_timer = cuda_timer
+        self._materializer: SpanMaterializer | None = None
+        self._disabled = False
+        self.stats = ExportStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        # Set when the final flush ran out of time: the thread stops exporting at once.
+        self._abandoned = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="skewtrace-export", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def set_cuda_timer(self, timer: CudaPoller) -> None:
+        """A CUDA model appeared after start (zero-code); takes effect for new spans."""
+        self._cuda_timer = timer
+        if self._materializer is not None:
+            self._materializer.cuda_timer = timer
+
+    def _run(self) -> None:
+        from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, set_value
+
+        # Our own OTLP calls must not be traced by other instrumentations (grpc, requests).
+        attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(self._interval_s)
+                self._wake.clear()
+                self._cycle(final=False)
+            self._cycle(final=True)
+        finally:
+            self._done.set()
+
+    def _cycle(self, final: bool) -> None:
+        cpu_start = time.thread_time_ns()
+        try:
+            self._cycle_inner(final)
+        finally:
+            self.stats.cpu_ns += time.thread_time_ns() - cpu_start
+
+    def _cycle_inner(self, final: bool) -> None:
+        try:
+            while not self._abandoned.is_set():
+                events = self._recorder.drain(_EXPORT_BATCH)
+                if not events and not (final and self._materializer is not None):
+                    return
+                materializer = self._get_materializer()
+                if materializer is None:
+                    return
+                spans = materializer.materialize(events, final=final and not events)
+                if spans:
+                    self._export(spans)
+                if not events:
+                    return
+                if not final and self._stop.is_set():
+                    return
+        except Exception:
+            logger.exception("skewtrace: export cycle failed; continuing")
+
+    def _get_materializer(self) -> SpanMaterializer | None:
+        if self._materializer is None and not self._disabled:
+            try:
+                identity = self._identity()
+            except Exception:
+                logger.exception("skewtrace: cannot identify this rank; spans are discarded")
+                self._disabled = True
+                return None
+            if identity is None:
+                return None
+            self._materializer = SpanMaterializer(
+                identity, self._recorder.epoch_anchor_ns, self._cuda_timer, self._sink.sampler
+            )
+        if self._disabled:
+            # Keep memory bounded by discarding what cannot be exported.
+            self._recorder.drain(self._recorder.capacity)
+        return self._materializer
+
+    def _export(self, spans: list[ReadableSpan]) -> None:
+        try:
+            ok = self._sink.export(spans)
+        except Exception:
+            if not self._abandoned.is_set():
+                logger.warning("skewtrace: span export raised", exc_info=True)
+            ok = False
+        if ok:
+            self.stats.exported += len(spans)
+        else:
+            self.stats.failed += len(spans)
+
+    def flush_now(self) -> None:
+        self._wake.set()
+
+    def shutdown(self, timeout_millis: int) -> bool:
+        """Stop the thread after a final drain; True if everything finished in time."""
+        deadline = time.monotonic() + timeout_millis / 1000.0
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._done.wait(max(0.0, deadline - time.monotonic()))
+        finished = self._done.is_set() or not self._thread.is_alive()
+        if finished:
+            try:
+                self._sink.flush(max(0, int((deadline - time.monotonic()) * 1000)))
+            except Exception:
+                logger.debug("skewtrace: flush failed", exc_info=True)
+        else:
+            self._abandoned.set()
+            logger.warning(
+                "skewtrace: final export did not finish within %d ms; remaining spans dropped",
+                timeout_millis,
+            )
+        try:
+            self._sink.shutdown()
+        except Exception:
+            logger.debug("skewtrace: exporter shutdown failed", exc_info=True)
+        return finished
