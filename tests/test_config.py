@@ -14,7 +14,7 @@ def test_defaults() -> None:
     assert settings.export_interval_millis == 500
     assert settings.shutdown_timeout_millis == 5000
     assert settings.pacer_url is None
-    assert settings.pacing_max_delay == pytest.approx(0.05)
+    assert settings.pacer_rank_max_delay_s == pytest.approx(0.05)
 
 
 def test_env_values_are_parsed() -> None:
@@ -32,7 +32,7 @@ def test_env_values_are_parsed() -> None:
     assert (settings.buffer_events, settings.export_interval_millis) == (128, 50)
     assert settings.shutdown_timeout_millis == 0
     assert settings.pacer_url == "http://127.0.0.1:4320"
-    assert settings.pacing_max_delay == pytest.approx(0.01)
+    assert settings.pacer_rank_max_delay_s == pytest.approx(0.01)
     assert settings.job_id == "job-1"
     assert "secret" not in repr(settings)
 

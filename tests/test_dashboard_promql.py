@@ -110,7 +110,7 @@ def stack(otelcol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
                  "--otlp-grpc", f"127.0.0.1:{ports['pacer']}",
                  "--http", f"127.0.0.1:{ports['pacer_http']}",
                  "--metrics-endpoint", f"127.0.0.1:{ports['grpc']}",
-                 "--metrics-interval-s", "1"],
+                 "--metrics-interval-millis", "1000"],
                 stdout=out, stderr=subprocess.STDOUT,
             ))  # fmt: skip
         _wait_http(f"http://127.0.0.1:{ports['pacer_http']}/v1/pacing?job={job_id}",

@@ -3,6 +3,7 @@ gloo run with a compute straggler on rank 2, end to end."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from skewtrace import _resources
 from skewtrace.demo import parse_prometheus_text, summarize
 
 
@@ -64,3 +66,115 @@ def test_summary_reads_the_exporters_names() -> None:
     assert ranks[2].straggler and ranks[2].cause == "data"
     assert not ranks[1].straggler
     assert job["collectives"] == 10 and job["skew_sum"] == pytest.approx(0.5)
+
+
+def test_label_values_are_unescaped() -> None:
+    text = (
+        "# TYPE training_straggler_ratio gauge\n"
+        'training_straggler_ratio{training_job_id="a\\\\b \\"q\\"\\n",training_rank="1"} 1\n'
+    )
+    (sample,) = parse_prometheus_text(text)
+    assert sample.labels["training_job_id"] == 'a\\b "q"\n'
+    assert sample.value == 1
+
+
+def test_openmetrics_pages_keep_exemplars() -> None:
+    text = "\n".join(
+        [
+            "# TYPE training_rank_wait_seconds histogram",
+            'training_rank_wait_seconds_bucket{le="0.1"} 3 # {trace_id="ab"} 0.05',
+            'training_rank_wait_seconds_bucket{le="+Inf"} 4',
+            "training_rank_wait_seconds_count 4",
+            "training_rank_wait_seconds_sum 0.2",
+            "# TYPE training_collective_incomplete counter",
+            'training_collective_incomplete_total{training_job_id="j"} 2',
+            "# EOF",
+        ]
+    )
+    samples = parse_prometheus_text(text)
+    (bucket,) = [s for s in samples if s.labels.get("le") == "0.1"]
+    assert bucket.exemplar is not None and bucket.exemplar.labels == {"trace_id": "ab"}
+    _, job = summarize(samples, "j")
+    assert job["incomplete"] == 2
+
+
+# ---------------------------------------------------------------- finding the collector
+
+
+def _exe(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_otelcol_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$SKEWTRACE_OTELCOL, the checkout's build/, PATH, then the per-version cache."""
+    checkout = tmp_path / "checkout"
+    monkeypatch.setattr(_resources, "checkout", lambda: checkout)
+    env = {"PATH": str(tmp_path / "bin"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert _resources.find_otelcol(env).found is None
+    cached = _exe(_resources.cache_dir(env) / "otelcol-skewtrace")
+    assert _resources.find_otelcol(env).found == cached
+    on_path = _exe(tmp_path / "bin" / "otelcol-skewtrace")
+    assert _resources.find_otelcol(env).found == on_path
+    built = _exe(checkout / "build" / "otelcol-skewtrace")
+    assert _resources.find_otelcol(env).found == built
+    explicit = _exe(tmp_path / "elsewhere" / "otelcol")
+    assert _resources.find_otelcol({**env, "SKEWTRACE_OTELCOL": str(explicit)}).found == explicit
+    missing = _resources.find_otelcol({**env, "SKEWTRACE_OTELCOL": str(tmp_path / "nope")})
+    assert missing.found is None, "a wrong SKEWTRACE_OTELCOL must not fall back to another binary"
+
+
+def test_cache_is_per_version(tmp_path: Path) -> None:
+    cache = _resources.cache_dir({"XDG_CACHE_HOME": str(tmp_path)})
+    assert cache == tmp_path / "skewtrace" / "collector" / _resources.__version__
+
+
+def test_without_collector_or_go_the_demo_says_how_to_get_one(
+    tmp_path: Path,
+    repo_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from skewtrace.cli import main
+
+    # As installed: no checkout; the shipped files are the checkout's own.
+    monkeypatch.setattr(_resources, "checkout", lambda: None)
+    monkeypatch.setattr(_resources, "source_root", lambda: repo_root)
+    monkeypatch.delenv("SKEWTRACE_OTELCOL", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no otelcol-skewtrace, no go
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "otelcol-skewtrace not found" in err
+    assert "Go is not installed" in err
+    assert "--otelcol PATH or set SKEWTRACE_OTELCOL" in err
+    assert str(_resources.cache_dir()) in err  # where it would build it
+
+
+def test_shipped_files_are_found_from_the_checkout(tmp_path: Path) -> None:
+    """From a checkout (an editable install) the demo reads the checkout's own files, whatever
+    the working directory; tests/test_wheel.py checks the installed package."""
+    for relative in ("collector-config/otelcol.yaml", "examples/train_ddp.py"):
+        found = _resources.shipped(relative)
+        assert found is not None and found.is_file(), relative
+    result = subprocess.run(
+        [sys.executable, "-c", "from skewtrace import _resources as r; print(r.source_root())"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert Path(result.stdout.strip()).is_dir()
+
+
+def test_demo_durations_are_milliseconds_and_old_flags_still_work() -> None:
+    from skewtrace.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["demo", "--settle-millis", "1500", "--timeout-s", "30"])
+    assert (args.settle_s, args.timeout_s) == (1.5, 30.0)
+    defaults = parser.parse_args(["demo"])
+    assert (defaults.settle_s, defaults.timeout_s) == (4.0, 600.0)

@@ -127,9 +127,11 @@ def test_inactive_decision_means_no_delay(
 
 
 def test_against_the_real_pacer_with_token() -> None:
+    from skewtrace._options import HostPort
     from skewtrace.pacer.service import PacerConfig, PacerService
 
-    svc = PacerService(PacerConfig(otlp_port=0, http_port=0, token="tok"))
+    any_port = HostPort("127.0.0.1", 0)
+    svc = PacerService(PacerConfig(otlp_grpc=any_port, http=any_port, token="tok"))
     svc.start()
     url = f"http://127.0.0.1:{svc.http_port}"
     good = make_client(url, token="tok")

@@ -32,10 +32,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from conftest import free_port
 from skewtrace import semconv
+from skewtrace._options import HostPort
 from skewtrace.pacer.policy import PolicyParams
 from skewtrace.pacer.service import PacerConfig, PacerService
 from skewtrace.pacer.state import JobWindows
 
+ANY_PORT = HostPort("127.0.0.1", 0)
 CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
 DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
 START_NS = 1_700_000_000_000_000_000
@@ -189,8 +191,8 @@ def _start(
     clock: FakeClock, reader: InMemoryMetricReader | None = None, **overrides: Any
 ) -> PacerService:
     config = PacerConfig(
-        otlp_port=0,
-        http_port=0,
+        otlp_grpc=ANY_PORT,
+        http=ANY_PORT,
         decision_interval_s=3600.0,  # the test drives tick(now) itself
         **overrides,
     )
@@ -469,8 +471,8 @@ def test_own_metrics(
 def test_unreachable_metrics_endpoint_does_not_hurt(clock: FakeClock) -> None:
     """Own metrics to a port nobody listens on: decisions are still served, stop is bounded."""
     config = PacerConfig(
-        otlp_port=0,
-        http_port=0,
+        otlp_grpc=ANY_PORT,
+        http=ANY_PORT,
         decision_interval_s=0.05,
         metrics_endpoint=f"127.0.0.1:{free_port()}",
         metrics_interval_s=0.1,
@@ -503,15 +505,27 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 @pytest.mark.parametrize(
     ("args", "env", "needle"),
     [
-        (["--window-s", "0"], {}, "--window-s='0': expected a positive number"),
+        (["--window-millis", "0"], {}, "--window-millis='0': must be a positive number"),
         (["--http", "localhost"], {}, "--http='localhost': expected HOST:PORT"),
-        ([], {"SKEWTRACE_PACER_GAIN": "2"}, "--gain (from SKEWTRACE_PACER_GAIN)='2'"),
+        ([], {"SKEWTRACE_PACER_GAIN": "2"}, "--gain (from SKEWTRACE_PACER_GAIN)='2': must be in"),
         (
             ["--activate-threshold", "0.05", "--deactivate-threshold", "0.1"],
             {},
-            "--deactivate-threshold (0.1) must be lower than --activate-threshold",
+            "--deactivate-threshold='0.1': must be lower than --activate-threshold",
         ),
-        (["--log-level", "loud"], {}, "--log-level='loud': expected one of"),
+        (
+            ["--activate-threshold", "0.04"],
+            {},
+            "--deactivate-threshold (default 0.05): must be lower than --activate-threshold",
+        ),
+        (["--log-level", "loud"], {}, "--log-level='loud': must be one of"),
+        # The deprecated names (seconds) are still checked, under the name that was used.
+        (["--window-s", "-1"], {}, "--window-s='-1': must be a positive number"),
+        (
+            [],
+            {"SKEWTRACE_PACER_MAX_DELAY": "x"},
+            "--max-delay-millis (from SKEWTRACE_PACER_MAX_DELAY)='x': expected a number",
+        ),
     ],
 )
 def test_cli_bad_config_exits_2_naming_the_flag(

@@ -1,11 +1,14 @@
 """``skewtrace demo``: the whole pipeline on one machine, end to end.
 
-Starts the built ``otelcol-skewtrace`` with ``collector-config/otelcol.yaml`` and a
-``skewtrace pacer`` on free local ports, runs ``examples/train_ddp.py`` (4 gloo ranks, one
-of them made late on purpose) against them, then reads the Collector's Prometheus endpoint
-and prints what an operator would look at: barrier skew, each rank's lateness and wait, the
-straggler verdict and its cause. Every part is the real one; nothing is simulated but the
-straggler itself.
+Starts ``otelcol-skewtrace`` with ``collector-config/otelcol.yaml`` and a ``skewtrace pacer``
+on free local ports, runs ``examples/train_ddp.py`` (4 gloo ranks, one of them made late on
+purpose) against them, then reads the Collector's Prometheus endpoint and prints what an
+operator would look at: barrier skew, each rank's lateness and wait, the straggler verdict and
+its cause. Every part is the real one; nothing is simulated but the straggler itself.
+
+It runs the same from a checkout and from a ``pip install``: the config and the example come
+with the package, and the collector binary is found or, with Go installed, built
+(:mod:`skewtrace._resources` says where it looks and where it builds).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import argparse
 import json
 import math
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -28,7 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skewtrace import semconv
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from skewtrace import _resources, semconv
+from skewtrace._options import warn_deprecated
+
+COLLECTOR_CONFIG = "collector-config/otelcol.yaml"
+FILE_EXPORT_CONFIG = "collector-config/file-export.yaml"
+EXAMPLE = "examples/train_ddp.py"
 
 
 def _free_port() -> int:
@@ -37,42 +50,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _prom_name(otel_name: str, suffix: str) -> str:
-    return otel_name.replace(".", "_") + suffix
-
-
-def _label(key: str) -> str:
-    return key.replace(".", "_")
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: Mapping[str, str]
-    value: float
-
-
 def parse_prometheus_text(text: str) -> list[Sample]:
-    """Samples of a Prometheus/OpenMetrics text page (exemplars and comments skipped)."""
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line.split(" # ")[0])
-        if not match:
-            continue
-        name, raw_labels, raw_value = match.groups()
-        try:
-            value = float(raw_value)
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(raw_labels or ""))
-        samples.append(Sample(name, labels, value))
-    return samples
+    """The samples of a Prometheus text or OpenMetrics page (``prometheus_client``'s parsers:
+    label values unescaped, exemplars kept on the OpenMetrics samples)."""
+    is_openmetrics = text.rstrip().endswith("# EOF")
+    families = (openmetrics_families if is_openmetrics else text_string_to_metric_families)(text)
+    return [sample for family in families for sample in family.samples]
 
 
 @dataclass
@@ -94,46 +77,40 @@ def summarize(samples: list[Sample], job_id: str) -> tuple[dict[int, RankReport]
     sums: dict[tuple[str, int], float] = {}
     counts: dict[tuple[str, int], float] = {}
     job: dict[str, float] = {}
-    rank_label, job_label = _label(semconv.RANK), _label(semconv.JOB_ID)
+    label = semconv.prometheus_label
+    rank_label, job_label = label(semconv.RANK), label(semconv.JOB_ID)
+    per_rank = (semconv.PROM_RANK_LATENESS, semconv.PROM_RANK_WAIT, semconv.PROM_STEP_DURATION)
     for s in samples:
         if s.labels.get(job_label) not in (None, job_id):
             continue
-        if s.name == _prom_name(semconv.METRIC_BARRIER_SKEW, "_seconds_sum"):
+        if s.name == semconv.PROM_BARRIER_SKEW + "_sum":
             job["skew_sum"] = job.get("skew_sum", 0.0) + s.value
-        elif s.name == _prom_name(semconv.METRIC_BARRIER_SKEW, "_seconds_count"):
+        elif s.name == semconv.PROM_BARRIER_SKEW + "_count":
             job["collectives"] = job.get("collectives", 0.0) + s.value
-        elif s.name.startswith(_prom_name(semconv.METRIC_COLLECTIVE_INCOMPLETE, "")):
+        elif s.name == semconv.PROM_COLLECTIVE_INCOMPLETE:
             job["incomplete"] = job.get("incomplete", 0.0) + s.value
         if rank_label not in s.labels:
             continue
         rank = int(s.labels[rank_label])
         report = ranks.setdefault(rank, RankReport(rank))
-        report.host = s.labels.get(_label(semconv.HOST_NAME), report.host)
-        report.switch = s.labels.get(_label(semconv.SWITCH), report.switch)
-        report.nic = s.labels.get(_label(semconv.NIC), report.nic)
-        for metric in (
-            semconv.METRIC_RANK_LATENESS,
-            semconv.METRIC_RANK_WAIT,
-            semconv.METRIC_STEP_DURATION,
-        ):
-            if s.name == _prom_name(metric, "_seconds_sum"):
+        report.host = s.labels.get(label(semconv.HOST_NAME), report.host)
+        report.switch = s.labels.get(label(semconv.SWITCH), report.switch)
+        report.nic = s.labels.get(label(semconv.NIC), report.nic)
+        for metric in per_rank:
+            if s.name == metric + "_sum":
                 sums[(metric, rank)] = sums.get((metric, rank), 0.0) + s.value
-            elif s.name == _prom_name(metric, "_seconds_count"):
+            elif s.name == metric + "_count":
                 counts[(metric, rank)] = counts.get((metric, rank), 0.0) + s.value
-        if (
-            s.name.startswith(_prom_name(semconv.METRIC_STRAGGLER, ""))
-            and not s.name.startswith(_prom_name(semconv.METRIC_STRAGGLER_DOMAIN, ""))
-            and s.value >= 1
-        ):
+        if s.name == semconv.PROM_STRAGGLER and s.value >= 1:
             report.straggler = True
-            report.cause = s.labels.get(_label(semconv.STRAGGLER_CAUSE), "")
+            report.cause = s.labels.get(label(semconv.STRAGGLER_CAUSE), "")
     for (metric, rank), total in sums.items():
         n = counts.get((metric, rank), 0.0)
         mean = total / n if n else math.nan
         report = ranks[rank]
-        if metric == semconv.METRIC_RANK_LATENESS:
+        if metric == semconv.PROM_RANK_LATENESS:
             report.lateness_mean = mean
-        elif metric == semconv.METRIC_RANK_WAIT:
+        elif metric == semconv.PROM_RANK_WAIT:
             report.wait_mean = mean
         else:
             report.step_mean = mean
@@ -180,18 +157,47 @@ def _scrape(url: str) -> str:
         return str(resp.read().decode())
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    otelcol = Path(args.otelcol)
-    config = Path(args.collector_config)
-    example = Path(args.example)
-    for path, what in (
-        (otelcol, "the otelcol-skewtrace binary (run `make collector`)"),
-        (config, "the collector config"),
-        (example, "the example training script"),
-    ):
+class DemoError(Exception):
+    """The demo cannot start; the message says why and what to do."""
+
+
+def _otelcol(args: argparse.Namespace, env: Mapping[str, str]) -> Path:
+    if args.otelcol:
+        path = Path(args.otelcol)
         if not path.is_file():
-            print(f"skewtrace demo: {path} not found: {what}", file=sys.stderr)
-            return 2
+            raise DemoError(f"--otelcol {path}: not a file")
+        return path
+    lookup = _resources.find_otelcol(env)
+    if lookup.found is not None:
+        return lookup.found
+    if env.get(_resources.SKEWTRACE_OTELCOL, "").strip():
+        raise DemoError(f"{lookup.tried[0]}: not a file")
+    try:
+        return _resources.build_otelcol(env)
+    except _resources.BuildError as exc:
+        raise DemoError(_resources.how_to_get_otelcol(lookup, str(exc), env)) from None
+
+
+def _input(given: str | None, shipped: str, what: str) -> Path:
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise DemoError(f"{path} not found: {what}")
+        return path
+    found = _resources.shipped(shipped)
+    if found is None:
+        raise DemoError(f"{shipped} ({what}) is missing from this installation of skewtrace")
+    return found
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    try:
+        config = _input(args.collector_config, COLLECTOR_CONFIG, "the collector config")
+        example = _input(args.example, EXAMPLE, "the example training script")
+        otelcol = _otelcol(args, os.environ)
+    except DemoError as exc:
+        print(f"skewtrace demo: {exc}", file=sys.stderr)
+        return 2
     ports = {
         name: _free_port()
         for name in ("otlp_grpc", "otlp_http", "prom", "health", "own", "pacer_grpc", "pacer_http")
@@ -211,7 +217,7 @@ def run_demo(args: argparse.Namespace) -> int:
         }
     )
     collector_cmd = [str(otelcol), "--config", str(config)]
-    file_export = config.with_name("file-export.yaml")
+    file_export = config.with_name(Path(FILE_EXPORT_CONFIG).name)
     if file_export.is_file():
         collector_cmd += ["--config", str(file_export)]
     pacer_cmd = [
@@ -247,6 +253,7 @@ def run_demo(args: argparse.Namespace) -> int:
         args.straggler,
     ]
     print(f"skewtrace demo: job {job_id}, logs and spans in {workdir}")
+    print(f"  collector: {otelcol} --config {config}")
     with (
         _process(collector_cmd, env, workdir / "otelcol.log") as collector,
         _process(pacer_cmd, env, workdir / "pacer.log") as pacer,
@@ -336,11 +343,24 @@ def add_parser(subparsers: Any) -> None:
     )
     demo.add_argument(
         "--otelcol",
-        default=os.environ.get("SKEWTRACE_OTELCOL", "build/otelcol-skewtrace"),
-        help="the otelcol-skewtrace binary",
+        default=None,
+        metavar="PATH",
+        help="the otelcol-skewtrace binary (default: $SKEWTRACE_OTELCOL, a checkout's "
+        "build/otelcol-skewtrace, otelcol-skewtrace on PATH, the cache; built there with Go "
+        "when none exists)",
     )
-    demo.add_argument("--collector-config", default="collector-config/otelcol.yaml")
-    demo.add_argument("--example", default="examples/train_ddp.py")
+    demo.add_argument(
+        "--collector-config",
+        default=None,
+        metavar="PATH",
+        help=f"the collector config (default: the package's {COLLECTOR_CONFIG})",
+    )
+    demo.add_argument(
+        "--example",
+        default=None,
+        metavar="PATH",
+        help=f"the training script (default: the package's {EXAMPLE})",
+    )
     demo.add_argument("--nprocs", type=int, default=4)
     demo.add_argument("--steps", type=int, default=80)
     demo.add_argument(
@@ -350,11 +370,29 @@ def add_parser(subparsers: Any) -> None:
     )
     demo.add_argument("--pacing", action="store_true", help="let the ranks poll the pacer")
     demo.add_argument("--job-id", default=None)
-    demo.add_argument(
-        "--settle-s",
-        type=float,
-        default=4.0,
-        help="wait after training for the last spans and metrics",
-    )
-    demo.add_argument("--timeout-s", type=float, default=600.0)
+    _duration(demo, "--settle", 4.0, "wait after training for the last spans and metrics")
+    _duration(demo, "--timeout", 600.0, "give up on the training run after this long")
     demo.set_defaults(run=run_demo)
+
+
+def _duration(parser: argparse.ArgumentParser, stem: str, default_s: float, what: str) -> None:
+    """``STEM-millis`` (and the deprecated ``STEM-s``, in seconds) into ``args.STEM_s``."""
+    dest = stem.lstrip("-").replace("-", "_") + "_s"
+    flag, old = f"{stem}-millis", f"{stem}-s"
+
+    def millis(raw: str) -> float:
+        return float(raw) / 1000.0
+
+    def seconds(raw: str) -> float:
+        warn_deprecated(old, flag, " (milliseconds; the old name took seconds)")
+        return float(raw)
+
+    parser.add_argument(
+        flag,
+        dest=dest,
+        type=millis,
+        default=default_s,
+        metavar="MILLIS",
+        help=f"{what} (default {default_s * 1000:g})",
+    )
+    parser.add_argument(old, dest=dest, type=seconds, help=argparse.SUPPRESS)

@@ -15,8 +15,8 @@ I/O, never blocks on a lock and never raises. Whenever the pacer is unreachable,
 error, sends something that is not a valid decision, or has not been heard from for
 ``stale_after_s`` (three poll intervals by default), the delay is 0. An outage is logged once
 when it starts and once when it ends; the poller retries with exponential backoff, capped at
-``max_backoff_s``. The rank's own ``max_delay_s`` (``SKEWTRACE_PACING_MAX_DELAY``) caps every
-delay, whatever the pacer says.
+``max_backoff_s``. The rank's own ``max_delay_s`` (``SKEWTRACE_PACER_RANK_MAX_DELAY_MILLIS``)
+caps every delay, whatever the pacer says.
 """
 
 from __future__ import annotations

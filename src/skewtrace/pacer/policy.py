@@ -25,13 +25,23 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from skewtrace._options import (
+    FieldError,
+    at_least,
+    check_fields,
+    fraction,
+    integer,
+    non_negative,
+    option,
+    positive,
+)
+
 # Delays below this are noise next to a sleep's own jitter; they are published as 0.
 _MIN_USEFUL_DELAY_S = 1e-4
 
 REASON_INSUFFICIENT_RANKS = "insufficient_ranks"
 REASON_NO_STEP_TIME = "no_step_time"
 REASON_BELOW_THRESHOLD = "below_threshold"
-REASON_ABOVE_THRESHOLD = "above_threshold"
 REASON_ACTIVATING = "activating"
 REASON_DEACTIVATING = "deactivating"
 REASON_ACTIVE = "active"
@@ -40,78 +50,64 @@ REASON_INEFFECTIVE = "ineffective"
 
 @dataclass(frozen=True)
 class PolicyParams:
-    """How the policy reacts; the defaults are the ``skewtrace pacer`` defaults."""
+    """How the policy reacts; the defaults are the ``skewtrace pacer`` defaults.
 
-    activate_threshold: float = 0.10
+    Every field is a ``skewtrace pacer`` flag (``skewtrace.cli``); the docstrings are its help.
+    """
+
+    activate_threshold: float = option(0.10, check=positive)
     """Natural arrival spread per step, as a fraction of the mean step time, that turns pacing
     on once sustained for ``activate_hold_s``."""
 
-    deactivate_threshold: float = 0.05
+    deactivate_threshold: float = option(0.05, check=non_negative)
     """Spread fraction below which pacing turns off once sustained for ``deactivate_hold_s``;
     lower than ``activate_threshold`` (hysteresis)."""
 
-    activate_hold_s: float = 1.5
+    activate_hold_s: float = option(
+        1.5, check=non_negative, seconds=True, deprecated=["activate_hold_s"]
+    )
     """How long the spread must stay above ``activate_threshold`` before pacing turns on."""
 
-    deactivate_hold_s: float = 4.0
+    deactivate_hold_s: float = option(
+        4.0, check=non_negative, seconds=True, deprecated=["deactivate_hold_s"]
+    )
     """How long the spread must stay below ``deactivate_threshold`` before pacing turns off."""
 
-    max_delay_s: float = 0.05
+    max_delay_s: float = option(0.05, check=non_negative, seconds=True, deprecated=["max_delay"])
     """Upper bound on any delay the controller publishes (ranks also cap on their side)."""
 
-    wait_fraction: float = 0.5
+    wait_fraction: float = option(0.5, check=fraction)
     """A delay is at most this fraction of the rank's observed wait per step (and of its
     natural wait). Applied delays shrink the observed wait, so in steady state a rank whose
-    natural earliness is ``e`` settles at ``e * f / (1 + f)`` (a third of ``e`` at 0.5)."""
+    natural earliness is e settles at e * f / (1 + f) (a third of e at 0.5)."""
 
-    margin_s: float = 0.002
+    margin_s: float = option(0.002, check=non_negative, seconds=True, deprecated=["margin_s"])
     """A delay stays at least this far below the rank's observed wait per step, so the paced
     rank still arrives before the latest one on average."""
 
-    gain: float = 0.5
+    gain: float = option(0.5, check=fraction)
     """Each decision moves a delay this fraction of the way to its target (smoothing)."""
 
-    min_steps: int = 3
+    min_steps: int = option(3, parse=integer, check=at_least(1))
     """A rank with fewer steps in the window is left out (too little data to judge)."""
 
-    min_ranks: int = 2
-    """Fewer reporting ranks than this and pacing is off (nothing to compare)."""
+    min_ranks: int = option(2, parse=integer, check=at_least(2))
+    """Fewer judged ranks than this and pacing is off (nothing to compare)."""
 
-    ineffective_hold_s: float = 4.0
+    ineffective_hold_s: float = option(
+        4.0, check=non_negative, seconds=True, deprecated=["ineffective_hold_s"]
+    )
     """A paced rank whose observed wait has not dropped by at least half its applied delay
     (below its largest wait since pacing turned on) for this long gets no more delay until pacing
     turns off: its delay is being absorbed (applied where it cannot move the rank's arrival)
     and only costs every rank time."""
 
     def __post_init__(self) -> None:
-        def positive(name: str, value: float) -> None:
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-        def non_negative(name: str, value: float) -> None:
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be >= 0, got {value!r}")
-
-        positive("activate_threshold", self.activate_threshold)
-        non_negative("deactivate_threshold", self.deactivate_threshold)
+        check_fields(self)
         if self.deactivate_threshold >= self.activate_threshold:
-            raise ValueError(
-                f"deactivate_threshold ({self.deactivate_threshold}) must be lower than "
-                f"activate_threshold ({self.activate_threshold}) for hysteresis"
+            raise FieldError(
+                "deactivate_threshold", "must be lower than {0} (hysteresis)", "activate_threshold"
             )
-        non_negative("activate_hold_s", self.activate_hold_s)
-        non_negative("ineffective_hold_s", self.ineffective_hold_s)
-        non_negative("deactivate_hold_s", self.deactivate_hold_s)
-        non_negative("max_delay_s", self.max_delay_s)
-        non_negative("margin_s", self.margin_s)
-        if not (0 < self.wait_fraction <= 1):
-            raise ValueError(f"wait_fraction must be in (0, 1], got {self.wait_fraction!r}")
-        if not (0 < self.gain <= 1):
-            raise ValueError(f"gain must be in (0, 1], got {self.gain!r}")
-        if self.min_steps < 1:
-            raise ValueError(f"min_steps must be >= 1, got {self.min_steps!r}")
-        if self.min_ranks < 2:
-            raise ValueError(f"min_ranks must be >= 2, got {self.min_ranks!r}")
 
 
 @dataclass(frozen=True)
@@ -141,10 +137,6 @@ class RankWindow:
     @property
     def lateness_per_step_s(self) -> float:
         return self.lateness_sum_s / self.steps if self.steps else 0.0
-
-    @property
-    def mean_step_time_s(self) -> float:
-        return self.step_time_sum_s / self.steps if self.steps else 0.0
 
 
 @dataclass(frozen=True)

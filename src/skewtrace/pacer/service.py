@@ -19,7 +19,6 @@ in or read out, the ticker to run the policy (microseconds per job).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +28,17 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from skewtrace import semconv
+from skewtrace._options import (
+    HostPort,
+    address,
+    at_least,
+    check_fields,
+    integer,
+    not_blank,
+    option,
+    positive,
+    text,
+)
 from skewtrace.pacer.http_api import PacingHttpServer
 from skewtrace.pacer.otlp_receiver import ExportRequest, OtlpMetricsServer
 from skewtrace.pacer.policy import Decision, PolicyParams, PolicyState, decide
@@ -36,55 +46,59 @@ from skewtrace.pacer.state import JobWindows
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_OTLP_GRPC = "127.0.0.1:4321"
-DEFAULT_HTTP = "127.0.0.1:4320"
-
 # Two decisions whose delays differ by less than this are the same decision (no new version).
 _DELAY_RESOLUTION_S = 1e-4
 
 
 @dataclass(frozen=True)
 class PacerConfig:
-    """Everything ``skewtrace pacer`` can be told; see ``docs/pacing.md``."""
+    """Everything ``skewtrace pacer`` can be told; see ``docs/pacing.md``.
 
-    otlp_host: str = "127.0.0.1"
-    otlp_port: int = 4321
-    http_host: str = "127.0.0.1"
-    http_port: int = 4320
-    token: str | None = field(default=None, repr=False)
-    """Bearer token required on /v1/*; None serves without authentication."""
-    window_s: float = 4.0
-    """The policy looks at the metrics received in the last window_s seconds."""
-    decision_interval_s: float = 0.5
+    Every field but ``policy`` is a ``skewtrace pacer`` flag (``skewtrace.cli``), and so are
+    the fields of :class:`PolicyParams`; the docstrings are their help.
+    """
+
+    otlp_grpc: HostPort = option(HostPort("127.0.0.1", 4321), parse=HostPort.parse, check=address)
+    """Where the Collector pushes OTLP/gRPC metrics (port 0: any free port)."""
+
+    http: HostPort = option(HostPort("127.0.0.1", 4320), parse=HostPort.parse, check=address)
+    """Where ranks GET /v1/pacing?job=ID (port 0: any free port)."""
+
+    token: str | None = option(None, parse=text, check=not_blank, secret=True)
+    """Bearer token required on /v1/* (/healthz stays open); none serves without one."""
+
+    window_s: float = option(4.0, check=positive, seconds=True, deprecated=["window_s"])
+    """How far back each decision looks at the metrics received."""
+
+    decision_interval_s: float = option(
+        0.5, check=positive, seconds=True, deprecated=["decision_interval_s"]
+    )
     """How often every job's decision is recomputed."""
-    rank_timeout_s: float = 4.0
+
+    rank_timeout_s: float = option(4.0, check=positive, seconds=True, deprecated=["rank_timeout_s"])
     """A rank with no new steps for this long is left out of its job's decisions."""
-    job_timeout_s: float = 60.0
+
+    job_timeout_s: float = option(60.0, check=positive, seconds=True, deprecated=["job_timeout_s"])
     """A job with no data points for this long is forgotten."""
-    max_jobs: int = 1024
-    max_ranks_per_job: int = 65536
+
+    max_jobs: int = option(1024, parse=integer, check=at_least(1))
+    """Jobs tracked at once; data points of further jobs are dropped and counted."""
+
+    max_ranks_per_job: int = option(65536, parse=integer, check=at_least(2))
+    """Ranks tracked per job; data points of further ranks are dropped and counted."""
+
     policy: PolicyParams = field(default_factory=PolicyParams)
-    metrics_endpoint: str | None = None
-    """OTLP/gRPC endpoint for the pacer's own metrics; None keeps them in-process only."""
-    metrics_interval_s: float = 5.0
+
+    metrics_endpoint: str | None = option(None, parse=text, check=not_blank)
+    """OTLP/gRPC endpoint for the pacer's own metrics; none keeps them in the process."""
+
+    metrics_interval_s: float = option(
+        5.0, check=positive, seconds=True, deprecated=["metrics_interval_s"]
+    )
+    """Export period of the pacer's own metrics."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "window_s",
-            "decision_interval_s",
-            "rank_timeout_s",
-            "job_timeout_s",
-            "metrics_interval_s",
-        ):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        for name in ("otlp_port", "http_port"):
-            value = getattr(self, name)
-            if not 0 <= value <= 65535:
-                raise ValueError(f"{name} must be in 0..65535, got {value!r}")
-        if self.max_jobs < 1 or self.max_ranks_per_job < 2:
-            raise ValueError("max_jobs must be >= 1 and max_ranks_per_job >= 2")
+        check_fields(self)
 
 
 @dataclass
@@ -130,11 +144,11 @@ class PacerService:
     def start(self) -> None:
         """Bind both servers and start the decision loop; raises OSError when a port is taken."""
         cfg = self.config
-        self._otlp = OtlpMetricsServer(cfg.otlp_host, cfg.otlp_port, self.ingest)
+        self._otlp = OtlpMetricsServer(cfg.otlp_grpc.host, cfg.otlp_grpc.port, self.ingest)
         try:
             self._http = PacingHttpServer(
-                cfg.http_host,
-                cfg.http_port,
+                cfg.http.host,
+                cfg.http.port,
                 self.decision_body,
                 jobs=self.job_ids,
                 health=self.health,
@@ -148,21 +162,19 @@ class PacerService:
         self._ticker = threading.Thread(target=self._run_ticks, name="pacer-decide", daemon=True)
         self._ticker.start()
         _log.info(
-            "pacer listening: OTLP/gRPC metrics on %s:%d, decisions on http://%s:%d%s",
-            cfg.otlp_host,
-            self.otlp_port,
-            cfg.http_host,
-            self.http_port,
+            "pacer listening: OTLP/gRPC metrics on %s, decisions on http://%s%s",
+            HostPort(cfg.otlp_grpc.host, self.otlp_port),
+            HostPort(cfg.http.host, self.http_port),
             " (bearer token required)" if cfg.token else "",
         )
 
     @property
     def otlp_port(self) -> int:
-        return self._otlp.port if self._otlp else self.config.otlp_port
+        return self._otlp.port if self._otlp else self.config.otlp_grpc.port
 
     @property
     def http_port(self) -> int:
-        return self._http.port if self._http else self.config.http_port
+        return self._http.port if self._http else self.config.http.port
 
     def stop(self) -> None:
         self._stop.set()
