@@ -8,7 +8,7 @@ JAEGER := $(BUILD)/jaeger
 export SKEWTRACE_OTELCOL := $(OTELCOL)
 export SKEWTRACE_JAEGER := $(JAEGER)
 
-.PHONY: all venv collector jaeger generate lint test test-go test-py demo bench clean
+.PHONY: all venv collector jaeger generate lint test test-fast test-go test-py demo bench clean
 
 all: venv collector
 
@@ -54,6 +54,11 @@ test-py: venv collector jaeger
 	$(PY) -m pytest -q
 
 test: lint test-go test-py
+
+# The inner loop: the Go tests and the Python tests not marked slow (no lint, and none of the
+# multi-process, real-Collector pipeline, Prometheus or Jaeger runs). `make test` runs them all.
+test-fast: venv collector test-go
+	$(PY) -m pytest -q -m "not slow"
 
 demo: venv collector
 	$(PY) -m skewtrace.cli demo

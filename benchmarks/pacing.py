@@ -47,6 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
+from skewtrace import semconv  # noqa: E402
 
 PAPER_CV_BEFORE, PAPER_CV_AFTER = 0.22, 0.09
 PAPER_THROUGHPUT_RANGE = (-0.006, 0.008)
@@ -267,11 +268,11 @@ def rank_step_spans(spans: Sequence[ReceivedSpan], job_id: str, rank: int) -> li
         (
             s
             for s in spans
-            if s.name == "train.step"
-            and s.resource.get("training.job.id") == job_id
-            and int(s.resource.get("training.rank", -1)) == rank
+            if s.name == semconv.SPAN_STEP
+            and s.resource.get(semconv.JOB_ID) == job_id
+            and int(s.resource.get(semconv.RANK, -1)) == rank
         ),
-        key=lambda s: int(s.attributes.get("training.step", 0)),
+        key=lambda s: int(s.attributes.get(semconv.STEP, 0)),
     )
 
 
@@ -359,10 +360,12 @@ def _one_run(stack: Stack, args: argparse.Namespace, mode: str, index: int) -> R
     durations = [
         s.duration_s
         for s in rank_step_spans(spans, job_id, 0)
-        if int(s.attributes.get("training.step", 0)) >= args.warmup
+        if int(s.attributes.get(semconv.STEP, 0)) >= args.warmup
     ]
     delays = [
-        s for s in spans if s.name == "pacing.delay" and s.resource.get("training.job.id") == job_id
+        s
+        for s in spans
+        if s.name == semconv.SPAN_PACING_DELAY and s.resource.get(semconv.JOB_ID) == job_id
     ]
     per_step_samples = args.batch_size * args.nprocs
     return RunResult(

@@ -8,9 +8,26 @@ edit here, regenerate and commit both::
 
 ``tests/test_dashboards.py`` fails when the committed JSON differs from what this produces.
 
-Metric names are the Prometheus forms of the OTel names in ``docs/semantic-conventions.md``:
-the Collector's Prometheus exporter turns dots into underscores and appends the unit
-(``_seconds``), ``_total`` on counters and ``_ratio`` on gauges whose unit is ``1``.
+Built with Grafana's ``grafana-foundation-sdk``: typed builders for the dashboard, the panel
+types and the Prometheus and Tempo queries (a misspelt option or enum value is a type error,
+and Grafana's defaults are written out), with its row-by-row layout. Only regenerating needs
+it (the ``dev`` extra). Its releases are numbered ``<build>!<Grafana version>`` and the
+highest build is not the newest Grafana, so the pin names the build: ``1769699379!11.6.0``,
+the types of Grafana 11.6 (schemaVersion 41; ``docker-compose.yaml`` runs Grafana 12.1).
+Written here by hand, because the SDK does not model them: the Explore URL of the straggler
+table's data link (a URL, not dashboard JSON; the query in it is the SDK's Tempo query) and
+the panel ids (numbered in order after the build; the SDK leaves them to Grafana). Two things
+the SDK writes differently from Grafana's own export, both ignored by Grafana: data links are
+typed as dashboard links (so they carry ``type``, ``icon``, ``includeVars``, ...), and
+variables have no ``definition`` (the text the variable list shows; the query is ``query``).
+
+Names: every metric and label is a ``skewtrace.semconv`` constant (``PROM_*`` for the
+Prometheus name of a registered metric, ``prometheus_label()`` of a registered attribute key),
+so a rename in ``src/semconv/registry.yaml`` changes this dashboard. The barrierskew
+components' own instruments are the ones the registry's ``component_metric`` groups point at
+(the components' mdatagen ``metadata.yaml``), looked up by name so a renamed instrument fails
+here; the Collector's standard pipeline counters (``otelcol_receiver_*``, ``otelcol_exporter_*``)
+are not skewtrace names and are written out.
 """
 
 from __future__ import annotations
@@ -22,49 +39,141 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import yaml
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import (
+    dashboard,
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    tempo,
+    timeseries,
+)
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.variants import Dataquery
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import heatmap as heatmap_model
+from grafana_foundation_sdk.models import prometheus as prometheus_model
+from grafana_foundation_sdk.models import tempo as tempo_model
+
+from skewtrace import semconv
+
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY_PATH = ROOT / "src" / "semconv" / "registry.yaml"
+OUTPUT_PATH = Path(__file__).resolve().parent / "dashboards" / "training-fabric.json"
+
 DASHBOARD_UID = "skewtrace-training-fabric"
 DASHBOARD_TITLE = "Training fabric"
 PROMETHEUS_UID = "skewtrace-prometheus"
 TEMPO_UID = "skewtrace-tempo"
-OUTPUT_PATH = Path(__file__).resolve().parent / "dashboards" / "training-fabric.json"
 
-PROMETHEUS = {"type": "prometheus", "uid": PROMETHEUS_UID}
-TEMPO = {"type": "tempo", "uid": TEMPO_UID}
+PROMETHEUS = model.DataSourceRef(type_val="prometheus", uid=PROMETHEUS_UID)
+TEMPO = model.DataSourceRef(type_val="tempo", uid=TEMPO_UID)
 
-# Prometheus names of the barrierskew connector's metrics.
-SKEW = "training_barrier_skew_seconds"
-LATENESS = "training_rank_lateness_seconds"
-WAIT = "training_rank_wait_seconds"
-STRAGGLER = "training_straggler_ratio"
-STRAGGLER_DOMAIN = "training_straggler_domain_ratio"
-INCOMPLETE = "training_collective_incomplete_total"
-CLOCK_OFFSET = "training_clock_offset_seconds"
-STEP_DURATION = "training_step_duration_seconds"
-# The pacer's own metrics (it pushes them to the Collector over OTLP).
-PACING_ACTIVE = "skewtrace_pacing_active_ratio"
-PACING_DELAY = "skewtrace_pacing_delay_seconds"
-# The training ranks' own counters.
-EVENTS_DROPPED = "skewtrace_events_dropped_total"
-SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
-# The Collector's internal telemetry (service::telemetry::metrics, port 8888): the barrierskew
-# processor's own instruments (src/collector/internal/selftel; units in braces add no suffix)
-# and the Collector's standard pipeline counters. Its Prometheus endpoint serves counters
-# without the _total suffix (checked against the built binary, Collector v0.165.0).
-COLLECTOR_PENDING = "otelcol_processor_barrierskew_pending_collectives"
-COLLECTOR_BUFFERED_SPANS = "otelcol_processor_barrierskew_buffered_spans"
-COLLECTOR_RELEASED = "otelcol_processor_barrierskew_collectives_released"
-COLLECTOR_EVICTED = "otelcol_processor_barrierskew_collectives_evicted"
-COLLECTOR_MALFORMED = "otelcol_processor_barrierskew_spans_malformed"
+# Prometheus labels of the data point attributes the panels group and filter by.
+JOB = semconv.prometheus_label(semconv.JOB_ID)
+RANK = semconv.prometheus_label(semconv.RANK)
+HOST = semconv.prometheus_label(semconv.HOST_NAME)
+SWITCH = semconv.prometheus_label(semconv.SWITCH)
+NIC = semconv.prometheus_label(semconv.NIC)
+PG = semconv.prometheus_label(semconv.COLLECTIVE_PG)
+OP = semconv.prometheus_label(semconv.COLLECTIVE_OP)
+CAUSE = semconv.prometheus_label(semconv.STRAGGLER_CAUSE)
+REASON = semconv.prometheus_label(semconv.REASON)
+BUCKET = "le"  # Prometheus's own label on histogram buckets
+
+# The rank labels every per-rank series carries (the topology of the rank).
+RANK_LABELS = ", ".join((JOB, RANK, HOST, SWITCH, NIC))
+
+# Label selectors. `$job` and `$pg` are multi-value variables whose "All" is `.*`.
+IN_JOBS = f'{JOB}=~"$job"'
+IN_JOBS_AND_PGS = f'{JOB}=~"$job", {PG}=~"$pg"'
+
+
+def _component_instruments() -> dict[str, list[str]]:
+    """Prometheus name -> label names of the barrierskew components' own instruments.
+
+    The registry's ``component_metric`` groups name the mdatagen ``metadata.yaml`` files that
+    declare them and the ``prefix`` that makes the Collector's name (``otelcol_<key>``, also its
+    name on the Collector's Prometheus endpoint: units in braces add no suffix, and that
+    endpoint serves counters without ``_total``, checked against Collector v0.165.0).
+    """
+    instruments: dict[str, list[str]] = {}
+    for group in yaml.safe_load(REGISTRY_PATH.read_text())["groups"]:
+        if group["kind"] != "component_metric":
+            continue
+        for path in group["metadata"]:
+            metadata = yaml.safe_load((ROOT / path).read_text())
+            for key, instrument in metadata["telemetry"]["metrics"].items():
+                instruments[group["prefix"] + key] = instrument.get("attributes", [])
+    return instruments
+
+
+_INSTRUMENTS = _component_instruments()
+
+
+def _instrument(name: str, *labels: str) -> str:
+    """``name``, after checking the registry declares it (with ``labels``)."""
+    if name not in _INSTRUMENTS:
+        raise LookupError(f"{name} is not a barrierskew instrument the registry declares")
+    missing = set(labels) - set(_INSTRUMENTS[name])
+    if missing:
+        raise LookupError(f"{name} has no attribute {sorted(missing)}")
+    return name
+
+
+# Labels of those instruments (attributes in their metadata.yaml).
+OUTCOME = "outcome"
+NOT_JOINED_REASON = "reason"
+
+PENDING = _instrument("otelcol_processor_barrierskew_pending_collectives")
+BUFFERED_SPANS = _instrument("otelcol_processor_barrierskew_buffered_spans")
+RELEASED = _instrument("otelcol_processor_barrierskew_collectives_released", OUTCOME)
+EVICTED = _instrument("otelcol_processor_barrierskew_collectives_evicted")
+MALFORMED = _instrument("otelcol_processor_barrierskew_spans_malformed", NOT_JOINED_REASON)
+# The Collector's standard pipeline counters, labelled by component id (receiver, exporter).
 RECEIVER_REFUSED = "otelcol_receiver_refused_spans"
 EXPORTER_SEND_FAILED = "otelcol_exporter_send_failed_spans"
 EXPORTER_ENQUEUE_FAILED = "otelcol_exporter_enqueue_failed_spans"
 
-# Label selectors. `$job` and `$pg` are multi-value variables whose "All" is `.*`.
-JOB = 'training_job_id=~"$job"'
-JOB_PG = 'training_job_id=~"$job", training_collective_pg=~"$pg"'
 
-# The rank labels every per-rank series carries (the topology of the rank).
-RANK_LABELS = "training_job_id, training_rank, host_name, training_switch, training_nic"
+def _legend(label: str) -> str:
+    """A legend's reference to a series' value of ``label``."""
+    return f"{{{{{label}}}}}"
+
+
+def _fields(label: str) -> str:
+    """A data link's reference to the clicked row's value of ``label``."""
+    return f"${{__data.fields.{label}}}"
+
+
+# Straggler spans of the rank in the clicked row: the spans the processor flagged.
+STRAGGLER_TRACEQL = (
+    f'{{ resource.{semconv.JOB_ID} = "{_fields(JOB)}"'
+    f" && resource.{semconv.RANK} = {_fields(RANK)}"
+    f" && span.{semconv.STRAGGLER} = true }}"
+)
+
+# The dashboard's Tempo panel: flagged collective spans of the selected jobs.
+RECENT_STRAGGLERS_TRACEQL = (
+    f'{{ resource.{semconv.JOB_ID} =~ "${{job:regex}}" && span.{semconv.STRAGGLER} = true }}'
+)
+
+
+def _traceql(ref_id: str, traceql: str, limit: int) -> tempo.TempoQuery:
+    return (
+        tempo.TempoQuery()
+        .ref_id(ref_id)
+        .datasource(TEMPO)
+        .query_type("traceql")
+        .query(traceql)
+        .limit(limit)
+        .table_type(tempo_model.SearchTableType.SPANS)
+    )
 
 
 def _traceql_explore_url(traceql: str) -> str:
@@ -76,22 +185,14 @@ def _traceql_explore_url(traceql: str) -> str:
     panes = {
         "traceql": {
             "datasource": TEMPO_UID,
-            "queries": [
-                {
-                    "refId": "A",
-                    "datasource": TEMPO,
-                    "queryType": "traceql",
-                    "query": traceql,
-                    "limit": 50,
-                    "tableType": "spans",
-                }
-            ],
+            "queries": [_traceql("A", traceql, 50).build()],
             "range": {"from": "${__from}", "to": "${__to}"},
         }
     }
-    encoded = urllib.parse.quote(json.dumps(panes, separators=(",", ":")), safe="")
+    text = json.dumps(panes, cls=JSONEncoder, separators=(",", ":"))
+    encoded = urllib.parse.quote(text, safe="")
     # Undo the encoding of the interpolation tokens only.
-    for token in _interpolation_tokens(json.dumps(panes)):
+    for token in _interpolation_tokens(text):
         encoded = encoded.replace(urllib.parse.quote(token, safe=""), token)
     return f"/explore?schemaVersion=1&orgId=1&panes={encoded}"
 
@@ -106,189 +207,17 @@ def _interpolation_tokens(text: str) -> list[str]:
     return tokens
 
 
-# Straggler spans of the rank in the clicked row: the spans the processor flagged.
-STRAGGLER_TRACEQL = (
-    '{ resource.training.job.id = "${__data.fields.training_job_id}"'
-    " && resource.training.rank = ${__data.fields.training_rank}"
-    " && span.training.straggler = true }"
-)
+# --------------------------------------------------------------------------- PromQL
 
 
-# The dashboard's Tempo panel: flagged collective spans of the selected jobs.
-RECENT_STRAGGLERS_TRACEQL = (
-    '{ resource.training.job.id =~ "${job:regex}" && span.training.straggler = true }'
-)
-
-
-class _PanelIds:
-    def __init__(self) -> None:
-        self._next = 1
-
-    def take(self) -> int:
-        panel_id = self._next
-        self._next += 1
-        return panel_id
-
-
-def _prom_target(
-    ref_id: str,
-    expr: str,
-    legend: str = "",
-    *,
-    instant: bool = False,
-    table: bool = False,
-    exemplar: bool = False,
-) -> dict[str, Any]:
-    target: dict[str, Any] = {
-        "refId": ref_id,
-        "datasource": PROMETHEUS,
-        "expr": expr,
-        "legendFormat": legend or "__auto",
-        "range": not instant,
-        "instant": instant,
-        "exemplar": exemplar,
-    }
-    if table:
-        target["format"] = "table"
-    return target
-
-
-def _grid(x: int, y: int, w: int, h: int) -> dict[str, int]:
-    return {"x": x, "y": y, "w": w, "h": h}
-
-
-def _row(ids: _PanelIds, title: str, y: int) -> dict[str, Any]:
-    return {
-        "id": ids.take(),
-        "type": "row",
-        "title": title,
-        "collapsed": False,
-        "gridPos": _grid(0, y, 24, 1),
-        "panels": [],
-    }
-
-
-def _timeseries(
-    ids: _PanelIds,
-    title: str,
-    description: str,
-    targets: list[dict[str, Any]],
-    grid: dict[str, int],
-    unit: str = "s",
-    *,
-    draw_style: str = "line",
-) -> dict[str, Any]:
-    return {
-        "id": ids.take(),
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": PROMETHEUS,
-        "gridPos": grid,
-        "targets": targets,
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "custom": {
-                    "drawStyle": draw_style,
-                    "lineWidth": 1,
-                    "fillOpacity": 0,
-                    "showPoints": "never",
-                    "spanNulls": False,
-                },
-            },
-            "overrides": [],
-        },
-        "options": {
-            "legend": {
-                "displayMode": "table",
-                "placement": "right",
-                "showLegend": True,
-                "calcs": ["mean", "max"],
-            },
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-    }
-
-
-def _stat(
-    ids: _PanelIds,
-    title: str,
-    description: str,
-    target: dict[str, Any],
-    grid: dict[str, int],
-    unit: str,
-    thresholds: list[tuple[float | None, str]],
-) -> dict[str, Any]:
-    return {
-        "id": ids.take(),
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": PROMETHEUS,
-        "gridPos": grid,
-        "targets": [target],
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "thresholds": {
-                    "mode": "absolute",
-                    "steps": [{"value": value, "color": color} for value, color in thresholds],
-                },
-            },
-            "overrides": [],
-        },
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "background",
-            "graphMode": "area",
-            "textMode": "auto",
-        },
-    }
-
-
-def _table(
-    ids: _PanelIds,
-    title: str,
-    description: str,
-    target: dict[str, Any],
-    grid: dict[str, int],
-    rename: dict[str, str],
-    links: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    return {
-        "id": ids.take(),
-        "type": "table",
-        "title": title,
-        "description": description,
-        "datasource": PROMETHEUS,
-        "gridPos": grid,
-        "targets": [target],
-        "transformations": [
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True, "Value": True},
-                    "indexByName": {name: index for index, name in enumerate(rename)},
-                    "renameByName": rename,
-                },
-            },
-        ],
-        "fieldConfig": {"defaults": {"links": links or []}, "overrides": []},
-        "options": {
-            "showHeader": True,
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "fields": ""},
-        },
-    }
-
-
-def _rate(metric: str, selector: str, by: str) -> str:
-    return f"sum by ({by}) (rate({metric}{{{selector}}}[$__rate_interval]))"
+def _rate(metric: str, selector: str = "", by: str = "") -> str:
+    matchers = f"{{{selector}}}" if selector else ""
+    grouping = f" by ({by}) " if by else ""
+    return f"sum{grouping}(rate({metric}{matchers}[$__rate_interval]))"
 
 
 def _quantile(q: float, metric: str, selector: str, by: str = "") -> str:
-    group = f"le, {by}" if by else "le"
+    group = f"{BUCKET}, {by}" if by else BUCKET
     return (
         f"histogram_quantile({q}, sum by ({group}) "
         f"(rate({metric}_bucket{{{selector}}}[$__rate_interval])))"
@@ -299,500 +228,572 @@ def _mean(metric: str, selector: str, by: str) -> str:
     return f"{_rate(metric + '_sum', selector, by)}\n/\n{_rate(metric + '_count', selector, by)}"
 
 
-def _variables() -> list[dict[str, Any]]:
-    def query_variable(name: str, label: str, query: str, description: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "label": label,
-            "description": description,
-            "type": "query",
-            "datasource": PROMETHEUS,
-            "query": {"query": query, "refId": f"{name}-variable"},
-            "definition": query,
-            "refresh": 2,
-            "includeAll": True,
-            "allValue": ".*",
-            "multi": True,
-            "sort": 1,
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-            "options": [],
-            "regex": "",
-            "hide": 0,
-        }
+def _promql(
+    ref_id: str,
+    expr: str,
+    legend: str = "__auto",
+    *,
+    instant: bool = False,
+    table_format: bool = False,
+    exemplar: bool = False,
+) -> prometheus.Dataquery:
+    query = (
+        prometheus.Dataquery()
+        .ref_id(ref_id)
+        .datasource(PROMETHEUS)
+        .expr(expr)
+        .legend_format(legend)
+        .exemplar(exemplar)
+    )
+    query = query.instant() if instant else query.range()
+    if table_format:
+        query = query.format(prometheus_model.PromQueryFormat.TABLE)
+    return query
 
+
+# --------------------------------------------------------------------------- panels
+
+
+def _thresholds(steps: list[tuple[float | None, str]]) -> dashboard.ThresholdsConfig:
+    return (
+        dashboard.ThresholdsConfig()
+        .mode(model.ThresholdsMode.ABSOLUTE)
+        .steps([model.Threshold(value=value, color=color) for value, color in steps])
+    )
+
+
+def _timeseries(
+    title: str,
+    description: str,
+    targets: list[Builder[Dataquery]],
+    width: int,
+    height: int = 8,
+    unit: str = "s",
+) -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .span(width)
+        .height(height)
+        .targets(targets)
+        .unit(unit)
+        .draw_style(common.GraphDrawStyle.LINE)
+        .line_width(1)
+        .fill_opacity(0)
+        .show_points(common.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.RIGHT)
+            .show_legend(True)
+            .calcs(["mean", "max"])
+        )
+        .tooltip(
+            common_builders.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.DESCENDING)
+        )
+    )
+
+
+def _stat(
+    title: str,
+    description: str,
+    target: prometheus.Dataquery,
+    unit: str,
+    thresholds: list[tuple[float | None, str]],
+) -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .span(6)
+        .height(4)
+        .with_target(target)
+        .unit(unit)
+        .thresholds(_thresholds(thresholds))
+        .reduce_options(
+            common_builders.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+        )
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .text_mode(common.BigValueTextMode.AUTO)
+    )
+
+
+def _table(
+    title: str,
+    description: str,
+    target: prometheus.Dataquery,
+    height: int,
+    columns: dict[str, str],
+) -> table.Panel:
+    """A table of an instant query's labels, ``columns`` (label -> header) in order."""
+    return (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .span(12)
+        .height(height)
+        .with_target(target)
+        .with_transformation(
+            model.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True, "Value": True},
+                    "indexByName": {label: index for index, label in enumerate(columns)},
+                    "renameByName": columns,
+                },
+            )
+        )
+        .show_header(True)
+        .cell_height(common.TableCellHeight.SM)
+        .footer(common_builders.TableFooterOptions().show(False).reducer(["sum"]))
+    )
+
+
+def _variable(name: str, label: str, query: str, description: str) -> dashboard.QueryVariable:
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .description(description)
+        .datasource(PROMETHEUS)
+        .query({"query": query, "refId": f"{name}-variable"})
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .include_all(True)
+        .all_value(".*")
+        .multi(True)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .current(model.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        .options([])
+        .regex("")
+        .hide(model.VariableHide.DONT_HIDE)
+    )
+
+
+def _variables() -> list[Builder[model.VariableModel]]:
+    skew_count = f"{semconv.PROM_BARRIER_SKEW}_count"
     return [
-        query_variable(
+        _variable(
             "job",
             "Job",
-            f"label_values({SKEW}_count, training_job_id)",
-            "training.job.id: one training run (all of its ranks)",
+            f"label_values({skew_count}, {JOB})",
+            f"{semconv.JOB_ID}: one training run (all of its ranks)",
         ),
-        query_variable(
+        _variable(
             "pg",
             "Process group",
-            f'label_values({SKEW}_count{{training_job_id=~"$job"}}, training_collective_pg)',
-            "training.collective.pg: the process group of the collectives (default = world)",
+            f"label_values({skew_count}{{{IN_JOBS}}}, {PG})",
+            f"{semconv.COLLECTIVE_PG}: the process group of the collectives (default = world)",
         ),
     ]
 
 
-def _fabric_panels(ids: _PanelIds, y: int) -> tuple[list[dict[str, Any]], int]:
-    panels: list[dict[str, Any]] = [_row(ids, "Barrier skew and stragglers", y)]
-    y += 1
-    panels.append(
+def _fabric_row(board: dashboard.Dashboard) -> None:
+    board.with_row(dashboard.Row("Barrier skew and stragglers"))
+    board.with_panel(
         _stat(
-            ids,
             "Barrier skew p95",
             "95th percentile of barrier skew (latest minus earliest arrival) over the last "
             "interval.",
-            _prom_target("A", _quantile(0.95, SKEW, JOB_PG), "p95"),
-            _grid(0, y, 6, 4),
+            _promql("A", _quantile(0.95, semconv.PROM_BARRIER_SKEW, IN_JOBS_AND_PGS), "p95"),
             "s",
             [(None, "green"), (0.005, "yellow"), (0.05, "red")],
         )
     )
-    panels.append(
+    board.with_panel(
         _stat(
-            ids,
             "Stragglers now",
             "Ranks the processor flags as stragglers right now.",
-            _prom_target(
+            _promql(
                 "A",
-                f"count(max by ({RANK_LABELS}) ({STRAGGLER}{{{JOB}}}) > 0) or vector(0)",
+                f"count(max by ({RANK_LABELS}) ({semconv.PROM_STRAGGLER}{{{IN_JOBS}}}) > 0)"
+                " or vector(0)",
                 "stragglers",
                 instant=True,
             ),
-            _grid(6, y, 6, 4),
             "none",
             [(None, "green"), (1, "red")],
         )
     )
-    panels.append(
+    board.with_panel(
         _stat(
-            ids,
             "Pacing",
             "1 while the pacer delays early ranks of the job.",
-            _prom_target(
-                "A", f"max({PACING_ACTIVE}{{{JOB}}}) or vector(0)", "active", instant=True
+            _promql(
+                "A",
+                f"max({semconv.PROM_PACING_ACTIVE}{{{IN_JOBS}}}) or vector(0)",
+                "active",
+                instant=True,
             ),
-            _grid(12, y, 6, 4),
             "bool_on_off",
             [(None, "text"), (1, "blue")],
         )
     )
-    panels.append(
+    board.with_panel(
         _stat(
-            ids,
             "Incomplete collectives",
             "Collectives released with ranks missing (per second): a rank that never arrived.",
-            _prom_target(
+            _promql(
                 "A",
-                f"sum(rate({INCOMPLETE}{{{JOB_PG}}}[$__rate_interval])) or vector(0)",
+                f"{_rate(semconv.PROM_COLLECTIVE_INCOMPLETE, IN_JOBS_AND_PGS)} or vector(0)",
                 "incomplete/s",
             ),
-            _grid(18, y, 6, 4),
             "cps",
             [(None, "green"), (0.001, "red")],
         )
     )
-    y += 4
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Step time per rank",
             "Mean iteration time of each rank. In synchronous training every rank's step ends at "
             "the same barrier, so these lines differ little; a rank whose compute or data is slow "
             "shows in lateness, not here.",
             [
-                _prom_target(
-                    "A", _mean(STEP_DURATION, JOB, "training_rank"), "rank {{training_rank}}"
+                _promql(
+                    "A",
+                    _mean(semconv.PROM_STEP_DURATION, IN_JOBS, RANK),
+                    f"rank {_legend(RANK)}",
                 )
             ],
-            _grid(0, y, 12, 8),
+            12,
         )
     )
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Barrier skew p50 / p95 / p99",
             "Skew = latest minus earliest arrival at each collective, from durations (not clocks). "
             "Exemplars link to the step's trace.",
             [
-                _prom_target("A", _quantile(0.5, SKEW, JOB_PG), "p50", exemplar=True),
-                _prom_target("B", _quantile(0.95, SKEW, JOB_PG), "p95", exemplar=True),
-                _prom_target("C", _quantile(0.99, SKEW, JOB_PG), "p99", exemplar=True),
+                _promql(
+                    ref_id,
+                    _quantile(q, semconv.PROM_BARRIER_SKEW, IN_JOBS_AND_PGS),
+                    f"p{q * 100:g}",
+                    exemplar=True,
+                )
+                for ref_id, q in (("A", 0.5), ("B", 0.95), ("C", 0.99))
             ],
-            _grid(12, y, 12, 8),
+            12,
         )
     )
-    y += 8
-    panels.append(
-        {
-            "id": ids.take(),
-            "type": "heatmap",
-            "title": "Lateness per rank",
-            "description": "Mean lateness of each rank (its arrival minus the earliest) per "
-            "interval: one row per rank, a hot row is a straggler.",
-            "datasource": PROMETHEUS,
-            "gridPos": _grid(0, y, 12, 9),
-            "targets": [
-                _prom_target("A", _mean(LATENESS, JOB, "training_rank"), "{{training_rank}}")
-            ],
-            "fieldConfig": {"defaults": {"unit": "s"}, "overrides": []},
-            "options": {
-                "calculate": False,
-                "yAxis": {"axisPlacement": "left", "reverse": False, "axisLabel": "rank"},
-                "rowsFrame": {"layout": "auto", "value": "lateness"},
-                "color": {
-                    "mode": "scheme",
-                    "scheme": "Oranges",
-                    "fill": "dark-orange",
-                    "scale": "exponential",
-                    "exponent": 0.5,
-                    "steps": 64,
-                    "reverse": False,
-                },
-                "cellGap": 1,
-                "cellValues": {"unit": "s"},
-                "showValue": "never",
-                "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": True},
-                "legend": {"show": True},
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-            },
-        }
+    board.with_panel(
+        heatmap.Panel()
+        .title("Lateness per rank")
+        .description(
+            "Mean lateness of each rank (its arrival minus the earliest) per interval: one row "
+            "per rank, a hot row is a straggler."
+        )
+        .datasource(PROMETHEUS)
+        .span(12)
+        .height(9)
+        .with_target(_promql("A", _mean(semconv.PROM_RANK_LATENESS, IN_JOBS, RANK), _legend(RANK)))
+        .unit("s")
+        .calculate(False)
+        .y_axis(
+            heatmap.YAxisConfig()
+            .axis_placement(common.AxisPlacement.LEFT)
+            .reverse(False)
+            .axis_label("rank")
+        )
+        .rows_frame(
+            heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.AUTO).value("lateness")
+        )
+        .color(
+            heatmap.HeatmapColorOptions()
+            .mode(heatmap_model.HeatmapColorMode.SCHEME)
+            .scheme("Oranges")
+            .fill("dark-orange")
+            .scale(heatmap_model.HeatmapColorScale.EXPONENTIAL)
+            .exponent(0.5)
+            .steps(64)
+            .reverse(False)
+        )
+        .cell_gap(1)
+        .cell_values(heatmap.CellValues().unit("s"))
+        .show_value(common.VisibilityMode.NEVER)
+        .mode(common.TooltipDisplayMode.SINGLE)
+        .hide_y_histogram()
+        .show_color_scale(True)
+        .show_legend()
+        .exemplars_color("rgba(255,0,255,0.7)")
     )
-    panels.append(
+    board.with_panel(
         _table(
-            ids,
             "Current stragglers",
             "Ranks flagged now, where they sit and why they were late. Click a row for the rank's "
             "flagged spans in Tempo.",
-            _prom_target(
+            _promql(
                 "A",
-                f"max by ({RANK_LABELS}, training_straggler_cause) ({STRAGGLER}{{{JOB}}}) > 0",
+                f"max by ({RANK_LABELS}, {CAUSE}) ({semconv.PROM_STRAGGLER}{{{IN_JOBS}}}) > 0",
                 instant=True,
-                table=True,
+                table_format=True,
             ),
-            _grid(12, y, 12, 9),
-            {
-                "training_rank": "rank",
-                "host_name": "node",
-                "training_switch": "switch",
-                "training_nic": "NIC",
-                "training_straggler_cause": "cause",
-                "training_job_id": "job",
-            },
-            links=[
-                {
-                    "title": "Flagged spans of rank ${__data.fields.training_rank} in Tempo",
-                    "url": _traceql_explore_url(STRAGGLER_TRACEQL),
-                    "targetBlank": False,
-                }
-            ],
+            9,
+            {RANK: "rank", HOST: "node", SWITCH: "switch", NIC: "NIC", CAUSE: "cause", JOB: "job"},
+        ).data_links(
+            [
+                dashboard.DashboardLink(f"Flagged spans of rank {_fields(RANK)} in Tempo")
+                .url(_traceql_explore_url(STRAGGLER_TRACEQL))
+                .target_blank(False)
+            ]
         )
     )
-    y += 9
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Lateness p95 by switch",
             "Lateness of the ranks behind each leaf switch. One switch high while the others stay "
             "low points at that switch (contention or a bad link), not at a rank.",
             [
-                _prom_target(
+                _promql(
                     "A",
-                    _quantile(0.95, LATENESS, JOB, "training_switch"),
-                    "{{training_switch}}",
+                    _quantile(0.95, semconv.PROM_RANK_LATENESS, IN_JOBS, SWITCH),
+                    _legend(SWITCH),
                     exemplar=True,
                 )
             ],
-            _grid(0, y, 12, 8),
+            12,
         )
     )
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Lateness p95 by NIC",
             "Lateness of the ranks using each NIC: a NIC shared by the late ranks is the suspect.",
             [
-                _prom_target(
+                _promql(
                     "A",
-                    _quantile(0.95, LATENESS, JOB, "host_name, training_nic"),
-                    "{{host_name}} {{training_nic}}",
+                    _quantile(0.95, semconv.PROM_RANK_LATENESS, IN_JOBS, f"{HOST}, {NIC}"),
+                    f"{_legend(HOST)} {_legend(NIC)}",
                     exemplar=True,
                 )
             ],
-            _grid(12, y, 12, 8),
+            12,
         )
     )
-    y += 8
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Wait p95 per rank",
             "Time each rank spent waiting at barriers for the latest one: the cost stragglers "
             "impose on everyone else (what pacing trades against).",
             [
-                _prom_target(
+                _promql(
                     "A",
-                    _quantile(0.95, WAIT, JOB, "training_rank"),
-                    "rank {{training_rank}}",
+                    _quantile(0.95, semconv.PROM_RANK_WAIT, IN_JOBS, RANK),
+                    f"rank {_legend(RANK)}",
                     exemplar=True,
                 )
             ],
-            _grid(0, y, 12, 8),
+            12,
         )
     )
-    panels.append(
+    board.with_panel(
         _table(
-            ids,
             "Flagged switches and NICs",
             "A switch or NIC that the ranks flagged in the recent window share (1 = flagged).",
-            _prom_target(
+            _promql(
                 "A",
-                f"max by (training_job_id, training_switch, training_nic) "
-                f"({STRAGGLER_DOMAIN}{{{JOB}}}) > 0",
+                f"max by ({JOB}, {SWITCH}, {NIC}) "
+                f"({semconv.PROM_STRAGGLER_DOMAIN}{{{IN_JOBS}}}) > 0",
                 instant=True,
-                table=True,
+                table_format=True,
             ),
-            _grid(12, y, 12, 8),
-            {"training_job_id": "job", "training_switch": "switch", "training_nic": "NIC"},
+            8,
+            {JOB: "job", SWITCH: "switch", NIC: "NIC"},
         )
     )
-    y += 8
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Host clock offsets",
             "Each host's collective end time minus the members' median end time. Skew does not "
             "use clocks; offsets beyond a few ms mean NTP/PTP trouble and make raw timestamps in "
             "the trace view misleading.",
-            [_prom_target("A", f"max by (host_name) ({CLOCK_OFFSET}{{{JOB}}})", "{{host_name}}")],
-            _grid(0, y, 12, 8),
+            [
+                _promql(
+                    "A",
+                    f"max by ({HOST}) ({semconv.PROM_CLOCK_OFFSET}{{{IN_JOBS}}})",
+                    _legend(HOST),
+                )
+            ],
+            12,
         )
     )
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Incomplete collectives by op",
             "Collectives released after wait_timeout with members missing, per second.",
             [
-                _prom_target(
+                _promql(
                     "A",
-                    _rate(INCOMPLETE, JOB_PG, "training_collective_pg, training_collective_op"),
-                    "{{training_collective_pg}} {{training_collective_op}}",
+                    _rate(semconv.PROM_COLLECTIVE_INCOMPLETE, IN_JOBS_AND_PGS, f"{PG}, {OP}"),
+                    f"{_legend(PG)} {_legend(OP)}",
                 )
             ],
-            _grid(12, y, 12, 8),
-            "cps",
+            12,
+            unit="cps",
         )
     )
-    y += 8
-    return panels, y
 
 
-def _pacing_panels(ids: _PanelIds, y: int) -> tuple[list[dict[str, Any]], int]:
-    panels: list[dict[str, Any]] = [_row(ids, "Pacing", y)]
-    y += 1
-    panels.append(
-        {
-            "id": ids.take(),
-            "type": "state-timeline",
-            "title": "Pacing state",
-            "description": "When the pacer had pacing on for each job (it turns on when arrival "
-            "dispersion passes its threshold and off when stable).",
-            "datasource": PROMETHEUS,
-            "gridPos": _grid(0, y, 8, 8),
-            "targets": [
-                _prom_target(
-                    "A",
-                    f"max by (training_job_id) ({PACING_ACTIVE}{{{JOB}}})",
-                    "{{training_job_id}}",
+def _pacing_row(board: dashboard.Dashboard) -> None:
+    board.with_row(dashboard.Row("Pacing"))
+    board.with_panel(
+        statetimeline.Panel()
+        .title("Pacing state")
+        .description(
+            "When the pacer had pacing on for each job (it turns on when arrival dispersion "
+            "passes its threshold and off when stable)."
+        )
+        .datasource(PROMETHEUS)
+        .span(8)
+        .height(8)
+        .with_target(
+            _promql(
+                "A",
+                f"max by ({JOB}) ({semconv.PROM_PACING_ACTIVE}{{{IN_JOBS}}})",
+                _legend(JOB),
+            )
+        )
+        .mappings(
+            [
+                model.ValueMap(
+                    options={
+                        "0": model.ValueMappingResult(text="off", color="transparent"),
+                        "1": model.ValueMappingResult(text="pacing", color="blue"),
+                    }
                 )
-            ],
-            "fieldConfig": {
-                "defaults": {
-                    "mappings": [
-                        {
-                            "type": "value",
-                            "options": {
-                                "0": {"text": "off", "color": "transparent"},
-                                "1": {"text": "pacing", "color": "blue"},
-                            },
-                        }
-                    ],
-                    "thresholds": {
-                        "mode": "absolute",
-                        "steps": [{"value": None, "color": "transparent"}],
-                    },
-                },
-                "overrides": [],
-            },
-            "options": {
-                "showValue": "never",
-                "mergeValues": True,
-                "rowHeight": 0.8,
-                "legend": {"showLegend": False},
-            },
-        }
+            ]
+        )
+        .thresholds(_thresholds([(None, "transparent")]))
+        .show_value(common.VisibilityMode.NEVER)
+        .merge_values(True)
+        .row_height(0.8)
+        .legend(common_builders.VizLegendOptions().show_legend(False))
     )
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Pacing delay per rank",
             "The delay the pacer currently asks each early rank to add before its step. Never "
             "applied to the latest rank, bounded by each rank's own maximum.",
             [
-                _prom_target(
+                _promql(
                     "A",
-                    f"max by (training_rank) ({PACING_DELAY}{{{JOB}}})",
-                    "rank {{training_rank}}",
+                    f"max by ({RANK}) ({semconv.PROM_PACING_DELAY}{{{IN_JOBS}}})",
+                    f"rank {_legend(RANK)}",
                 )
             ],
-            _grid(8, y, 16, 8),
-            draw_style="line",
+            16,
         )
     )
-    y += 8
-    return panels, y
 
 
-def _collector_panels(ids: _PanelIds, y: int) -> tuple[list[dict[str, Any]], int]:
-    panels: list[dict[str, Any]] = [_row(ids, "Collector health", y)]
-    y += 1
-    panels.append(
+def _collector_row(board: dashboard.Dashboard) -> None:
+    board.with_row(dashboard.Row("Collector health"))
+    board.with_panel(
         _timeseries(
-            ids,
             "Pending collectives",
             "Collectives waiting for all their members, and the spans held with them. Both are "
             "bounded (max_pending, max_buffered_spans); at the bound the oldest is evicted.",
             [
-                _prom_target("A", f"sum({COLLECTOR_PENDING})", "pending collectives"),
-                _prom_target("B", f"sum({COLLECTOR_BUFFERED_SPANS})", "buffered spans"),
+                _promql("A", f"sum({PENDING})", "pending collectives"),
+                _promql("B", f"sum({BUFFERED_SPANS})", "buffered spans"),
             ],
-            _grid(0, y, 8, 8),
-            "short",
+            8,
+            unit="short",
         )
     )
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Incomplete and evicted",
             "Collectives released per second by outcome (complete, or incomplete: a member "
             "missing at timeout, eviction or shutdown), and those evicted early because the "
             "pending bound was reached.",
             [
-                _prom_target(
-                    "A",
-                    f"sum by (outcome) (rate({COLLECTOR_RELEASED}[$__rate_interval]))",
-                    "released {{outcome}}",
-                ),
-                _prom_target("B", f"sum(rate({COLLECTOR_EVICTED}[$__rate_interval]))", "evicted"),
+                _promql("A", _rate(RELEASED, by=OUTCOME), f"released {_legend(OUTCOME)}"),
+                _promql("B", _rate(EVICTED), "evicted"),
             ],
-            _grid(8, y, 8, 8),
-            "cps",
+            8,
+            unit="cps",
         )
     )
-    panels.append(
+    board.with_panel(
         _timeseries(
-            ids,
             "Dropped and rejected spans",
             "Spans lost or left out on the way: collective spans the processor forwarded without "
             "a join (malformed, duplicate, late), spans refused by the receiver, failed or not "
             "queued by an exporter, or dropped by a rank's full event buffer.",
             [
-                _prom_target(
+                _promql(
                     "A",
-                    f"sum by (reason) (rate({COLLECTOR_MALFORMED}[$__rate_interval]))",
-                    "not joined {{reason}}",
+                    _rate(MALFORMED, by=NOT_JOINED_REASON),
+                    f"not joined {_legend(NOT_JOINED_REASON)}",
                 ),
-                _prom_target(
-                    "B",
-                    f"sum by (receiver) (rate({RECEIVER_REFUSED}[$__rate_interval]))",
-                    "refused {{receiver}}",
+                _promql("B", _rate(RECEIVER_REFUSED, by="receiver"), "refused {{receiver}}"),
+                _promql(
+                    "C", _rate(EXPORTER_SEND_FAILED, by="exporter"), "send failed {{exporter}}"
                 ),
-                _prom_target(
-                    "C",
-                    f"sum by (exporter) (rate({EXPORTER_SEND_FAILED}[$__rate_interval]))",
-                    "send failed {{exporter}}",
+                _promql(
+                    "D", _rate(EXPORTER_ENQUEUE_FAILED, by="exporter"), "not queued {{exporter}}"
                 ),
-                _prom_target(
-                    "D",
-                    f"sum by (exporter) (rate({EXPORTER_ENQUEUE_FAILED}[$__rate_interval]))",
-                    "not queued {{exporter}}",
-                ),
-                _prom_target(
+                _promql(
                     "E",
-                    f"sum by (reason) (rate({EVENTS_DROPPED}[$__rate_interval]))",
-                    "rank buffer {{reason}}",
+                    _rate(semconv.PROM_EVENTS_DROPPED, by=REASON),
+                    f"rank buffer {_legend(REASON)}",
                 ),
-                _prom_target(
-                    "F", f"sum(rate({SPANS_EXPORT_FAILED}[$__rate_interval]))", "rank export failed"
-                ),
+                _promql("F", _rate(semconv.PROM_SPANS_EXPORT_FAILED), "rank export failed"),
             ],
-            _grid(16, y, 8, 8),
-            "cps",
+            8,
+            unit="cps",
         )
     )
-    y += 8
-    panels.append(
-        {
-            "id": ids.take(),
-            "type": "table",
-            "title": "Recent straggler spans (Tempo)",
-            "description": "The latest collective spans the processor flagged, straight from "
-            "Tempo. Click a trace ID for the step's waterfall.",
-            "datasource": TEMPO,
-            "gridPos": _grid(0, y, 24, 8),
-            "targets": [
-                {
-                    "refId": "A",
-                    "datasource": TEMPO,
-                    "queryType": "traceql",
-                    "query": RECENT_STRAGGLERS_TRACEQL,
-                    "limit": 20,
-                    "tableType": "spans",
-                }
-            ],
-            "fieldConfig": {"defaults": {}, "overrides": []},
-            "options": {"showHeader": True},
-        }
+    board.with_panel(
+        table.Panel()
+        .title("Recent straggler spans (Tempo)")
+        .description(
+            "The latest collective spans the processor flagged, straight from Tempo. Click a "
+            "trace ID for the step's waterfall."
+        )
+        .datasource(TEMPO)
+        .span(24)
+        .height(8)
+        .with_target(_traceql("A", RECENT_STRAGGLERS_TRACEQL, 20))
+        .show_header(True)
     )
-    y += 8
-    return panels, y
 
 
 def build_dashboard() -> dict[str, Any]:
     """The dashboard as Grafana's JSON model (what provisioning loads)."""
-    ids = _PanelIds()
-    panels: list[dict[str, Any]] = []
-    y = 0
-    for section in (_fabric_panels, _pacing_panels, _collector_panels):
-        section_panels, y = section(ids, y)
-        panels.extend(section_panels)
-    return {
-        "uid": DASHBOARD_UID,
-        "title": DASHBOARD_TITLE,
-        "description": "skewtrace: barrier skew, stragglers and their causes across the ranks "
-        "of synchronous training; pacing; the Collector's own health.",
-        "tags": ["skewtrace", "training"],
-        "editable": True,
-        "graphTooltip": 1,
-        "refresh": "10s",
-        "schemaVersion": 39,
-        "version": 1,
-        "time": {"from": "now-30m", "to": "now"},
-        "timepicker": {},
-        "timezone": "",
-        "annotations": {"list": []},
-        "links": [],
-        "templating": {"list": _variables()},
-        "panels": panels,
-    }
+    board = (
+        dashboard.Dashboard(DASHBOARD_TITLE)
+        .uid(DASHBOARD_UID)
+        .description(
+            "skewtrace: barrier skew, stragglers and their causes across the ranks of "
+            "synchronous training; pacing; the Collector's own health."
+        )
+        .tags(["skewtrace", "training"])
+        .editable()
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .refresh("10s")
+        .version(1)
+        .time("now-30m", "now")
+        .timezone("")
+        .variables(_variables())
+    )
+    # Rows and panels are laid out left to right, wrapping at 24 columns; each row's widths
+    # add up to 24, so every line starts at x=0.
+    for section in (_fabric_row, _pacing_row, _collector_row):
+        section(board)
+    built = board.build()
+    for panel_id, panel in enumerate(built.panels or [], start=1):
+        panel.id_val = panel_id
+    return dict(json.loads(json.dumps(built, cls=JSONEncoder)))
 
 
 def render() -> str:
-    return json.dumps(build_dashboard(), indent=2, sort_keys=False) + "\n"
+    return json.dumps(build_dashboard(), indent=2) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

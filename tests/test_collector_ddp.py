@@ -32,11 +32,10 @@ from collector_harness import (
     find_samples,
     parse_prometheus,
 )
+from skewtrace import semconv
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
-# Prometheus name of the connector's `training.straggler` gauge (unit "1" adds `_ratio`).
-PROM_STRAGGLER = "training_straggler_ratio"
 STEPS = 20
 TRAIN_TIMEOUT_S = 400
 
@@ -66,7 +65,7 @@ def _run_job_and_watch(
             samples = parse_prometheus(collector.scrape_prometheus())
         except OSError:
             return
-        for s in find_samples(samples, PROM_STRAGGLER, training_job_id=job):
+        for s in find_samples(samples, semconv.PROM_STRAGGLER, training_job_id=job):
             if s.value == 1:
                 seen.add((s.labels["training_rank"], s.labels.get("training_straggler_cause", "")))
 

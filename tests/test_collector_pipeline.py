@@ -30,6 +30,7 @@ from collector_harness import (
     run_loadgen_send,
 )
 from otlp_sink import OtlpSink
+from skewtrace import semconv
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 T = TypeVar("T")
@@ -40,10 +41,7 @@ def loadgen() -> Path:
     return loadgen_for_tests()
 
 
-# The connector's straggler gauge has unit "1"; the Prometheus exporter appends `_ratio` to
-# gauges with that unit (OTel -> Prometheus naming), so this is its name on /metrics.
-PROM_STRAGGLER = "training_straggler_ratio"
-COLLECTIVE_KEYS = ("training.barrier.skew", "training.barrier.lateness", "training.barrier.wait")
+COLLECTIVE_KEYS = (semconv.BARRIER_SKEW, semconv.BARRIER_LATENESS, semconv.BARRIER_WAIT)
 
 
 def _wait(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.2) -> T:
@@ -143,7 +141,9 @@ def test_pipeline_annotates_flags_and_exports_everywhere(
         # Prometheus: rank 5 flagged with its cause; nobody else.
         def straggler_samples() -> list:
             return find_samples(
-                parse_prometheus(collector.scrape_prometheus()), PROM_STRAGGLER, training_job_id=job
+                parse_prometheus(collector.scrape_prometheus()),
+                semconv.PROM_STRAGGLER,
+                training_job_id=job,
             )
 
         samples = _wait(lambda: [s for s in straggler_samples() if s.value == 1], timeout_s=10)
@@ -184,7 +184,7 @@ def test_cause_follows_what_made_the_rank_late(
             lambda: [
                 s
                 for s in find_samples(
-                    parse_prometheus(collector.scrape_prometheus()), PROM_STRAGGLER,
+                    parse_prometheus(collector.scrape_prometheus()), semconv.PROM_STRAGGLER,
                     training_job_id=job,
                 )
                 if s.value == 1

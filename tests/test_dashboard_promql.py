@@ -43,6 +43,7 @@ from prometheus_harness import (
     promtool_check,
     substitute_variables,
 )
+from skewtrace import semconv
 from test_jaeger_backend import _stop, _wait_http, collector_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.prometheus]
@@ -54,9 +55,11 @@ STRAGGLER_RANK = "2"
 WORLD_SIZE = 4
 STEPS = 40
 
+JOB = semconv.prometheus_label(semconv.JOB_ID)
+RANK = semconv.prometheus_label(semconv.RANK)
+
 # Panels whose data come from the skew join itself: they must show data for this run.
-REQUIRED_DATA = ("training_barrier_skew_seconds", "training_rank_lateness_seconds",
-                 "training_straggler_ratio")  # fmt: skip
+REQUIRED_DATA = (semconv.PROM_BARRIER_SKEW, semconv.PROM_RANK_LATENESS, semconv.PROM_STRAGGLER)
 
 
 @dataclass
@@ -141,8 +144,7 @@ def stack(otelcol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             )  # fmt: skip
             assert run.returncode == 0, run.stderr[-4000:]
             flagged = prometheus.wait_for(
-                f'training_straggler_ratio{{training_job_id="{job_id}", '
-                f'training_rank="{STRAGGLER_RANK}"}} == 1',
+                f'{semconv.PROM_STRAGGLER}{{{JOB}="{job_id}", {RANK}="{STRAGGLER_RANK}"}} == 1',
                 timeout_s=30,
             )
             assert flagged, (
@@ -198,7 +200,7 @@ def test_every_panel_query_runs(stack: Stack) -> None:
         except PrometheusError as exc:
             failures.append(f"{query.label}: {exc}")
             continue
-        ranks = sorted({s["metric"].get("training_rank") for s in result} - {None}, key=int)
+        ranks = sorted({s["metric"].get(RANK) for s in result} - {None}, key=int)
         report.append(f"{len(result):3d} series  ranks={ranks or '-'}  {query.label}")
     print("\n".join(report))
     assert failures == []
@@ -216,7 +218,7 @@ def test_skew_lateness_and_straggler_panels_show_the_straggler(stack: Stack, nee
         if not result:
             empty.append(query.label)
             continue
-        ranks = {series["metric"].get("training_rank") for series in result}
+        ranks = {series["metric"].get(RANK) for series in result}
         if ranks != {None} and STRAGGLER_RANK not in ranks:
             without_rank.append(f"{query.label}: ranks {sorted(ranks - {None})}")
     assert empty == [], "no data"
@@ -226,9 +228,10 @@ def test_skew_lateness_and_straggler_panels_show_the_straggler(stack: Stack, nee
 def test_current_stragglers_table_lists_rank_2_with_its_topology(stack: Stack) -> None:
     (query,) = [q for q in dashboard_queries(_dashboard()) if q.panel_title == "Current stragglers"]
     rows = [series["metric"] for series in _evaluate(stack, query)]
-    assert STRAGGLER_RANK in {row["training_rank"] for row in rows}, rows
-    row = next(row for row in rows if row["training_rank"] == STRAGGLER_RANK)
-    for column in ("host_name", "training_switch", "training_nic", "training_straggler_cause"):
+    assert STRAGGLER_RANK in {row[RANK] for row in rows}, rows
+    row = next(row for row in rows if row[RANK] == STRAGGLER_RANK)
+    for key in (semconv.HOST_NAME, semconv.SWITCH, semconv.NIC, semconv.STRAGGLER_CAUSE):
+        column = semconv.prometheus_label(key)
         assert row.get(column), f"{column} missing from {row}"
     # The job spins extra compute in rank 2's forward.
     print(f"rank {STRAGGLER_RANK} row: {row}")
@@ -238,7 +241,7 @@ def test_skew_exemplars_carry_the_trace_id_label_grafana_links(stack: Stack) -> 
     """The datasource's exemplarTraceIdDestinations name (trace_id) is the label Prometheus
     actually stores on the Collector's exemplars."""
     exemplars = stack.prometheus.query_exemplars(
-        f'training_barrier_skew_seconds_bucket{{training_job_id="{stack.job_id}"}}',
+        f'{semconv.PROM_BARRIER_SKEW}_bucket{{{JOB}="{stack.job_id}"}}',
         stack.run_started - 60,
         time.time(),
     )
@@ -250,14 +253,14 @@ def test_skew_exemplars_carry_the_trace_id_label_grafana_links(stack: Stack) -> 
 # Series that exist only after something went wrong (or a rare condition): a short healthy
 # run does not create them, so their panels may be empty here.
 ONLY_ON_TROUBLE = {
-    "training_collective_incomplete_total",  # a collective released with members missing
-    "training_straggler_domain_ratio",  # the ranks flagged in a window share a switch or NIC
+    semconv.PROM_COLLECTIVE_INCOMPLETE,  # a collective released with members missing
+    semconv.PROM_STRAGGLER_DOMAIN,  # the ranks flagged in a window share a switch or NIC
     "otelcol_processor_barrierskew_collectives_evicted",  # the pending bound was reached
     "otelcol_processor_barrierskew_spans_malformed",  # a collective span could not be joined
     "otelcol_receiver_refused_spans",  # the memory limiter refused data
     "otelcol_exporter_send_failed_spans",  # the trace backend failed (here: none listens)
     "otelcol_exporter_enqueue_failed_spans",  # an exporter queue was full
-    "skewtrace_events_dropped_total",  # a rank's event buffer was full
+    semconv.PROM_EVENTS_DROPPED,  # a rank's event buffer was full
 }
 
 
@@ -296,7 +299,7 @@ def _targets_without_data(stack: Stack, queries: list[PanelQuery]) -> list[str]:
     "old,new",
     [
         # The gauge under its OTel name: the exporter appends _ratio for unit "1".
-        ("training_straggler_ratio{", "training_straggler{"),
+        (semconv.PROM_STRAGGLER + "{", "training_straggler{"),
         # A counter of the Collector's telemetry with a suffix it does not have.
         ("otelcol_processor_barrierskew_pending_collectives", "otelcol_pending_total"),
         # A syntax error.

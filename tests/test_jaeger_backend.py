@@ -8,9 +8,11 @@ Jaeger v2 is built from its Go module (``tools/jaeger``, ``make jaeger``) and ru
    ``collector-config/otelcol.yaml`` whose trace exporter is pointed at Jaeger by environment
    variables only: Jaeger returns them with the barrierskew annotations, and the values are
    the ones the durations imply (skew = max - min, lateness = max - own).
-3. (slow) ``examples/train_ddp.py`` with four ranks and a compute straggler on rank 2, through
+3. ``examples/train_ddp.py`` with four ranks and a compute straggler on rank 2, through
    the same Collector: Jaeger holds the step traces, and rank 2's collectives are the flagged
    ones.
+
+All three start real processes, so they are marked slow (``make test-fast`` leaves them out).
 
 Grafana Tempo cannot run here (AGPL Go module, no Docker); Jaeger stands in as "the OTLP backend
 users already run", which is the claim docs/viewing.md makes.
@@ -289,6 +291,7 @@ def _wait_for(predicate: Any, timeout_s: float, poll_s: float = 0.5) -> Any:
 # ------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_jaeger_receives_otlp_and_serves_it_over_http(jaeger: Jaeger) -> None:
     """The Jaeger build works: OTLP/gRPC in, both HTTP query APIs out, attributes intact."""
     trace_id = os.urandom(16)
@@ -315,6 +318,7 @@ def test_jaeger_receives_otlp_and_serves_it_over_http(jaeger: Jaeger) -> None:
     assert {span["resource"]["training.job.id"] for span in v3} == {"job-direct"}
 
 
+@pytest.mark.slow
 @pytest.mark.collector
 def test_collector_annotations_reach_jaeger(
     jaeger: Jaeger, otelcol_path: Path, tmp_path: Path

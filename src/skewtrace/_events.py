@@ -20,12 +20,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-TIMING_HOST = "host"
-"""Host clock reads around the call (``training.timing=host``)."""
-
-TIMING_CUDA_EVENT = "cuda_event"
-"""CUDA events on the stream, resolved later (``training.timing=cuda_event``)."""
-
 
 class PhaseEvent(NamedTuple):
     """``dataloader.fetch``, ``forward``, ``backward`` or ``optimizer.step``."""
@@ -36,7 +30,7 @@ class PhaseEvent(NamedTuple):
     start_ns: int
     end_ns: int
     timing: str | None
-    """``TIMING_HOST``, or None where the attribute is left out."""
+    """``semconv.TIMING_HOST``, or None where the attribute is left out."""
     cuda_handle: int | None
     """The CUDA event pair timing it (``CudaEventTimer`` handle), None on the host."""
 

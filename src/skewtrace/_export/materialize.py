@@ -37,7 +37,6 @@ from opentelemetry.trace import (
 
 from skewtrace import semconv
 from skewtrace._events import (
-    TIMING_CUDA_EVENT,
     CollectiveEvent,
     Event,
     PacingEvent,
@@ -307,7 +306,7 @@ class SpanMaterializer:
         start, end, timing = event.start_ns, event.end_ns, event.timing
         if cuda_seconds is not None:
             end = start + int(cuda_seconds * 1e9)
-            timing = TIMING_CUDA_EVENT
+            timing = semconv.TIMING_CUDA_EVENT
         if isinstance(event, CollectiveEvent):
             attributes: dict[str, Any] = {
                 semconv.STEP: event.step,

@@ -2,7 +2,8 @@
 
 Observable counters: the hot path only bumps plain ints and the SDK reads them on its own
 schedule. They go to the user's MeterProvider, else the global SDK one, else a private one
-with an OTLP exporter (:mod:`.exporters`) every ``OTEL_METRIC_EXPORT_INTERVAL`` ms.
+with an OTLP exporter (:mod:`.exporters`) every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (the SDK's
+reader parses it; unset, skewtrace's default of 10 s applies rather than the SDK's 60 s).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.sdk.environment_variables import OTEL_METRIC_EXPORT_INTERVAL
 from opentelemetry.sdk.resources import Resource
 
 from skewtrace import semconv
@@ -19,16 +21,14 @@ from skewtrace._export.thread import ExportStats
 from skewtrace._recorder import Recorder
 from skewtrace.version import __version__
 
-OTEL_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
 DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS = 10_000
 
 
-def metric_export_interval_millis() -> int:
-    raw = os.environ.get(OTEL_METRIC_EXPORT_INTERVAL, "").strip()
-    try:
-        return int(raw) if raw else DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
-    except ValueError:
-        return DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
+def metric_export_interval_millis() -> int | None:
+    """None where ``OTEL_METRIC_EXPORT_INTERVAL`` is set: the SDK's reader parses it then."""
+    if os.environ.get(OTEL_METRIC_EXPORT_INTERVAL, "").strip():
+        return None
+    return DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS
 
 
 class SelfMetrics:
@@ -72,7 +72,7 @@ class SelfMetrics:
 
         def dropped(_options: CallbackOptions) -> list[Observation]:
             counts = self._recorder.dropped()
-            return [Observation(n, {"reason": reason}) for reason, n in counts.items()]
+            return [Observation(n, {semconv.REASON: reason}) for reason, n in counts.items()]
 
         def exported(_options: CallbackOptions) -> list[Observation]:
             return [Observation(self._stats.exported)]

@@ -16,15 +16,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from skewtrace._events import COLLECTIVE, TIMING_HOST
+from skewtrace._events import COLLECTIVE
 from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
 from skewtrace.hooks._patches import Patches
+from skewtrace.semconv import SOURCE_API, SOURCE_DDP, TIMING_HOST
 
 logger = logging.getLogger("skewtrace")
-
-SOURCE_API = "api"
-SOURCE_DDP = "ddp"
 
 
 # function name -> (op, input position, input keyword, group position, async position)

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._events import PHASE, TIMING_HOST
+from skewtrace._events import PHASE
 from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
 from skewtrace.hooks._patches import Patches
@@ -88,7 +88,7 @@ class ModuleHooks:
                 recorder.step,
                 self._forward_start,
                 end,
-                TIMING_HOST,
+                semconv.TIMING_HOST,
                 handle,
             )
         )
@@ -129,7 +129,7 @@ class ModuleHooks:
                 self._backward_step,
                 self._backward_start,
                 now_ns(),
-                TIMING_HOST,
+                semconv.TIMING_HOST,
                 handle,
             )
         )
