@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
 
@@ -44,6 +45,7 @@ type pending[R any] struct {
 	step       int64
 	pgSize     int
 	bytes      int64
+	p2p        bool
 	deadline   int64
 	members    []Member[R]
 	seen       []uint64
@@ -83,8 +85,11 @@ type Engine[R any] struct {
 	recentRing []releasedKey
 	recentPos  int
 
-	jobs   map[string]*jobState
-	phases phaseCache
+	analysis *diagnosis.Analyzer
+	// groupMembers are the ranks of each non-default group's last complete collective, used
+	// to name the missing ranks of an incomplete one.
+	groupMembers map[groupRef][]int
+	steps        []diagnosis.StepResult
 
 	freePending  []*pending[R]
 	freeReleased []*Released[R]
@@ -100,13 +105,13 @@ type Engine[R any] struct {
 func New[R any](cfg Config, clock Clock) *Engine[R] {
 	recentSize := 2 * cfg.MaxPending
 	return &Engine[R]{
-		cfg:        cfg,
-		clock:      clock,
-		pending:    make(map[Key]*pending[R]),
-		recent:     make(map[Key]releasedAt, recentSize),
-		recentRing: make([]releasedKey, recentSize),
-		jobs:       make(map[string]*jobState),
-		phases:     newPhaseCache(cfg.MaxPhaseEntries),
+		cfg:          cfg,
+		clock:        clock,
+		pending:      make(map[Key]*pending[R]),
+		recent:       make(map[Key]releasedAt, recentSize),
+		recentRing:   make([]releasedKey, recentSize),
+		analysis:     diagnosis.New(cfg.Config),
+		groupMembers: make(map[groupRef][]int),
 	}
 }
 
@@ -115,7 +120,7 @@ func (e *Engine[R]) Stats() Stats {
 	s := e.stats
 	s.Pending = len(e.pending)
 	s.BufferedSpans = e.buffered
-	s.PhaseEntries = len(e.phases.index)
+	s.Analysis = e.analysis.Stats()
 	return s
 }
 
@@ -167,12 +172,16 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 	}
 	p.mark(a.Rank)
 	p.members = append(p.members, Member[R]{
-		Rank:          a.Rank,
-		Topology:      a.Topology,
-		StartUnixNano: a.StartUnixNano,
-		EndUnixNano:   a.EndUnixNano,
-		Duration:      float64(a.EndUnixNano-a.StartUnixNano) / 1e9,
-		Ref:           a.Ref,
+		Span: diagnosis.Span{
+			Rank:          a.Rank,
+			Topology:      a.Topology,
+			StartUnixNano: a.StartUnixNano,
+			EndUnixNano:   a.EndUnixNano,
+			Async:         a.Async,
+			Role:          a.Role,
+		},
+		Duration: float64(a.EndUnixNano-a.StartUnixNano) / 1e9,
+		Ref:      a.Ref,
 	})
 	e.buffered++
 	e.stats.Accepted++
@@ -201,7 +210,10 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 	p.step = a.Step
 	p.pgSize = a.PGSize
 	p.bytes = a.Bytes
-	p.deadline = e.clock.Now().UnixNano() + int64(e.cfg.WaitTimeout)
+	p.p2p = a.P2P
+	now := e.clock.Now()
+	p.deadline = now.UnixNano() + int64(e.cfg.WaitTimeout)
+	e.analysis.NotePending(a.Job, a.Step, now)
 	if p.members == nil {
 		p.members = make([]Member[R], 0, min(a.PGSize, preallocMembers))
 	}
@@ -246,14 +258,6 @@ func (e *Engine[R]) Drain(out []*Released[R]) []*Released[R] {
 		out = append(out, e.release(e.oldest, ReleasedShutdown))
 	}
 	return out
-}
-
-// NextDeadline returns the earliest pending deadline (unix ns) and whether there is one.
-func (e *Engine[R]) NextDeadline() (int64, bool) {
-	if e.oldest == nil {
-		return 0, false
-	}
-	return e.oldest.deadline, true
 }
 
 // Recycle hands a Released back once the caller is done with it (optional; it saves
@@ -329,12 +333,13 @@ func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
 		e.stats.Evicted++
 	}
 
-	job := e.job(p.key.Job)
+	r.P2P = p.p2p
 	lateIdx := e.measure(r)
-	if r.MissingRanks == 0 && p.key.PG != semconv.DefaultPG {
-		rememberMembers(job, p.key.PG, r.Members)
+	if r.MissingRanks == 0 && p.key.PG != semconv.DefaultPG && !p.p2p {
+		e.rememberMembers(p.key, r.Members)
 	}
-	e.judge(job, r, lateIdx, p.bytes)
+	e.observe(r, p.bytes)
+	e.judge(r, lateIdx, p.bytes)
 
 	if len(e.freePending) < recycleLimit && len(p.seen) <= recycleMaxSeenWords &&
 		e.freeMembers+cap(p.members) <= recycleMembersBudget {
@@ -387,9 +392,6 @@ func (e *Engine[R]) measure(r *Released[R]) int {
 		m.Lateness = maxDur - m.Duration
 		m.Wait = m.Duration - minDur
 		m.ClockOffset = (float64(m.EndUnixNano) - median) / 1e9
-		if m.Wait > 0 {
-			e.phases.addWait(r.Job, r.Step, m.Rank, m.Wait)
-		}
 	}
 	return lateIdx
 }
@@ -403,11 +405,7 @@ func (e *Engine[R]) nameMissing(p *pending[R], dst []int) []int {
 		}
 		return dst
 	}
-	job := e.jobs[p.key.Job]
-	if job == nil {
-		return dst
-	}
-	for _, rank := range job.pgMembers[p.key.PG] {
+	for _, rank := range e.groupMembers[groupRef{job: p.key.Job, pg: p.key.PG}] {
 		if len(dst) >= MaxMissingNamed {
 			break
 		}
@@ -418,14 +416,89 @@ func (e *Engine[R]) nameMissing(p *pending[R], dst []int) []int {
 	return dst
 }
 
-// AddPhase records one rank's phase span for causes (and train.step for the relative
-// lateness threshold).
+// AddPhase records one rank's phase span for the step analysis' causes.
 func (e *Engine[R]) AddPhase(ph Phase) {
-	if ph.Duration < 0 || ph.Rank < 0 || ph.Rank >= MaxRanks || ph.Kind >= numPhaseKinds {
+	if ph.Rank < 0 || ph.Rank >= MaxRanks {
 		return
 	}
-	if ph.Kind == PhaseStep {
-		e.job(ph.Job).stepDuration[int32(ph.Rank)] = ph.Duration
+	e.analysis.ObservePhase(ph.Job, ph.Step, ph.Rank, ph.Kind, ph.StartUnixNano, ph.EndUnixNano)
+}
+
+// Analyze runs the step analysis of the steps that are due (every open step when drain is
+// set, at shutdown). The results are valid until the next call.
+func (e *Engine[R]) Analyze(drain bool) []diagnosis.StepResult {
+	e.steps = e.analysis.Close(e.clock.Now(), drain)
+	return e.steps
+}
+
+type groupRef struct {
+	job, pg string
+}
+
+// maxRememberedGroups bounds the remembered group memberships; past it they start over.
+const maxRememberedGroups = 1 << 16
+
+// rememberMembers keeps the ranks of a complete collective of a non-default group so an
+// incomplete one can name its missing ranks.
+func (e *Engine[R]) rememberMembers(k Key, members []Member[R]) {
+	ref := groupRef{job: k.Job, pg: k.PG}
+	known := e.groupMembers[ref]
+	if len(known) == len(members) {
+		return
 	}
-	e.phases.add(ph)
+	if known == nil && len(e.groupMembers) >= maxRememberedGroups {
+		clear(e.groupMembers)
+	}
+	known = known[:0]
+	for i := range members {
+		known = append(known, members[i].Rank)
+	}
+	slices.Sort(known)
+	e.groupMembers[ref] = known
+}
+
+// observe hands a released collective to the step analysis.
+func (e *Engine[R]) observe(r *Released[R], bytes int64) {
+	c := diagnosis.Collective{
+		Job:          r.Job,
+		PG:           r.PG,
+		Seq:          r.Seq,
+		Step:         r.Step,
+		Op:           r.Op,
+		Bytes:        bytes,
+		PGSize:       r.PGSize,
+		P2P:          r.P2P,
+		Missing:      r.Missing,
+		MissingRanks: r.MissingRanks,
+	}
+	e.analysis.ObserveCollective(&c, true, e.clock.Now())
+	for i := range r.Members {
+		e.analysis.AddMember(&r.Members[i].Span)
+	}
+	e.analysis.EndCollective()
+}
+
+// judge gives each member its verdict from the job's flags: straggler for a flagged rank
+// that was the late one here, unchanged for a flagged rank that was not, clear otherwise;
+// and writes the transfer's slowdown against the job's history.
+func (e *Engine[R]) judge(r *Released[R], lateIdx int, bytes int64) {
+	if r.MissingRanks == 0 && len(r.Members) >= 2 {
+		r.Slowdown = e.analysis.Slowdown(r.Job, r.PG, r.Op, bytes, len(r.Members), r.Transfer)
+	}
+	flags := e.analysis.HasFlags(r.Job)
+	for i := range r.Members {
+		m := &r.Members[i]
+		m.Verdict = VerdictClear
+		if !flags {
+			continue
+		}
+		if f, ok := e.analysis.Flag(r.Job, m.Rank); ok {
+			m.Verdict = VerdictUnchanged
+			if i == lateIdx && m.Lateness > 0 {
+				m.Verdict = VerdictStraggler
+				m.Cause = f.Cause
+				m.Domain = f.Domain
+			}
+		}
+	}
 }

@@ -5,8 +5,6 @@ import (
 	"math"
 	"testing"
 	"time"
-
-	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
 
 type fakeClock struct{ now time.Time }
@@ -113,11 +111,11 @@ func TestCompleteCollectiveFigures(t *testing.T) {
 	}
 }
 
-func TestClockShiftKeepsSkewAndStraggler(t *testing.T) {
+func TestClockShiftKeepsSkewAndLateness(t *testing.T) {
 	run := func(offsets []time.Duration) ([]float64, []int, map[int]float64) {
-		e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 4, 0 })
+		e, _ := newTestEngine(t, nil)
 		var skews []float64
-		var stragglers []int
+		var late []int
 		offsetsByRank := map[int]float64{}
 		for seq := range int64(4) {
 			var arrivals []*Arrival[int]
@@ -133,25 +131,23 @@ func TestClockShiftKeepsSkewAndStraggler(t *testing.T) {
 			skews = append(skews, r.Skew)
 			for _, m := range r.Members {
 				offsetsByRank[m.Rank] = m.ClockOffset
-				if m.Verdict == VerdictStraggler {
-					stragglers = append(stragglers, m.Rank)
+				if near(m.Lateness, r.Skew) {
+					late = append(late, m.Rank)
 				}
 			}
 		}
-		return skews, stragglers, offsetsByRank
+		return skews, late, offsetsByRank
 	}
-	skews0, stragglers0, _ := run([]time.Duration{0, 0, 0, 0})
+	skews0, late0, _ := run([]time.Duration{0, 0, 0, 0})
 	shifted := []time.Duration{2 * time.Second, -2 * time.Second, 0, 1500 * time.Millisecond}
-	skews1, stragglers1, offsets := run(shifted)
+	skews1, late1, offsets := run(shifted)
 	for i := range skews0 {
 		if !near(skews0[i], skews1[i]) || !near(skews0[i], 0.018) {
 			t.Errorf("collective %d: skew %g unshifted, %g shifted, want 0.018", i, skews0[i], skews1[i])
 		}
 	}
-	if fmt.Sprint(stragglers0) != fmt.Sprint(stragglers1) || len(stragglers0) != 3 ||
-		stragglers0[0] != 1 {
-		t.Errorf("stragglers unshifted %v shifted %v, want rank 1 from the 2nd collective on",
-			stragglers0, stragglers1)
+	if fmt.Sprint(late0) != fmt.Sprint(late1) || fmt.Sprint(late0) != "[1 1 1 1]" {
+		t.Errorf("late ranks unshifted %v shifted %v, want rank 1 every time", late0, late1)
 	}
 	// The median end is the mean of the two middle offsets (0 and 1.5 s) = 0.75 s.
 	want := map[int]float64{0: 1.25, 1: -2.75, 2: -0.75, 3: 0.75}
@@ -315,191 +311,6 @@ func TestMaxBufferedSpansEvictsOldestFirst(t *testing.T) {
 
 // straggle runs n collectives of 4 ranks where lateRank (or nobody, -1) arrives late by
 // lateness, and returns the verdict of each rank in the last one.
-func straggle(t *testing.T, e *Engine[int], startSeq int64, n int, lateRank int,
-	lateness time.Duration,
-) (last *Released[int]) {
-	t.Helper()
-	for i := range n {
-		seq := startSeq + int64(i)
-		var arrivals []*Arrival[int]
-		for rank := range 4 {
-			d := lateness + time.Millisecond
-			if rank == lateRank {
-				d = time.Millisecond
-			}
-			arrivals = append(arrivals, arrival("default", 4, seq, rank, d, base, 0))
-		}
-		last = addAll(t, e, arrivals...)[0]
-	}
-	return last
-}
-
-func TestFlagAfterKOfWAndClearWithHysteresis(t *testing.T) {
-	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 3, 6, 1 })
-	r := straggle(t, e, 0, 2, 2, 20*time.Millisecond)
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictClear {
-		t.Fatalf("flagged after 2 late collectives (K=3): verdict %d", v)
-	}
-	r = straggle(t, e, 2, 1, 2, 20*time.Millisecond)
-	m := memberByRank(t, r, 2)
-	if m.Verdict != VerdictStraggler || m.Cause != semconv.CauseUnknown {
-		t.Fatalf("not flagged after 3 of 6: verdict %d cause %q", m.Verdict, m.Cause)
-	}
-	if v := memberByRank(t, r, 0).Verdict; v != VerdictClear {
-		t.Errorf("rank 0 verdict %d, want clear", v)
-	}
-	// Below min_lateness nobody is late; rank 2 stays flagged (late 3, then 2 of the last 6)
-	// until its count falls to clear_k = 1.
-	r = straggle(t, e, 3, 3, -1, 0)
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictUnchanged {
-		t.Fatalf("rank 2 cleared while late in 3 of the last 6: verdict %d", v)
-	}
-	r = straggle(t, e, 6, 1, -1, 0) // window: late 2 of 6
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictUnchanged {
-		t.Fatalf("rank 2 cleared while late in 2 of the last 6 (clear_k=1): verdict %d", v)
-	}
-	r = straggle(t, e, 7, 1, -1, 0) // window: late 1 of 6
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictClear {
-		t.Fatalf("rank 2 still flagged at 1 of 6: verdict %d", v)
-	}
-}
-
-func TestLatenessThresholdIsRelativeToStepDuration(t *testing.T) {
-	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
-	// 20 ms late against a 1 s step is below 5% (50 ms): not late.
-	e.AddPhase(Phase{Job: "job", Step: 0, Rank: 2, Kind: PhaseStep, Duration: 1.0})
-	r := straggle(t, e, 0, 1, 2, 20*time.Millisecond)
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictClear {
-		t.Fatalf("20 ms on a 1 s step counted as late: verdict %d", v)
-	}
-	r = straggle(t, e, 1, 1, 2, 60*time.Millisecond)
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictStraggler {
-		t.Fatalf("60 ms on a 1 s step not late: verdict %d", v)
-	}
-}
-
-func TestMissingRankCountsAsLate(t *testing.T) {
-	e, clock := newTestEngine(t, func(c *Config) {
-		c.FlagK, c.FlagWindow, c.ClearK, c.WaitTimeout = 2, 4, 0, time.Second
-	})
-	for seq := range int64(2) {
-		for _, rank := range []int{0, 1, 3} {
-			addAll(t, e, arrival("default", 4, seq, rank, time.Millisecond, base, 0))
-		}
-		clock.Advance(time.Second)
-		e.Expire(nil)
-	}
-	// Rank 2 is flagged now: it never arrived twice. On a complete collective where it is
-	// not the late one it keeps its flag (no annotation), the others are clear.
-	r := straggle(t, e, 10, 1, 0, 20*time.Millisecond)
-	if v := memberByRank(t, r, 2).Verdict; v != VerdictUnchanged {
-		t.Errorf("rank 2 verdict %d, want unchanged (flagged)", v)
-	}
-}
-
-// phases records every rank's phases for a step: each takes 10 ms, plus extra for rank 2.
-func phases(e *Engine[int], step int64, extraKind PhaseKind, extra float64, backwardWait float64) {
-	for rank := range 4 {
-		for _, kind := range []PhaseKind{PhaseFetch, PhaseForward, PhaseBackward, PhaseOptimizer} {
-			d := 0.010
-			if rank == 2 && kind == extraKind {
-				d += extra
-			}
-			if rank != 2 && kind == PhaseBackward {
-				d += backwardWait // DDP: the early ranks' backward holds their wait
-			}
-			e.AddPhase(Phase{Job: "job", Step: step, Rank: rank, Kind: kind, Duration: d})
-		}
-	}
-}
-
-func TestCause(t *testing.T) {
-	cases := []struct {
-		name      string
-		extraKind PhaseKind
-		extra     float64
-		wantCause string
-	}{
-		{"slow dataloader", PhaseFetch, 0.040, semconv.CauseData},
-		{"slow forward", PhaseForward, 0.040, semconv.CauseCompute},
-		{"slow backward net of waits", PhaseBackward, 0.040, semconv.CauseCompute},
-		{"nothing explains it", PhaseForward, 0.005, semconv.CauseUnknown},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
-			phases(e, 0, tc.extraKind, tc.extra, 0.040)
-			r := straggle(t, e, 0, 1, 2, 40*time.Millisecond)
-			m := memberByRank(t, r, 2)
-			if m.Verdict != VerdictStraggler || m.Cause != tc.wantCause {
-				t.Errorf("verdict %d cause %q, want straggler %q", m.Verdict, m.Cause, tc.wantCause)
-			}
-		})
-	}
-}
-
-func TestCauseNetworkWhenTransferAboveBaseline(t *testing.T) {
-	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
-	// Build the transfer baseline (1 ms) with unremarkable collectives.
-	straggle(t, e, 100, 6, -1, 0)
-	// Step 0: no phase explains the lateness, and the transfer is 10x the baseline.
-	phases(e, 0, PhaseForward, 0, 0)
-	var arrivals []*Arrival[int]
-	for rank := range 4 {
-		d := 50 * time.Millisecond
-		if rank == 2 {
-			d = 10 * time.Millisecond
-		}
-		arrivals = append(arrivals, arrival("default", 4, 0, rank, d, base, 0))
-	}
-	r := addAll(t, e, arrivals...)[0]
-	if m := memberByRank(t, r, 2); m.Verdict != VerdictStraggler || m.Cause != semconv.CauseNetwork {
-		t.Errorf("verdict %d cause %q, want straggler network", m.Verdict, m.Cause)
-	}
-}
-
-func TestSuspectedDomain(t *testing.T) {
-	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 8, 0 })
-	topo := func(a *Arrival[int]) *Arrival[int] {
-		// Ranks 1 and 2 sit behind switch "leaf7"; each rank has its own host.
-		a.Host = fmt.Sprintf("node%d", a.Rank)
-		a.Switch = "leaf0"
-		if a.Rank == 1 || a.Rank == 2 {
-			a.Switch = "leaf7"
-		}
-		return a
-	}
-	var last *Released[int]
-	for seq := range int64(4) {
-		late := 1 + int(seq%2) // ranks 1 and 2 take turns being late
-		var arrivals []*Arrival[int]
-		for rank := range 4 {
-			d := 30 * time.Millisecond
-			if rank == late {
-				d = time.Millisecond
-			}
-			arrivals = append(arrivals, topo(arrival("default", 4, seq, rank, d, base, 0)))
-		}
-		last = addAll(t, e, arrivals...)[0]
-	}
-	m := memberByRank(t, last, 2)
-	if m.Verdict != VerdictStraggler || m.Domain != "switch:leaf7" {
-		t.Errorf("rank 2 verdict %d domain %q, want straggler switch:leaf7", m.Verdict, m.Domain)
-	}
-	if got := SuspectedDomains([]Topology{{Host: "a", Switch: "unknown", NIC: "mlx5_0"},
-		{Host: "b", Switch: "unknown", NIC: "mlx5_0"}}); len(got) != 0 {
-		t.Errorf("unknown switch or NICs on different hosts suspected: %v", got)
-	}
-	got := SuspectedDomains([]Topology{{Host: "a", Switch: "s", NIC: "mlx5_1"},
-		{Host: "a", Switch: "s", NIC: "mlx5_1"}})
-	if fmt.Sprint(got) != "[nic:mlx5_1 switch:s]" {
-		t.Errorf("suspected %v", got)
-	}
-	if d := DomainOf(Topology{Host: "a", Switch: "s", NIC: "mlx5_1"}, got); d != "nic:mlx5_1" {
-		t.Errorf("most specific domain %q, want nic:mlx5_1", d)
-	}
-}
-
 func TestDrainReleasesEverything(t *testing.T) {
 	e, _ := newTestEngine(t, nil)
 	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0),
@@ -510,136 +321,6 @@ func TestDrainReleasesEverything(t *testing.T) {
 	}
 	if s := e.Stats(); s.Pending != 0 || s.BufferedSpans != 0 {
 		t.Errorf("stats after drain %+v", s)
-	}
-}
-
-func TestPhaseCacheIsBounded(t *testing.T) {
-	e, _ := newTestEngine(t, func(c *Config) { c.MaxPhaseEntries = 8 })
-	for step := range int64(100) {
-		e.AddPhase(Phase{Job: "job", Step: step, Rank: 0, Kind: PhaseForward, Duration: 0.01})
-	}
-	if n := e.Stats().PhaseEntries; n != 8 {
-		t.Errorf("phase entries %d, want 8", n)
-	}
-	if e.phases.get("job", 99, 0) == nil || e.phases.get("job", 91, 0) != nil {
-		t.Errorf("phase cache kept the wrong entries")
-	}
-}
-
-// ddpStep simulates one DDP step of 4 ranks with `buckets` gradient all-reduces in which
-// rank 2 arrives late by lateness to every bucket, and every rank's phases (fetch and forward
-// 10 ms, backward 60 ms + transfer) plus fetchExtra / forwardExtra on rank 2. Every rank's
-// backward ends with the last bucket, so the early ranks' backward holds the lateness (and,
-// for a slow link, so does rank 2's).
-func ddpStep(t *testing.T, e *Engine[int], step int64, buckets int, lateness time.Duration,
-	fetchExtra, forwardExtra, transfer time.Duration, lateBackward bool,
-) []*Released[int] {
-	t.Helper()
-	for rank := range 4 {
-		fetch, forward, backward := 0.010, 0.010, 0.060+transfer.Seconds()
-		if rank == 2 {
-			fetch += fetchExtra.Seconds()
-			forward += forwardExtra.Seconds()
-			if lateBackward {
-				backward += lateness.Seconds()
-			}
-		} else {
-			backward += lateness.Seconds()
-		}
-		for kind, d := range map[PhaseKind]float64{PhaseFetch: fetch, PhaseForward: forward,
-			PhaseBackward: backward, PhaseOptimizer: 0.005} {
-			e.AddPhase(Phase{Job: "job", Step: step, Rank: rank, Kind: kind, Duration: d})
-		}
-	}
-	var out []*Released[int]
-	for b := range buckets {
-		seq := step*int64(buckets) + int64(b)
-		var arrivals []*Arrival[int]
-		for rank := range 4 {
-			d := lateness + transfer
-			if rank == 2 {
-				d = transfer
-			}
-			a := arrival("default", 4, seq, rank, d, base, 0)
-			a.Step = step
-			arrivals = append(arrivals, a)
-		}
-		out = append(out, addAll(t, e, arrivals...)...)
-	}
-	return out
-}
-
-func stragglerCauses(t *testing.T, released []*Released[int]) map[string]int {
-	t.Helper()
-	causes := map[string]int{}
-	for _, r := range released {
-		if m := memberByRank(t, r, 2); m.Verdict == VerdictStraggler {
-			causes[m.Cause]++
-		}
-	}
-	return causes
-}
-
-func TestDDPCausesWithManyBuckets(t *testing.T) {
-	cases := []struct {
-		name                                   string
-		fetchExtra, forwardExtra, slowTransfer time.Duration
-		lateBackward                           bool
-		want                                   string
-	}{
-		// Every bucket's wait holds the lateness; subtracting their sum from the early
-		// ranks' backward would make a slow dataloader look like compute.
-		{name: "data", fetchExtra: 40 * time.Millisecond, want: semconv.CauseData},
-		{name: "compute in forward", forwardExtra: 40 * time.Millisecond,
-			want: semconv.CauseCompute},
-		{name: "compute in backward", lateBackward: true, want: semconv.CauseCompute},
-		// A rank held up by its slow link: its backward is as long as everyone's, the
-		// transfer triples.
-		{name: "network", lateBackward: true, slowTransfer: 6 * time.Millisecond,
-			want: semconv.CauseNetwork},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 8, 0 })
-			// Two healthy steps teach the transfer baseline (3 ms).
-			for step := range int64(2) {
-				ddpStep(t, e, step, 4, 0, 0, 0, 3*time.Millisecond, false)
-			}
-			transfer := 3 * time.Millisecond
-			if tc.slowTransfer > 0 {
-				transfer = 3 * tc.slowTransfer / 2 // 9 ms
-			}
-			var released []*Released[int]
-			for step := int64(2); step < 12; step++ {
-				released = append(released, ddpStep(t, e, step, 4, 40*time.Millisecond,
-					tc.fetchExtra, tc.forwardExtra, transfer, tc.lateBackward)...)
-			}
-			causes := stragglerCauses(t, released)
-			if causes[tc.want] < 35 || len(causes) != 1 {
-				t.Errorf("causes %v, want %s on (nearly) all 40 collectives", causes, tc.want)
-			}
-		})
-	}
-}
-
-func TestCauseSticksWhenPhasesAreMissing(t *testing.T) {
-	e, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
-	phases(e, 0, PhaseForward, 0.040, 0.040)
-	r := straggle(t, e, 0, 1, 2, 40*time.Millisecond)
-	if m := memberByRank(t, r, 2); m.Cause != semconv.CauseCompute {
-		t.Fatalf("step 0 cause %q, want compute", m.Cause)
-	}
-	// Step 1's phase spans have not arrived when its collective completes.
-	r = straggle(t, e, 1, 1, 2, 40*time.Millisecond)
-	if m := memberByRank(t, r, 2); m.Verdict != VerdictStraggler || m.Cause != semconv.CauseCompute {
-		t.Errorf("step 1 without phases: verdict %d cause %q, want the rank's compute", m.Verdict,
-			m.Cause)
-	}
-	// A flagged rank with only unknown causes reads unknown.
-	e2, _ := newTestEngine(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
-	r = straggle(t, e2, 0, 3, 1, 40*time.Millisecond)
-	if m := memberByRank(t, r, 1); m.Cause != semconv.CauseUnknown {
-		t.Errorf("no phases ever: cause %q, want unknown", m.Cause)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package join is the barrierskew join engine: it joins the spans of one collective across
 // ranks, keyed by (job, process group, sequence number), and turns the members' durations
-// into skew, lateness, wait, transfer, clock offsets and straggler verdicts.
+// into skew, lateness, wait, transfer and clock offsets. Every released collective also goes
+// to the step analysis (internal/diagnosis), whose flags give the members their verdicts.
 //
 // It knows nothing about pdata: the components translate spans into Arrival and Phase values
 // and carry their own per-span handle in the generic Ref. The clock is injected. The engine
@@ -9,17 +10,24 @@
 //	Arrival ──Add──▶ pending[(job, pg, seq)] ──all pg_size members──▶ Released (complete)
 //	                      │  wait_timeout (Expire) / max_pending, max_buffered_spans (evict)
 //	                      └──────────────────────────────────────────▶ Released (incomplete)
-//	Phase ──AddPhase──▶ phase cache[(job, step, rank)] ──read at release──▶ cause
+//	Released ──▶ diagnosis: open step (job, step) ──Analyze──▶ StepResult, flags
+//	Phase ──AddPhase──▶ diagnosis phase cache ──read at analysis──▶ cause
 package join
 
-import "time"
+import (
+	"time"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
+)
 
 // Clock gives the engine its notion of now (a fake clock in tests).
 type Clock interface {
 	Now() time.Time
 }
 
-// Key identifies one collective call of one job.
+// Key identifies one collective call of one job. A point-to-point message's PG carries
+// the pair and direction (see spanio), so its sender and receiver join like a two-member
+// collective.
 type Key struct {
 	Job string
 	PG  string
@@ -27,11 +35,7 @@ type Key struct {
 }
 
 // Topology is where a rank runs.
-type Topology struct {
-	Host   string
-	Switch string
-	NIC    string
-}
+type Topology = diagnosis.Topology
 
 // Arrival is one rank's span of a collective.
 type Arrival[R any] struct {
@@ -47,6 +51,9 @@ type Arrival[R any] struct {
 	EndUnixNano   int64
 	Bytes         int64
 	Async         bool
+	// P2P marks a point-to-point message; Role says which side this span is.
+	P2P  bool
+	Role diagnosis.Role
 	// Ref is the component's handle to the span (annotated after release).
 	Ref R
 }
@@ -66,10 +73,7 @@ const (
 
 // Member is one arrived rank of a released collective with its computed figures.
 type Member[R any] struct {
-	Rank int
-	Topology
-	StartUnixNano int64
-	EndUnixNano   int64
+	diagnosis.Span
 	// Duration of the rank's span in seconds.
 	Duration float64
 	// Lateness is max(duration) - duration: how much later than the earliest it arrived.
@@ -78,11 +82,12 @@ type Member[R any] struct {
 	Wait float64
 	// ClockOffset is the host's end timestamp minus the members' median end timestamp.
 	ClockOffset float64
-	Verdict     Verdict
-	// Cause and Domain are set with VerdictStraggler (Domain may be empty).
-	Cause  string
-	Domain string
-	Ref    R
+	// Verdict, Cause and Domain come from the job's flags (the step analysis of earlier
+	// steps): Cause and Domain are set with VerdictStraggler (Domain may be empty).
+	Verdict Verdict
+	Cause   string
+	Domain  string
+	Ref     R
 }
 
 // ReleaseReason says why a collective left the pending set.
@@ -125,6 +130,9 @@ type Released[R any] struct {
 	Skew float64
 	// Transfer is min(duration): the part after the last arrival.
 	Transfer float64
+	// Slowdown is Transfer over its reference from the job's history (0 while unknown).
+	Slowdown float64
+	P2P      bool
 	// MissingRanks is how many members never arrived (0 when complete).
 	MissingRanks int
 	// Missing names the missing ranks as far as they are known (may be shorter than
@@ -135,31 +143,14 @@ type Released[R any] struct {
 // Complete reports whether every member arrived.
 func (r *Released[R]) Complete() bool { return r.MissingRanks == 0 }
 
-// PhaseKind is a phase span the engine uses for causes and step durations.
-type PhaseKind uint8
-
-const (
-	// PhaseStep is train.step: the rank's iteration (its duration sets the relative
-	// lateness threshold).
-	PhaseStep PhaseKind = iota
-	// PhaseFetch is dataloader.fetch.
-	PhaseFetch
-	// PhaseForward is forward.
-	PhaseForward
-	// PhaseBackward is backward.
-	PhaseBackward
-	// PhaseOptimizer is optimizer.step.
-	PhaseOptimizer
-	numPhaseKinds
-)
-
-// Phase is one rank's phase span.
+// Phase is one rank's phase span (its own clock).
 type Phase struct {
-	Job      string
-	Step     int64
-	Rank     int
-	Kind     PhaseKind
-	Duration float64
+	Job           string
+	Step          int64
+	Rank          int
+	Kind          diagnosis.PhaseKind
+	StartUnixNano int64
+	EndUnixNano   int64
 }
 
 // Outcome is what Add did with an arrival.
@@ -210,5 +201,6 @@ type Stats struct {
 	ReleasedIncomplete int64
 	Evicted            int64
 	Rejected           [RejectedLate + 1]int64
-	PhaseEntries       int
+	// Analysis are the step analysis' counters.
+	Analysis diagnosis.Stats
 }

@@ -75,7 +75,7 @@ func Observe(cb Callbacks, read func() Snapshot) error {
 	errs := []error{
 		cb.PendingCollectives(gauge(func(s *Snapshot) int { return s.Engine.Pending })),
 		cb.BufferedSpans(gauge(func(s *Snapshot) int { return s.Engine.BufferedSpans })),
-		cb.PhaseEntries(gauge(func(s *Snapshot) int { return s.Engine.PhaseEntries })),
+		cb.PhaseEntries(gauge(func(s *Snapshot) int { return s.Engine.Analysis.PhaseEntries })),
 		cb.CollectivesReleased(func(_ context.Context, o metric.Int64Observer) error {
 			s := read()
 			o.Observe(s.Engine.ReleasedComplete, outcomeComplete)

@@ -325,3 +325,30 @@ const (
 	// (one per job per tick)
 	MetricPacingDecisions = "skewtrace.pacing.decisions"
 )
+
+// Names added by the step analysis (diagnosis).
+const (
+	AttrCollectivePeer     = "training.collective.peer"
+	AttrCollectiveSlowdown = "training.collective.slowdown"
+	SpanStepSummary        = "train.step.summary"
+	AttrStepDuration       = "training.step.duration"
+	AttrStepWhatIf         = "training.step.whatif"
+	AttrJobSlowdown        = "training.job.slowdown"
+	AttrStepRanks          = "training.step.ranks"
+	AttrStepSlowCollective = "training.step.slow_collectives"
+	AttrRankCost           = "training.rank.cost"
+	AttrFabricCost         = "training.fabric.cost"
+	AttrSuspectKind        = "training.fabric.suspect.kind"
+	AttrSuspectName        = "training.fabric.suspect.name"
+	AttrSuspectDerived     = "training.fabric.suspect.derived"
+	EventRootCause         = "training.root_cause"
+	EventStraggler         = "training.straggler"
+	EventSuspect           = "training.fabric.suspect"
+	MetricRankCost         = "training.rank.cost"
+	MetricJobSlowdown      = "training.job.slowdown"
+	MetricFabricSuspect    = "training.fabric.suspect"
+	MetricFabricCost       = "training.fabric.cost"
+	OpSendRecv             = "send_recv"
+	OpSend                 = "send"
+	OpRecv                 = "recv"
+)

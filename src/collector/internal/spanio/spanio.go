@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
@@ -28,18 +29,18 @@ const (
 )
 
 // Classify returns the span's kind and, for phases, which phase.
-func Classify(name string) (Kind, join.PhaseKind) {
+func Classify(name string) (Kind, diagnosis.PhaseKind) {
 	switch name {
 	case semconv.SpanStep:
-		return KindPhase, join.PhaseStep
+		return KindPhase, diagnosis.PhaseStep
 	case semconv.SpanDataloaderFetch:
-		return KindPhase, join.PhaseFetch
+		return KindPhase, diagnosis.PhaseFetch
 	case semconv.SpanForward:
-		return KindPhase, join.PhaseForward
+		return KindPhase, diagnosis.PhaseForward
 	case semconv.SpanBackward:
-		return KindPhase, join.PhaseBackward
+		return KindPhase, diagnosis.PhaseBackward
 	case semconv.SpanOptimizerStep:
-		return KindPhase, join.PhaseOptimizer
+		return KindPhase, diagnosis.PhaseOptimizer
 	}
 	if len(name) > len(semconv.SpanCollectivePrefix) &&
 		strings.HasPrefix(name, semconv.SpanCollectivePrefix) {
@@ -169,6 +170,27 @@ func ParseCollective[R any](span ptrace.Span, res *Resource, a *join.Arrival[R])
 	if op == "" {
 		op = strings.TrimPrefix(span.Name(), semconv.SpanCollectivePrefix)
 	}
+	p2p, role := false, diagnosis.RoleCollective
+	if op == semconv.OpSend || op == semconv.OpRecv {
+		// A point-to-point message joins its sender and receiver: the key names the pair
+		// and direction, the sequence number counts messages on it.
+		peer, reason := spanInt(attrs, semconv.AttrCollectivePeer)
+		if reason != "" {
+			return reason
+		}
+		if peer < 0 || peer >= join.MaxRanks || peer == int64(res.Rank) ||
+			(res.WorldSize > 0 && peer >= int64(res.WorldSize)) {
+			return "rank_outside_group"
+		}
+		src, dst := int64(res.Rank), peer
+		role = diagnosis.RoleSend
+		if op == semconv.OpRecv {
+			src, dst = peer, int64(res.Rank)
+			role = diagnosis.RoleRecv
+		}
+		pg = pg + "/p2p/" + strconv.FormatInt(src, 10) + ">" + strconv.FormatInt(dst, 10)
+		pgSize, p2p, op = 2, true, semconv.OpSendRecv
+	}
 	var bytes int64
 	if v, ok := attrs.Get(semconv.AttrCollectiveBytes); ok && v.Type() == pcommon.ValueTypeInt {
 		bytes = v.Int()
@@ -189,6 +211,8 @@ func ParseCollective[R any](span ptrace.Span, res *Resource, a *join.Arrival[R])
 		EndUnixNano:   int64(span.EndTimestamp()),
 		Bytes:         bytes,
 		Async:         async,
+		P2P:           p2p,
+		Role:          role,
 		Ref:           a.Ref,
 	}
 	return ""
@@ -196,7 +220,7 @@ func ParseCollective[R any](span ptrace.Span, res *Resource, a *join.Arrival[R])
 
 // ParsePhase reads a phase span; ok is false when it cannot be attributed to a (job, step,
 // rank) or its duration is negative (such spans only pass through).
-func ParsePhase(span ptrace.Span, res *Resource, kind join.PhaseKind) (join.Phase, bool) {
+func ParsePhase(span ptrace.Span, res *Resource, kind diagnosis.PhaseKind) (join.Phase, bool) {
 	if res.Reason != "" {
 		return join.Phase{}, false
 	}
@@ -209,11 +233,12 @@ func ParsePhase(span ptrace.Span, res *Resource, kind join.PhaseKind) (join.Phas
 		return join.Phase{}, false
 	}
 	return join.Phase{
-		Job:      res.Job,
-		Step:     step,
-		Rank:     res.Rank,
-		Kind:     kind,
-		Duration: float64(end-start) / 1e9,
+		Job:           res.Job,
+		Step:          step,
+		Rank:          res.Rank,
+		Kind:          kind,
+		StartUnixNano: int64(start),
+		EndUnixNano:   int64(end),
 	}, true
 }
 
@@ -236,6 +261,9 @@ func Annotate[R any](span ptrace.Span, r *join.Released[R], m *join.Member[R]) {
 	attrs.PutDouble(semconv.AttrBarrierWait, m.Wait)
 	attrs.PutDouble(semconv.AttrBarrierTransfer, r.Transfer)
 	attrs.PutDouble(semconv.AttrClockOffset, m.ClockOffset)
+	if r.Slowdown > 0 {
+		attrs.PutDouble(semconv.AttrCollectiveSlowdown, r.Slowdown)
+	}
 	switch m.Verdict {
 	case join.VerdictStraggler:
 		attrs.PutBool(semconv.AttrStraggler, true)

@@ -1,0 +1,233 @@
+package diagnosis
+
+import (
+	"math"
+	"sort"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+// maxCandidates bounds the ranks whose cost is replayed in one step (the ones with the
+// most excess work first).
+const maxCandidates = 8
+
+// run analyzes one step and updates the job's state.
+func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
+	m.reset(sd)
+	m.breaks = 0
+	m.timeline(a, j, sd)
+	m.classify(sd)
+	m.references(j)
+
+	res := StepResult{Job: j.name, Step: sd.step, Ranks: len(m.rankOf),
+		Collectives: len(sd.colls)}
+	exit := m.simulate(sd, m.gap, m.transfer)
+	m.actualEnd = append(m.actualEnd[:0], m.end...)
+	maxEntry := math.Inf(-1)
+	for ri := range m.rankOf {
+		maxEntry = max(maxEntry, m.entry[ri])
+	}
+	res.Duration = max(0, exit-maxEntry)
+	res.EndUnixNano = m.medianEnd(sd)
+	res.WhatIf = res.Duration
+	threshold := max(a.cfg.MinCost.Seconds(), a.cfg.MinCostFraction*res.Duration)
+
+	// Candidates: ranks whose own work exceeded their peers' by more than the threshold
+	// beyond what a typical rank's jitter adds up to in this step.
+	m.vals = append(m.vals[:0], m.excess[:len(m.rankOf)]...)
+	noise := median(m.vals)
+	var candidates []int32
+	for ri := range m.rankOf {
+		if m.excess[ri]-noise >= threshold {
+			candidates = append(candidates, int32(ri))
+		}
+	}
+	sort.Slice(candidates, func(x, y int) bool {
+		return m.excess[candidates[x]] > m.excess[candidates[y]]
+	})
+	if len(candidates) > maxCandidates {
+		candidates = candidates[:maxCandidates]
+	}
+
+	m.transfers(a, j, sd)
+	for c := range sd.colls {
+		if m.links.slow[c] {
+			res.SlowCollectives++
+		}
+	}
+	located := m.locate(j, sd)
+
+	var roots []RootCause
+	var suspectCosts []SuspectCost
+	if len(candidates) > 0 || len(located) > 0 {
+		roots, suspectCosts = m.whatIf(a, j, sd, candidates, located, threshold, exit, &res)
+	}
+	roots = append(roots, m.missing(j, sd, roots)...)
+	sort.SliceStable(roots, func(x, y int) bool { return roots[x].Cost > roots[y].Cost })
+	res.RootCauses = roots
+	if m.breaks > 0 {
+		a.stats.ModelBreaks++
+	}
+
+	res.Flagged, res.Suspects = updateFlags(&a.cfg, j, roots, suspectCosts)
+	if res.WhatIf > 0 {
+		j.slowdown.add(res.Duration/res.WhatIf, costAlpha(&a.cfg))
+	}
+	res.Slowdown = j.slowdown.mean
+	m.learnHistory(j)
+	m.carryOver(j, sd, exit)
+	return res
+}
+
+// whatIf replays the step with contributors at their references and returns the root
+// causes (cost at or above threshold) and the located suspects' costs.
+func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int32,
+	located []located, threshold, exit float64, res *StepResult,
+) ([]RootCause, []SuspectCost) {
+	n := len(m.order)
+	m.idealGap = grow(m.idealGap, n)
+	m.variantGap = grow(m.variantGap, n)
+	for p := range n {
+		m.idealGap[p] = min(m.gap[p], m.refGap[p])
+	}
+	nc := len(sd.colls)
+	m.idealT = grow(m.idealT, nc)
+	m.variantT = grow(m.variantT, nc)
+	for c := range nc {
+		m.idealT[c] = m.transfer[c]
+		if m.links.hasRef[c] {
+			m.idealT[c] = min(m.transfer[c], m.links.refT[c])
+		}
+	}
+	ideal := m.simulate(sd, m.idealGap, m.idealT)
+
+	var roots []RootCause
+	fixRank := make(map[int32]bool)
+	for _, ri := range candidates {
+		copy(m.variantGap, m.idealGap)
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			m.variantGap[p] = m.gap[p]
+		}
+		cost := m.simulate(sd, m.variantGap, m.idealT) - ideal
+		if cost < threshold {
+			continue
+		}
+		rank := m.rankOf[ri]
+		roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology[rank],
+			Cause: m.cause(a, j, sd, ri), Cost: cost})
+		fixRank[ri] = true
+	}
+	var costs []SuspectCost
+	fixColl := make(map[int32]bool)
+	for _, loc := range located {
+		copy(m.variantT, m.idealT)
+		for _, c := range loc.colls {
+			m.variantT[c] = m.transfer[c]
+		}
+		cost := m.simulate(sd, m.idealGap, m.variantT) - ideal
+		if cost < threshold {
+			continue
+		}
+		suspect := loc.suspect
+		costs = append(costs, SuspectCost{Suspect: suspect, Cost: cost})
+		for _, c := range loc.colls {
+			fixColl[c] = true
+		}
+		roots = append(roots, RootCause{Rank: -1, Cause: semconv.CauseNetwork, Cost: cost,
+			Suspect: &suspect})
+		roots = m.linkRanks(j, suspect, cost, roots)
+	}
+	if len(fixRank) == 0 && len(fixColl) == 0 {
+		return roots, costs
+	}
+	copy(m.variantGap, m.gap)
+	for ri := range fixRank {
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			m.variantGap[p] = m.idealGap[p]
+		}
+	}
+	copy(m.variantT, m.transfer)
+	for c := range fixColl {
+		m.variantT[c] = m.idealT[c]
+	}
+	fixed := m.simulate(sd, m.variantGap, m.variantT)
+	res.WhatIf = max(0, res.Duration-(exit-fixed))
+	return roots, costs
+}
+
+// linkRanks makes the ranks behind a located NIC or host root causes with cause network
+// (a rank already blamed for its own work more expensively keeps that cause).
+func (m *model) linkRanks(j *jobState, s Suspect, cost float64, roots []RootCause) []RootCause {
+	if s.Kind != SuspectNIC && s.Kind != SuspectHost {
+		return roots
+	}
+	for _, rank := range m.rankOf {
+		t := j.topology[rank]
+		if t.Host != s.Host && !(s.Kind == SuspectHost && t.Host == s.Name) {
+			continue
+		}
+		if s.Kind == SuspectNIC && t.NIC != s.Name {
+			continue
+		}
+		existing := -1
+		for i := range roots {
+			if roots[i].Rank == int(rank) {
+				existing = i
+			}
+		}
+		rc := RootCause{Rank: int(rank), Topology: t, Cause: semconv.CauseNetwork, Cost: cost,
+			Suspect: &s}
+		switch {
+		case existing < 0:
+			roots = append(roots, rc)
+		case roots[existing].Cost < cost:
+			roots[existing] = rc
+		}
+	}
+	return roots
+}
+
+// missing makes the ranks that never arrived at a collective of the step root causes
+// (cause unknown; the strongest straggler signal there is).
+func (m *model) missing(j *jobState, sd *stepData, roots []RootCause) []RootCause {
+	var out []RootCause
+	seen := make(map[int32]bool)
+	for _, rc := range roots {
+		seen[int32(rc.Rank)] = true
+	}
+	for c := range sd.colls {
+		for _, rank := range sd.colls[c].missing {
+			if seen[rank] {
+				continue
+			}
+			seen[rank] = true
+			out = append(out, RootCause{Rank: int(rank), Topology: j.topology[rank],
+				Cause: semconv.CauseUnknown})
+		}
+	}
+	return out
+}
+
+// medianEnd is the median over ranks of their last span's end (own clocks).
+func (m *model) medianEnd(sd *stepData) int64 {
+	m.vals = m.vals[:0]
+	for ri := range m.rankOf {
+		m.vals = append(m.vals, float64(sd.ops[m.order[m.lastEnd[ri]]].end))
+	}
+	return int64(median(m.vals))
+}
+
+// carryOver keeps, per rank, where the step left it for the next step's entry.
+func (m *model) carryOver(j *jobState, sd *stepData, exit float64) {
+	for ri, rank := range m.rankOf {
+		if _, ok := j.carry[rank]; !ok && len(j.carry) >= maxTrackedRanks {
+			continue
+		}
+		p := m.lastEnd[ri]
+		j.carry[rank] = carry{
+			step:    sd.step,
+			lastEnd: sd.ops[m.order[p]].end,
+			exit:    m.actualEnd[p] - exit,
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package diagnosis
+
+import (
+	"slices"
+	"time"
+)
+
+// maxTrackedRanks bounds the per-job per-rank state (topology, carry-over between steps,
+// singleton history); ranks beyond it are analyzed without it.
+const maxTrackedRanks = 1 << 16
+
+// opRec is one member span held for analysis.
+type opRec struct {
+	rank       int32
+	role       Role
+	async      bool
+	start, end int64
+}
+
+// collRec is one released collective held for analysis; its members are
+// ops[first : first+n].
+type collRec struct {
+	pg           string
+	op           string
+	seq          int64
+	bytes        int64
+	pgSize       int32
+	first, n     int32
+	missingRanks int32
+	p2p          bool
+	missing      []int32
+}
+
+// stepData is one open step of one job.
+type stepData struct {
+	step         int64
+	lastActivity int64
+	// pending counts this step's collectives still waiting for members in the join engine.
+	pending int
+	colls   []collRec
+	ops     []opRec
+}
+
+// carry is what one rank's previous analyzed step leaves for the next.
+type carry struct {
+	step int64
+	// lastEnd is the rank's clock at the end of its last span (the one that ended last).
+	lastEnd int64
+	// exit is that span's end on the previous step's virtual timeline, relative to the
+	// step's latest exit (<= 0).
+	exit float64
+}
+
+// jobState is everything the analyzer keeps about one job.
+type jobState struct {
+	name     string
+	open     map[int64]*stepData
+	analyzed int64 // highest analyzed step, -1 before the first
+	lastUsed int64
+
+	topology map[int32]Topology
+	carry    map[int32]carry
+	// history holds the gaps of ranks without peers (a role of their own, e.g. a pipeline
+	// stage without data-parallel replicas), per position in the step.
+	history map[int32][]ewma
+
+	groupBaselines map[groupKey]*ewma
+	classBaselines map[classKey]*ewma
+	groupClasses   map[string]groupClass
+
+	ranks    map[int32]*track
+	suspects map[string]*suspectTrack
+	slowdown ewma
+}
+
+type ewma struct {
+	mean    float64
+	samples int
+}
+
+func (e *ewma) add(v, alpha float64) {
+	if e.samples == 0 {
+		e.mean = v
+	} else {
+		e.mean += alpha * (v - e.mean)
+	}
+	e.samples++
+}
+
+// Stats are the analyzer's own counters.
+type Stats struct {
+	OpenSteps     int
+	HeldSpans     int
+	PhaseEntries  int
+	StepsAnalyzed int64
+	// StepsForced counts steps analyzed before analysis_delay because a bound was reached.
+	StepsForced int64
+	// LateSpans counts collective spans released after their step was analyzed.
+	LateSpans int64
+	// ModelBreaks counts steps whose spans did not form a consistent order (a cycle broken).
+	ModelBreaks int64
+}
+
+// Analyzer is the step analysis of every job. It is not safe for concurrent use.
+type Analyzer struct {
+	cfg      Config
+	jobs     map[string]*jobState
+	phases   phaseCache
+	heldOps  int
+	stats    Stats
+	model    model
+	results  []StepResult
+	freeStep []*stepData
+	// cur and curJob are the step and job of the collective being observed (nil when its
+	// step was already analyzed: its members are late).
+	cur    *stepData
+	curJob *jobState
+}
+
+// New returns an analyzer; cfg must have passed Check.
+func New(cfg Config) *Analyzer {
+	return &Analyzer{
+		cfg:    cfg,
+		jobs:   make(map[string]*jobState),
+		phases: newPhaseCache(cfg.MaxPhaseEntries),
+	}
+}
+
+// Stats returns the analyzer's counters.
+func (a *Analyzer) Stats() Stats {
+	s := a.stats
+	s.HeldSpans = a.heldOps
+	s.PhaseEntries = a.phases.len()
+	for _, j := range a.jobs {
+		s.OpenSteps += len(j.open)
+	}
+	return s
+}
+
+func (a *Analyzer) job(name string, now int64) *jobState {
+	if j, ok := a.jobs[name]; ok {
+		j.lastUsed = now
+		return j
+	}
+	if len(a.jobs) >= a.cfg.MaxJobs {
+		var lruName string
+		lru := int64(1<<63 - 1)
+		for n, j := range a.jobs {
+			if j.lastUsed < lru {
+				lru, lruName = j.lastUsed, n
+			}
+		}
+		a.dropJob(lruName)
+	}
+	j := &jobState{
+		name:           name,
+		open:           make(map[int64]*stepData),
+		analyzed:       -1,
+		lastUsed:       now,
+		topology:       make(map[int32]Topology),
+		carry:          make(map[int32]carry),
+		history:        make(map[int32][]ewma),
+		groupBaselines: make(map[groupKey]*ewma),
+		classBaselines: make(map[classKey]*ewma),
+		groupClasses:   make(map[string]groupClass),
+		ranks:          make(map[int32]*track),
+		suspects:       make(map[string]*suspectTrack),
+	}
+	a.jobs[name] = j
+	return j
+}
+
+func (a *Analyzer) dropJob(name string) {
+	j := a.jobs[name]
+	if j == nil {
+		return
+	}
+	for _, sd := range j.open {
+		a.heldOps -= len(sd.ops)
+	}
+	delete(a.jobs, name)
+}
+
+// openStep returns the job's open step, creating it; nil when the step was already analyzed.
+func (a *Analyzer) openStep(j *jobState, step int64, now int64) *stepData {
+	if sd, ok := j.open[step]; ok {
+		return sd
+	}
+	if step <= j.analyzed {
+		return nil
+	}
+	var sd *stepData
+	if n := len(a.freeStep); n > 0 {
+		sd = a.freeStep[n-1]
+		a.freeStep = a.freeStep[:n-1]
+	} else {
+		sd = &stepData{}
+	}
+	sd.step = step
+	sd.lastActivity = now
+	sd.pending = 0
+	sd.colls = sd.colls[:0]
+	sd.ops = sd.ops[:0]
+	j.open[step] = sd
+	return sd
+}
+
+// NotePending tells the analyzer that a collective of (job, step) started waiting for its
+// members in the join engine: the step is not analyzed before it is released.
+func (a *Analyzer) NotePending(job string, step int64, now time.Time) {
+	ns := now.UnixNano()
+	if sd := a.openStep(a.job(job, ns), step, ns); sd != nil {
+		sd.pending++
+		sd.lastActivity = ns
+	}
+}
+
+// ObserveCollective records a released collective; AddMember must follow for each member
+// span, then EndCollective. wasPending says whether NotePending was called for it.
+func (a *Analyzer) ObserveCollective(c *Collective, wasPending bool, now time.Time) {
+	ns := now.UnixNano()
+	j := a.job(c.Job, ns)
+	sd := a.openStep(j, c.Step, ns)
+	a.cur, a.curJob = nil, nil
+	if sd == nil {
+		return
+	}
+	if wasPending && sd.pending > 0 {
+		sd.pending--
+	}
+	sd.lastActivity = ns
+	rec := collRec{
+		pg:           c.PG,
+		op:           c.Op,
+		seq:          c.Seq,
+		bytes:        c.Bytes,
+		pgSize:       int32(c.PGSize),
+		first:        int32(len(sd.ops)),
+		p2p:          c.P2P,
+		missingRanks: int32(c.MissingRanks),
+	}
+	for _, m := range c.Missing {
+		rec.missing = append(rec.missing, int32(m))
+	}
+	sd.colls = append(sd.colls, rec)
+	a.cur, a.curJob = sd, j
+}
+
+// AddMember records one member span of the collective being observed.
+func (a *Analyzer) AddMember(s *Span) {
+	sd := a.cur
+	if sd == nil {
+		a.stats.LateSpans++
+		return
+	}
+	rec := &sd.colls[len(sd.colls)-1]
+	sd.ops = append(sd.ops, opRec{
+		rank:  int32(s.Rank),
+		role:  s.Role,
+		async: s.Async,
+		start: s.StartUnixNano,
+		end:   s.EndUnixNano,
+	})
+	rec.n++
+	a.heldOps++
+	j := a.curJob
+	if t, ok := j.topology[int32(s.Rank)]; (!ok && len(j.topology) < maxTrackedRanks) ||
+		(ok && t != s.Topology) {
+		j.topology[int32(s.Rank)] = s.Topology
+	}
+}
+
+// EndCollective ends the collective being observed.
+func (a *Analyzer) EndCollective() {
+	a.cur, a.curJob = nil, nil
+}
+
+// ObservePhase records one rank's phase span (its own clock).
+func (a *Analyzer) ObservePhase(job string, step int64, rank int, kind PhaseKind,
+	start, end int64,
+) {
+	if end < start || rank < 0 || kind >= NumPhaseKinds {
+		return
+	}
+	a.phases.add(job, step, int32(rank), kind, start, end)
+}
+
+// Close analyzes the steps that are due and returns their results (valid until the next
+// call). A step is due when none of its collectives is pending and analysis_delay has
+// passed since its last activity; steps of a job are analyzed in order, and the oldest
+// are analyzed at once when max_open_steps or max_step_ops is reached. drain analyzes
+// every open step (at shutdown).
+func (a *Analyzer) Close(now time.Time, drain bool) []StepResult {
+	ns := now.UnixNano()
+	a.results = a.results[:0]
+	delay := int64(a.cfg.AnalysisDelay)
+	var steps []int64
+	for _, j := range a.jobs {
+		if len(j.open) == 0 {
+			continue
+		}
+		steps = steps[:0]
+		for s := range j.open {
+			steps = append(steps, s)
+		}
+		slices.Sort(steps)
+		for i, s := range steps {
+			sd := j.open[s]
+			due := sd.pending == 0 && ns-sd.lastActivity >= delay
+			forced := !due && (drain || len(steps)-i > a.cfg.MaxOpenSteps ||
+				a.heldOps > a.cfg.MaxStepOps)
+			if !due && !forced {
+				break
+			}
+			a.analyze(j, sd, forced)
+		}
+	}
+	return a.results
+}
+
+func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
+	delete(j.open, sd.step)
+	if sd.step > j.analyzed {
+		j.analyzed = sd.step
+	}
+	a.heldOps -= len(sd.ops)
+	a.stats.StepsAnalyzed++
+	if forced {
+		a.stats.StepsForced++
+	}
+	if len(sd.ops) > 0 {
+		res := a.model.run(a, j, sd)
+		res.Forced = forced
+		a.results = append(a.results, res)
+	}
+	for i := range sd.colls {
+		sd.colls[i].missing = nil
+	}
+	if len(a.freeStep) < 4 && cap(sd.ops) <= 1<<18 {
+		a.freeStep = append(a.freeStep, sd)
+	}
+}
+
+// Flag returns the current verdict of a rank of a job (ok false when it is not flagged).
+func (a *Analyzer) Flag(job string, rank int) (RankFlag, bool) {
+	j := a.jobs[job]
+	if j == nil {
+		return RankFlag{}, false
+	}
+	t := j.ranks[int32(rank)]
+	if t == nil || !t.flagged {
+		return RankFlag{}, false
+	}
+	return t.flag(int32(rank)), true
+}
+
+// HasFlags reports whether any rank of the job is flagged.
+func (a *Analyzer) HasFlags(job string) bool {
+	j := a.jobs[job]
+	if j == nil {
+		return false
+	}
+	for _, t := range j.ranks {
+		if t.flagged {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,102 @@
+package diagnosis
+
+import "github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+
+// maxCausePeers bounds the peers whose phases are read for one cause.
+const maxCausePeers = 15
+
+// ownWork is how much of a rank's own work (its gaps) in the step lay inside each kind of
+// phase span, on its own clock: the spans of this step and the previous one (a slow
+// optimizer.step ends one step and delays the start of the next).
+type ownWork struct {
+	fetch, compute float64
+	ok             bool
+}
+
+func overlap(a0, a1, b0, b1 int64) int64 {
+	lo, hi := max(a0, b0), min(a1, b1)
+	return max(0, hi-lo)
+}
+
+func (m *model) ownWork(a *Analyzer, j *jobState, sd *stepData, ri int32) ownWork {
+	rank := m.rankOf[ri]
+	entries := [2]*phaseEntry{
+		a.phases.get(j.name, sd.step, rank),
+		a.phases.get(j.name, sd.step-1, rank),
+	}
+	var w ownWork
+	var fetch, compute int64
+	for _, e := range entries {
+		if e == nil {
+			continue
+		}
+		w.ok = true
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			g0, g1 := m.refOwn[p], sd.ops[m.order[p]].start
+			if g1 <= g0 {
+				continue
+			}
+			for _, kind := range [...]PhaseKind{PhaseFetch, PhaseForward, PhaseBackward,
+				PhaseOptimizer} {
+				iv, ok := e.get(kind)
+				if !ok {
+					continue
+				}
+				o := overlap(g0, g1, iv.start, iv.end)
+				if kind == PhaseFetch {
+					fetch += o
+				} else {
+					compute += o
+				}
+			}
+		}
+	}
+	w.fetch, w.compute = float64(fetch)/1e9, float64(compute)/1e9
+	return w
+}
+
+// cause says what the rank's excess own work was: data when its time inside
+// dataloader.fetch exceeds its peers' median by cause_min_fraction of its excess, compute
+// when its time inside forward, backward and optimizer.step does; else unknown.
+func (m *model) cause(a *Analyzer, j *jobState, sd *stepData, ri int32) string {
+	own := m.ownWork(a, j, sd, ri)
+	if !own.ok {
+		return semconv.CauseUnknown
+	}
+	var peers []int32
+	peers = sample(m.classes[m.classOf[ri]], ri, peers)
+	if len(peers) > maxCausePeers {
+		stride := (len(peers) + maxCausePeers - 1) / maxCausePeers
+		kept := peers[:0]
+		for i := 0; i < len(peers); i += stride {
+			kept = append(kept, peers[i])
+		}
+		peers = kept
+	}
+	var fetches, computes []float64
+	for _, pi := range peers {
+		w := m.ownWork(a, j, sd, pi)
+		if w.ok {
+			fetches = append(fetches, w.fetch)
+			computes = append(computes, w.compute)
+		}
+	}
+	var data, compute float64
+	if len(fetches) > 0 {
+		data = own.fetch - median(fetches)
+		compute = own.compute - median(computes)
+	} else {
+		// No peers (a role of its own): its excess is over its own history, and the phases
+		// it lay in say what it was.
+		data, compute = own.fetch, own.compute
+	}
+	need := a.cfg.CauseMinFraction * m.excess[ri]
+	switch {
+	case data >= need && data >= compute:
+		return semconv.CauseData
+	case compute >= need:
+		return semconv.CauseCompute
+	default:
+		return semconv.CauseUnknown
+	}
+}

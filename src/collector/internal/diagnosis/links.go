@@ -1,0 +1,439 @@
+package diagnosis
+
+import (
+	"math"
+	"sort"
+)
+
+// minBaselineSamples is how many transfers a group's baseline needs before it is a
+// reference.
+const minBaselineSamples = 5
+
+// minClassSamples is how many steps a class baseline needs before it is a reference.
+const minClassSamples = 3
+
+// baselineAlpha is the EWMA weight of a new transfer sample.
+const baselineAlpha = 0.1
+
+// healthyFactor: a transfer at most this many times its reference is healthy evidence.
+const healthyFactor = 1.5
+
+// maxBaselinesPerJob bounds a job's transfer baselines; past it they start over.
+const maxBaselinesPerJob = 4096
+
+// maxAmbiguous is how many equally good suspects of one kind may be named for one set of
+// slow groups; more than that and the groups cannot tell them apart, so none is named.
+const maxAmbiguous = 2
+
+// maxCover bounds the suspects located in one step (independent slow links).
+const maxCover = 4
+
+// groupKey is a process group's collectives of one shape.
+type groupKey struct {
+	pg    string
+	op    string
+	bytes int64
+}
+
+// classKey is a shape of collective across groups: the same operation, size and group
+// size over as many hosts and switches (an intra-switch group is not compared with one
+// that crosses the spine).
+type classKey struct {
+	op       string
+	bytes    int64
+	pgSize   int32
+	hosts    int32
+	switches int32
+	p2p      bool
+}
+
+type groupClass struct {
+	key     classKey
+	members int32
+}
+
+type linkScratch struct {
+	refT    []float64
+	slow    []bool
+	healthy []bool
+	classOf []classKey
+	hasRef  []bool
+	// per group (pg id)
+	groupSlow, groupHealthy, groupSeen []bool
+	groupColl                          []int32 // a collective of the group in the step
+	elements                           map[string]int32
+	elemName                           []Suspect
+	elemSlow, elemHealthy              []int32
+	elemMark                           []int32
+	elemGroups                         [][]int32
+	covered                            []bool
+	byClass                            map[classKey][]float64
+	byClassGroups                      map[classKey]map[int32]struct{}
+}
+
+// classOfGroup returns the class of the group a complete collective belongs to, from its
+// members' topology (cached per group while its membership size holds).
+func (m *model) classOfGroup(j *jobState, sd *stepData, c int) classKey {
+	rec := &sd.colls[c]
+	if gc, ok := j.groupClasses[rec.pg]; ok && gc.members == rec.n &&
+		gc.key.op == rec.op && gc.key.bytes == rec.bytes {
+		return gc.key
+	}
+	hosts := make(map[string]struct{})
+	switches := make(map[string]struct{})
+	for i := rec.first; i < rec.first+rec.n; i++ {
+		t := j.topology[sd.ops[i].rank]
+		hosts[t.Host] = struct{}{}
+		switches[t.Switch] = struct{}{}
+	}
+	key := classKey{op: rec.op, bytes: rec.bytes, pgSize: rec.pgSize,
+		hosts: int32(len(hosts)), switches: int32(len(switches)), p2p: rec.p2p}
+	if len(j.groupClasses) < maxBaselinesPerJob {
+		j.groupClasses[rec.pg] = groupClass{key: key, members: rec.n}
+	}
+	return key
+}
+
+func complete(rec *collRec) bool {
+	return rec.missingRanks == 0 && rec.n >= rec.pgSize
+}
+
+// transfers classifies each complete collective's transfer as slow, healthy or neither
+// against its reference: the lowest of its group's history, its class's history, and the
+// median of its class in this step (with three or more groups in the class).
+func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
+	l := &m.links
+	n := len(sd.colls)
+	l.refT = grow(l.refT, n)
+	l.slow = grow(l.slow, n)
+	l.healthy = grow(l.healthy, n)
+	l.hasRef = grow(l.hasRef, n)
+	l.classOf = grow(l.classOf, n)
+	clear(l.slow)
+	clear(l.healthy)
+	clear(l.hasRef)
+	if l.byClass == nil {
+		l.byClass = make(map[classKey][]float64)
+		l.byClassGroups = make(map[classKey]map[int32]struct{})
+	}
+	for k, v := range l.byClass {
+		l.byClass[k] = v[:0]
+	}
+	for _, g := range l.byClassGroups {
+		clear(g)
+	}
+	for c := range sd.colls {
+		rec := &sd.colls[c]
+		if !complete(rec) {
+			continue
+		}
+		key := m.classOfGroup(j, sd, c)
+		l.classOf[c] = key
+		l.byClass[key] = append(l.byClass[key], m.transfer[c])
+		groups := l.byClassGroups[key]
+		if groups == nil {
+			groups = make(map[int32]struct{})
+			l.byClassGroups[key] = groups
+		}
+		groups[m.pgID[c]] = struct{}{}
+	}
+	// The class reference is its lower quartile, not its median: one slow node spreads
+	// over as many groups of a class as it has ranks (half of them in a small job).
+	classMedian := make(map[classKey]float64)
+	for key, vals := range l.byClass {
+		if len(l.byClassGroups[key]) >= 3 {
+			classMedian[key] = lowerQuartile(vals)
+		}
+	}
+	minExcess := a.cfg.MinTransferExcess.Seconds()
+	for c := range sd.colls {
+		rec := &sd.colls[c]
+		if !complete(rec) {
+			continue
+		}
+		ref := math.Inf(1)
+		if b := j.groupBaselines[groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}]; b != nil &&
+			b.samples >= minBaselineSamples {
+			ref = b.mean
+		}
+		key := l.classOf[c]
+		fromPeers := false
+		if med, ok := classMedian[key]; ok {
+			ref = min(ref, med)
+			fromPeers = true
+		}
+		if b := j.classBaselines[key]; b != nil && b.samples >= minClassSamples {
+			ref = min(ref, b.mean)
+			fromPeers = true
+		}
+		if math.IsInf(ref, 1) {
+			continue
+		}
+		t := m.transfer[c]
+		l.refT[c] = ref
+		l.hasRef[c] = true
+		excess := t - ref
+		switch {
+		case t >= a.cfg.NetworkFactor*ref && excess >= minExcess:
+			l.slow[c] = true
+		case fromPeers && (t <= healthyFactor*ref || excess < minExcess):
+			// Only a comparison with other groups says healthy: a group's own history
+			// may have been learned while its link was already slow.
+			l.healthy[c] = true
+		}
+	}
+	// Learn after judging, and not from slow transfers: a link that stays slow must keep
+	// reading as slow.
+	for c := range sd.colls {
+		rec := &sd.colls[c]
+		if !complete(rec) || l.slow[c] {
+			continue
+		}
+		gk := groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}
+		b := j.groupBaselines[gk]
+		if b == nil {
+			if len(j.groupBaselines) >= maxBaselinesPerJob {
+				clear(j.groupBaselines)
+			}
+			b = &ewma{}
+			j.groupBaselines[gk] = b
+		}
+		b.add(m.transfer[c], baselineAlpha)
+	}
+	for key, med := range classMedian {
+		b := j.classBaselines[key]
+		if b == nil {
+			if len(j.classBaselines) >= maxBaselinesPerJob {
+				clear(j.classBaselines)
+			}
+			b = &ewma{}
+			j.classBaselines[key] = b
+		}
+		// The class median is robust to one slow group; it still should not learn a
+		// step where most of the class was slow.
+		if b.samples < minClassSamples || med <= a.cfg.NetworkFactor*b.mean {
+			b.add(med, baselineAlpha)
+		}
+	}
+}
+
+// lowerQuartile sorts vals in place.
+func lowerQuartile(vals []float64) float64 {
+	sort.Float64s(vals)
+	return vals[(len(vals)-1)/4]
+}
+
+// Slowdown returns a collective's transfer over its reference as known from the job's
+// history (0 when there is none yet): what is written on the span at release, before its
+// step is analyzed.
+func (a *Analyzer) Slowdown(job, pg, op string, bytes int64, members int, transfer float64) float64 {
+	j := a.jobs[job]
+	if j == nil {
+		return 0
+	}
+	ref := math.Inf(1)
+	if b := j.groupBaselines[groupKey{pg: pg, op: op, bytes: bytes}]; b != nil &&
+		b.samples >= minBaselineSamples {
+		ref = b.mean
+	}
+	if gc, ok := j.groupClasses[pg]; ok && gc.members == int32(members) && gc.key.op == op &&
+		gc.key.bytes == bytes {
+		if b := j.classBaselines[gc.key]; b != nil && b.samples >= minClassSamples {
+			ref = min(ref, b.mean)
+		}
+	}
+	if math.IsInf(ref, 1) || ref <= 0 {
+		return 0
+	}
+	return transfer / ref
+}
+
+// element kinds in the order a tie between them is broken (the most specific first).
+func (m *model) element(name Suspect) int32 {
+	l := &m.links
+	id := name.ID()
+	e, ok := l.elements[id]
+	if !ok {
+		e = int32(len(l.elemName))
+		l.elements[id] = e
+		l.elemName = append(l.elemName, name)
+		l.elemSlow = append(l.elemSlow, 0)
+		l.elemHealthy = append(l.elemHealthy, 0)
+		l.elemMark = append(l.elemMark, -1)
+		l.elemGroups = append(l.elemGroups, nil)
+	}
+	return e
+}
+
+// locate names the links that explain the slow groups of the step: the elements (a host's
+// NIC, a host, a switch's uplink, a switch) contained in slow groups and in no healthy
+// group, the most specific first, greedily until every slow group is explained. It
+// returns each suspect with the collectives it explains.
+func (m *model) locate(j *jobState, sd *stepData) []located {
+	l := &m.links
+	nGroups := len(m.pgIDs)
+	l.groupSlow = grow(l.groupSlow, nGroups)
+	l.groupHealthy = grow(l.groupHealthy, nGroups)
+	l.groupSeen = grow(l.groupSeen, nGroups)
+	l.groupColl = grow(l.groupColl, nGroups)
+	clear(l.groupSlow)
+	clear(l.groupSeen)
+	for g := range nGroups {
+		l.groupHealthy[g] = true
+	}
+	anySlow := false
+	for c := range sd.colls {
+		if !l.hasRef[c] {
+			continue
+		}
+		g := m.pgID[c]
+		l.groupSeen[g] = true
+		l.groupColl[g] = int32(c)
+		if l.slow[c] {
+			l.groupSlow[g] = true
+			anySlow = true
+		}
+		if !l.healthy[c] {
+			l.groupHealthy[g] = false
+		}
+	}
+	if !anySlow {
+		return nil
+	}
+	if l.elements == nil {
+		l.elements = make(map[string]int32)
+	}
+	clear(l.elements)
+	l.elemName = l.elemName[:0]
+	l.elemSlow = l.elemSlow[:0]
+	l.elemHealthy = l.elemHealthy[:0]
+	l.elemMark = l.elemMark[:0]
+	for i := range l.elemGroups {
+		l.elemGroups[i] = l.elemGroups[i][:0]
+	}
+	l.elemGroups = l.elemGroups[:0]
+	var slowGroups []int32
+	for g := range nGroups {
+		slow, healthy := l.groupSlow[g], l.groupSeen[g] && l.groupHealthy[g] && !l.groupSlow[g]
+		if !slow && !healthy {
+			continue
+		}
+		if slow {
+			slowGroups = append(slowGroups, int32(g))
+		}
+		rec := &sd.colls[l.groupColl[g]]
+		switches := make(map[string]struct{})
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			if t := j.topology[sd.ops[i].rank]; knownName(t.Switch) {
+				switches[t.Switch] = struct{}{}
+			}
+		}
+		mark := func(s Suspect) {
+			e := m.element(s)
+			if l.elemMark[e] == int32(g) {
+				return
+			}
+			l.elemMark[e] = int32(g)
+			if slow {
+				l.elemSlow[e]++
+				l.elemGroups[e] = append(l.elemGroups[e], int32(g))
+			} else {
+				l.elemHealthy[e]++
+			}
+		}
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			t := j.topology[sd.ops[i].rank]
+			if !knownName(t.Host) {
+				continue
+			}
+			if knownName(t.NIC) {
+				mark(Suspect{Kind: SuspectNIC, Name: t.NIC, Host: t.Host})
+			}
+			mark(Suspect{Kind: SuspectHost, Name: t.Host})
+		}
+		for s := range switches {
+			if len(switches) > 1 {
+				mark(Suspect{Kind: SuspectUplink, Name: s})
+			}
+			mark(Suspect{Kind: SuspectSwitch, Name: s})
+		}
+	}
+	l.covered = grow(l.covered, nGroups)
+	clear(l.covered)
+	remaining := len(slowGroups)
+	var out []located
+	for round := 0; round < maxCover && remaining > 0; round++ {
+		best, bestKind := 0, SuspectKind(255)
+		var tied []int32
+		for e := range l.elemName {
+			if l.elemHealthy[e] > 0 || l.elemSlow[e] == 0 {
+				continue
+			}
+			cover := 0
+			for _, g := range l.elemGroups[e] {
+				if !l.covered[g] {
+					cover++
+				}
+			}
+			kind := l.elemName[e].Kind
+			switch {
+			case cover == 0:
+			case cover > best || (cover == best && kind < bestKind):
+				best, bestKind = cover, kind
+				tied = append(tied[:0], int32(e))
+			case cover == best && kind == bestKind:
+				tied = append(tied, int32(e))
+			}
+		}
+		if best == 0 {
+			break
+		}
+		// A NIC and its host explain the same groups; when every NIC of the host is
+		// implicated the host is the better name (NIC and host tie: the NIC wins above).
+		if len(tied) > maxAmbiguous {
+			break
+		}
+		for _, e := range tied {
+			loc := located{suspect: l.elemName[e]}
+			for _, g := range l.elemGroups[e] {
+				if !l.covered[g] {
+					loc.groups = append(loc.groups, g)
+				}
+			}
+			out = append(out, loc)
+		}
+		for _, e := range tied {
+			for _, g := range l.elemGroups[e] {
+				if !l.covered[g] {
+					l.covered[g] = true
+					remaining--
+				}
+			}
+		}
+	}
+	for i := range out {
+		for c := range sd.colls {
+			if l.slow[c] && containsInt32(out[i].groups, m.pgID[c]) {
+				out[i].colls = append(out[i].colls, int32(c))
+			}
+		}
+	}
+	sort.Slice(out, func(x, y int) bool { return out[x].suspect.ID() < out[y].suspect.ID() })
+	return out
+}
+
+// located is a suspect with the slow groups and collectives it explains.
+type located struct {
+	suspect Suspect
+	groups  []int32
+	colls   []int32
+}
+
+func containsInt32(list []int32, v int32) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,406 @@
+package diagnosis
+
+import (
+	"math"
+	"slices"
+)
+
+// model is the scratch space of one step's analysis, reused from step to step. Positions
+// index the step's member spans sorted by (rank, start on the rank's clock): each rank's
+// spans are one contiguous run, positions rankStart[r] .. rankStart[r+1]-1.
+type model struct {
+	// ranks
+	rankIdx   map[int32]int32
+	rankOf    []int32
+	rankStart []int32
+	entry     []float64 // virtual time the rank became free at the start of the step
+	lastEnd   []int32   // position of the rank's span that ended last
+	excess    []float64 // summed positive excess of the rank's gaps over its peers'
+	classOf   []int32
+	classes   [][]int32 // rank indexes per class of ranks with the same sequence of spans
+
+	// positions
+	order  []int32   // op index at each position
+	posOf  []int32   // position of each op index
+	coll   []int32   // collective index of each position
+	gap    []float64 // own work before the launch, seconds
+	refOwn []int64   // the rank's clock when it became free before the launch
+	depEnd []int32   // position of the span whose end the launch waited for, or -1
+	prevPG []int32   // position of the rank's previous span in the same group, or -1
+	netDur []float64 // duration after the group's previous span ended, seconds
+	refGap []float64 // the peers' median gap at the same position of the step
+
+	// collectives
+	opColl   []int32
+	pgID     []int32
+	transfer []float64
+	pgIDs    map[string]int32
+
+	// simulation
+	launch, net, end []float64
+	done, netSet     []bool
+	cursor, waitNext []int32
+	blockedOn        []int32
+	known            []int32
+	maxNet, collEnd  []float64
+	collDone         []bool
+	waitHead         []int32
+	queue            []int32
+	breaks           int
+	actualEnd        []float64
+
+	// what-if buffers
+	idealGap, variantGap []float64
+	idealT, variantT     []float64
+
+	classIdx map[uint64]int32
+	vals     []float64
+	links    linkScratch
+}
+
+// grow returns s with length n, reusing its capacity.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+func (m *model) reset(sd *stepData) {
+	nOps, nColls := len(sd.ops), len(sd.colls)
+	if m.rankIdx == nil {
+		m.rankIdx = make(map[int32]int32)
+		m.pgIDs = make(map[string]int32)
+		m.classIdx = make(map[uint64]int32)
+	}
+	clear(m.rankIdx)
+	clear(m.pgIDs)
+	m.rankOf = m.rankOf[:0]
+	m.opColl = grow(m.opColl, nOps)
+	m.pgID = grow(m.pgID, nColls)
+	m.transfer = grow(m.transfer, nColls)
+	for c := range sd.colls {
+		rec := &sd.colls[c]
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			m.opColl[i] = int32(c)
+		}
+		id, ok := m.pgIDs[rec.pg]
+		if !ok {
+			id = int32(len(m.pgIDs))
+			m.pgIDs[rec.pg] = id
+		}
+		m.pgID[c] = id
+	}
+	for i := range sd.ops {
+		r := sd.ops[i].rank
+		if _, ok := m.rankIdx[r]; !ok {
+			m.rankIdx[r] = int32(len(m.rankOf))
+			m.rankOf = append(m.rankOf, r)
+		}
+	}
+	nRanks := len(m.rankOf)
+	m.rankStart = grow(m.rankStart, nRanks+1)
+	clear(m.rankStart)
+	for i := range sd.ops {
+		m.rankStart[m.rankIdx[sd.ops[i].rank]+1]++
+	}
+	for r := 1; r <= nRanks; r++ {
+		m.rankStart[r] += m.rankStart[r-1]
+	}
+	m.order = grow(m.order, nOps)
+	m.cursor = grow(m.cursor, nRanks)
+	copy(m.cursor, m.rankStart[:nRanks])
+	for i := range sd.ops {
+		ri := m.rankIdx[sd.ops[i].rank]
+		m.order[m.cursor[ri]] = int32(i)
+		m.cursor[ri]++
+	}
+	for ri := range nRanks {
+		run := m.order[m.rankStart[ri]:m.rankStart[ri+1]]
+		slices.SortFunc(run, func(x, y int32) int {
+			ox, oy := &sd.ops[x], &sd.ops[y]
+			switch {
+			case ox.start != oy.start:
+				return cmpInt64(ox.start, oy.start)
+			case ox.end != oy.end:
+				return cmpInt64(ox.end, oy.end)
+			default:
+				return int(x - y)
+			}
+		})
+	}
+	m.posOf = grow(m.posOf, nOps)
+	m.coll = grow(m.coll, nOps)
+	for p, i := range m.order {
+		m.posOf[i] = int32(p)
+		m.coll[p] = m.opColl[i]
+	}
+	m.gap = grow(m.gap, nOps)
+	m.refOwn = grow(m.refOwn, nOps)
+	m.depEnd = grow(m.depEnd, nOps)
+	m.prevPG = grow(m.prevPG, nOps)
+	m.netDur = grow(m.netDur, nOps)
+	m.refGap = grow(m.refGap, nOps)
+	m.entry = grow(m.entry, nRanks)
+	m.lastEnd = grow(m.lastEnd, nRanks)
+	m.excess = grow(m.excess, nRanks)
+	m.classOf = grow(m.classOf, nRanks)
+}
+
+func cmpInt64(x, y int64) int {
+	if x < y {
+		return -1
+	}
+	if x > y {
+		return 1
+	}
+	return 0
+}
+
+// timeline computes each span's gap, dependencies and transfer, and each rank's entry.
+func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
+	var outstanding []int32
+	type pgLast struct{ pg, pos int32 }
+	var lastInPG []pgLast
+	for ri := range m.rankOf {
+		rank := m.rankOf[ri]
+		first, stop := m.rankStart[ri], m.rankStart[ri+1]
+		start0 := sd.ops[m.order[first]].start
+		ref := start0
+		m.entry[ri] = 0
+		if c, ok := j.carry[rank]; ok && c.step == sd.step-1 && c.lastEnd <= start0 {
+			ref, m.entry[ri] = c.lastEnd, c.exit
+		} else if ph := a.phases.get(j.name, sd.step, rank); ph != nil {
+			if iv, ok := ph.get(PhaseStep); ok && iv.start <= start0 {
+				ref = iv.start
+			}
+		}
+		outstanding = outstanding[:0]
+		lastInPG = lastInPG[:0]
+		doneMaxEnd, doneMaxPos := int64(math.MinInt64), int32(-1)
+		lastEndPos := first
+		for p := first; p < stop; p++ {
+			op := &sd.ops[m.order[p]]
+			m.depEnd[p] = -1
+			if p > first {
+				// Spans that ended before this launch: the rank may have waited for the
+				// latest of them.
+				kept := outstanding[:0]
+				for _, q := range outstanding {
+					if qe := sd.ops[m.order[q]].end; qe <= op.start {
+						if qe > doneMaxEnd {
+							doneMaxEnd, doneMaxPos = qe, q
+						}
+					} else {
+						kept = append(kept, q)
+					}
+				}
+				outstanding = kept
+				ref = sd.ops[m.order[p-1]].start
+				if doneMaxPos >= 0 && doneMaxEnd > ref {
+					ref = doneMaxEnd
+					m.depEnd[p] = doneMaxPos
+				}
+			}
+			outstanding = append(outstanding, p)
+			m.refOwn[p] = ref
+			m.gap[p] = float64(max(0, op.start-ref)) / 1e9
+
+			pg := m.pgID[m.coll[p]]
+			m.prevPG[p] = -1
+			netStart := op.start
+			found := false
+			for k := range lastInPG {
+				if lastInPG[k].pg == pg {
+					q := lastInPG[k].pos
+					m.prevPG[p] = q
+					netStart = max(netStart, sd.ops[m.order[q]].end)
+					lastInPG[k].pos = p
+					found = true
+					break
+				}
+			}
+			if !found {
+				lastInPG = append(lastInPG, pgLast{pg: pg, pos: p})
+			}
+			m.netDur[p] = float64(max(0, op.end-netStart)) / 1e9
+			if op.end > sd.ops[m.order[lastEndPos]].end {
+				lastEndPos = p
+			}
+		}
+		m.lastEnd[ri] = lastEndPos
+	}
+	for c := range sd.colls {
+		rec := &sd.colls[c]
+		t := math.Inf(1)
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			p := m.posOf[i]
+			if rec.p2p && sd.ops[i].role == RoleSend {
+				t = m.netDur[p]
+				break
+			}
+			t = min(t, m.netDur[p])
+		}
+		if math.IsInf(t, 1) {
+			t = 0
+		}
+		m.transfer[c] = t
+	}
+}
+
+// simulate replays the step from gaps and transfers and returns the latest rank's exit
+// (the end of its span that ended last) on the virtual timeline. The ends are in m.end.
+func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
+	nPos, nColls, nRanks := len(m.order), len(sd.colls), len(m.rankOf)
+	m.launch = grow(m.launch, nPos)
+	m.net = grow(m.net, nPos)
+	m.end = grow(m.end, nPos)
+	m.done = grow(m.done, nPos)
+	m.netSet = grow(m.netSet, nPos)
+	clear(m.done)
+	clear(m.netSet)
+	m.known = grow(m.known, nColls)
+	m.maxNet = grow(m.maxNet, nColls)
+	m.collEnd = grow(m.collEnd, nColls)
+	m.collDone = grow(m.collDone, nColls)
+	m.waitHead = grow(m.waitHead, nColls)
+	clear(m.known)
+	clear(m.collDone)
+	for c := range nColls {
+		m.maxNet[c] = math.Inf(-1)
+		m.waitHead[c] = -1
+	}
+	m.waitNext = grow(m.waitNext, nRanks)
+	m.blockedOn = grow(m.blockedOn, nRanks)
+	m.cursor = grow(m.cursor, nRanks)
+	copy(m.cursor, m.rankStart[:nRanks])
+	m.queue = m.queue[:0]
+	for ri := range nRanks {
+		m.queue = append(m.queue, int32(ri))
+	}
+	finished := 0
+	for finished < nRanks {
+		for len(m.queue) > 0 {
+			ri := m.queue[len(m.queue)-1]
+			m.queue = m.queue[:len(m.queue)-1]
+			if m.advance(sd, ri, gaps, transfer) {
+				finished++
+			}
+		}
+		if finished == nRanks {
+			break
+		}
+		// Every unfinished rank waits for a collective that cannot complete in this order
+		// (spans whose order is inconsistent across ranks): release the one the first
+		// waiting rank needs with the members known so far.
+		m.breaks++
+		for ri := range nRanks {
+			if m.cursor[ri] < m.rankStart[ri+1] {
+				m.resolve(sd, m.blockedOn[ri], transfer)
+				break
+			}
+		}
+	}
+	exit := math.Inf(-1)
+	for ri := range nRanks {
+		exit = max(exit, m.end[m.lastEnd[ri]])
+	}
+	return exit
+}
+
+// advance moves rank ri through its spans until one waits for an unresolved end; it
+// reports whether the rank finished.
+func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
+	first, stop := m.rankStart[ri], m.rankStart[ri+1]
+	for p := m.cursor[ri]; p < stop; p++ {
+		d, q := m.depEnd[p], m.prevPG[p]
+		if d >= 0 && !m.done[d] {
+			m.block(ri, p, m.coll[d])
+			return false
+		}
+		if q >= 0 && !m.done[q] {
+			m.block(ri, p, m.coll[q])
+			return false
+		}
+		base := m.entry[ri]
+		if p > first {
+			base = m.launch[p-1]
+		}
+		if d >= 0 && m.end[d] > base {
+			base = m.end[d]
+		}
+		m.launch[p] = base + gaps[p]
+		n := m.launch[p]
+		if q >= 0 && m.end[q] > n {
+			n = m.end[q]
+		}
+		m.net[p] = n
+		m.netSet[p] = true
+		c := m.coll[p]
+		rec := &sd.colls[c]
+		if m.collDone[c] {
+			// Released early (see simulate); a member arriving after that ends after it.
+			m.end[p] = max(m.collEnd[c], n+transfer[c])
+			m.done[p] = true
+			continue
+		}
+		if rec.p2p && sd.ops[m.order[p]].role == RoleSend {
+			// A send does not wait for its receiver.
+			m.end[p] = n + transfer[c]
+			m.done[p] = true
+			m.wake(c)
+		}
+		m.known[c]++
+		if n > m.maxNet[c] {
+			m.maxNet[c] = n
+		}
+		if m.known[c] == rec.n {
+			m.resolve(sd, c, transfer)
+		}
+	}
+	m.cursor[ri] = stop
+	return true
+}
+
+func (m *model) block(ri, p, c int32) {
+	m.cursor[ri] = p
+	m.blockedOn[ri] = c
+	m.waitNext[ri] = m.waitHead[c]
+	m.waitHead[c] = ri
+}
+
+func (m *model) wake(c int32) {
+	for ri := m.waitHead[c]; ri >= 0; ri = m.waitNext[ri] {
+		m.queue = append(m.queue, ri)
+	}
+	m.waitHead[c] = -1
+}
+
+// resolve ends collective c for every member whose arrival is known.
+func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
+	rec := &sd.colls[c]
+	m.collDone[c] = true
+	m.collEnd[c] = m.maxNet[c] + transfer[c]
+	sendEnd := math.Inf(-1)
+	if rec.p2p {
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			if p := m.posOf[i]; sd.ops[i].role == RoleSend && m.done[p] {
+				sendEnd = m.end[p]
+			}
+		}
+	}
+	for i := rec.first; i < rec.first+rec.n; i++ {
+		p := m.posOf[i]
+		if m.done[p] || !m.netSet[p] {
+			continue
+		}
+		switch {
+		case rec.p2p && sd.ops[i].role == RoleRecv && !math.IsInf(sendEnd, -1):
+			m.end[p] = max(m.net[p], sendEnd)
+		default:
+			m.end[p] = m.collEnd[c]
+		}
+		m.done[p] = true
+	}
+	m.wake(c)
+}

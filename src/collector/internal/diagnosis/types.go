@@ -1,0 +1,210 @@
+// Package diagnosis finds the root cause of each training step's delay: the ranks whose own
+// work (data loading, compute) or whose link made the step late, the slow links located by
+// set logic over process groups, and what each of them cost (what-if). It is pure: the join
+// engine feeds it released collectives and phase spans, the clock is the caller's.
+//
+//	released collective ──ObserveCollective──▶ open step (job, step) ─┐
+//	phase span ──ObservePhase──▶ phase cache[(job, step, rank)]       │ no collective of the
+//	                                                                  │ step pending, and
+//	                                                                  ▼ analysis_delay passed
+//	                                      Close ──▶ step model ──▶ root causes, suspects, costs
+//	                                                                  │
+//	                                       flags (K of W steps, hysteresis) ◀─┘ ──▶ StepResult
+//
+// The step model. Each rank's spans in a step are ordered on its own clock; the time between
+// a rank becoming free (the end of the span it waited for, or the launch of its previous
+// asynchronous one) and its next launch is its own work, a "gap" measured on one clock. A
+// collective ends at max(arrival) + transfer on every member, so replaying the step from the
+// gaps and transfers reproduces it on a virtual timeline that no host clock enters. Replaying
+// it again with one rank's gaps at its peers' medians, or one link's transfers at their
+// reference, says what that rank or link cost the step. A rank that only waited for another
+// in one group and so arrived late to the next has ordinary gaps: it costs nothing and is
+// never blamed.
+package diagnosis
+
+import "github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+
+// Topology is where a rank runs.
+type Topology struct {
+	Host   string
+	Switch string
+	NIC    string
+}
+
+// Role says what a member's span was in its collective.
+type Role uint8
+
+const (
+	// RoleCollective: a member of a collective (all members end together).
+	RoleCollective Role = iota
+	// RoleSend: the sending side of a point-to-point message (it does not wait for the
+	// receiver).
+	RoleSend
+	// RoleRecv: the receiving side of a point-to-point message (it ends when the message
+	// has arrived).
+	RoleRecv
+)
+
+// Span is one rank's span of one released collective.
+type Span struct {
+	Rank int
+	Topology
+	StartUnixNano int64
+	EndUnixNano   int64
+	Async         bool
+	Role          Role
+}
+
+// Collective describes a released collective to ObserveCollective.
+type Collective struct {
+	Job    string
+	PG     string
+	Seq    int64
+	Step   int64
+	Op     string
+	Bytes  int64
+	PGSize int
+	// P2P marks a point-to-point message (a send and its recv).
+	P2P bool
+	// Missing names the members that never arrived (empty when complete).
+	Missing []int
+	// MissingRanks counts them (Missing may name fewer).
+	MissingRanks int
+}
+
+// PhaseKind is a phase span the analysis uses for causes.
+type PhaseKind uint8
+
+const (
+	// PhaseStep is train.step: the rank's iteration.
+	PhaseStep PhaseKind = iota
+	// PhaseFetch is dataloader.fetch.
+	PhaseFetch
+	// PhaseForward is forward.
+	PhaseForward
+	// PhaseBackward is backward.
+	PhaseBackward
+	// PhaseOptimizer is optimizer.step.
+	PhaseOptimizer
+	// NumPhaseKinds counts the kinds.
+	NumPhaseKinds
+)
+
+// SuspectKind says what part of the fabric a suspect is.
+type SuspectKind uint8
+
+const (
+	// SuspectNIC is a NIC of one host (named with its host).
+	SuspectNIC SuspectKind = iota
+	// SuspectHost is a host (its NICs unknown, or all of them implicated; or several
+	// flagged ranks on it).
+	SuspectHost
+	// SuspectUplink is the uplink of a leaf switch: the groups that cross it are slow, the
+	// groups inside it are not.
+	SuspectUplink
+	// SuspectSwitch is a leaf switch: the groups that touch it are slow, or flagged ranks
+	// on two or more of its hosts share it.
+	SuspectSwitch
+)
+
+func (k SuspectKind) String() string {
+	switch k {
+	case SuspectNIC:
+		return "nic"
+	case SuspectHost:
+		return "host"
+	case SuspectUplink:
+		return "uplink"
+	default:
+		return "switch"
+	}
+}
+
+// Suspect names a part of the fabric.
+type Suspect struct {
+	Kind SuspectKind
+	// Name is the NIC, host or switch name.
+	Name string
+	// Host is the NIC's host (only for SuspectNIC).
+	Host string
+}
+
+// ID is the suspect's stable text form: "nic:host/nic", "host:h", "uplink:s", "switch:s".
+// It is also the value of training.straggler.domain.
+func (s Suspect) ID() string {
+	if s.Kind == SuspectNIC {
+		return "nic:" + s.Host + "/" + s.Name
+	}
+	return s.Kind.String() + ":" + s.Name
+}
+
+// RootCause is one contributor to one step's delay.
+type RootCause struct {
+	// Rank is the root-cause rank; -1 for a link.
+	Rank int
+	Topology
+	// Cause is data, compute, network or unknown (for a link: network).
+	Cause string
+	// Cost is how much shorter the step would have been with this contributor at its
+	// reference alone (its gaps at its peers' medians, or the link's transfers at their
+	// reference), in seconds.
+	Cost float64
+	// Suspect is set for a link, and for a rank whose cause is its own link.
+	Suspect *Suspect
+}
+
+// RankFlag is a flagged rank's verdict.
+type RankFlag struct {
+	Rank int
+	Topology
+	Cause string
+	// Cost is the seconds per step it has cost recently (a moving average over the flag
+	// window, counting 0 for steps it was not a root cause).
+	Cost float64
+	// Domain is the suspect's ID the rank belongs to ("" when none).
+	Domain string
+}
+
+// SuspectFlag is a flagged suspect's verdict.
+type SuspectFlag struct {
+	Suspect
+	// Cost is the seconds per step it has cost recently (moving average).
+	Cost float64
+	// Derived marks a suspect named because flagged ranks share it (a switch or host), not
+	// because transfers located it.
+	Derived bool
+}
+
+// StepResult is the analysis of one step of one job.
+type StepResult struct {
+	Job  string
+	Step int64
+	// Duration is the job's step time on the virtual timeline: from the latest rank
+	// becoming free after the previous step to the latest rank finishing its collectives
+	// in this one, in seconds.
+	Duration float64
+	// WhatIf is the duration with this step's root causes at their references.
+	WhatIf float64
+	// Ranks is how many ranks had spans in the step.
+	Ranks int
+	// Collectives is how many collectives the step had; SlowCollectives how many of them
+	// had a slow transfer.
+	Collectives     int
+	SlowCollectives int
+	// RootCauses of this step, most expensive first.
+	RootCauses []RootCause
+	// Flagged ranks and Suspects after this step, with hysteresis.
+	Flagged  []RankFlag
+	Suspects []SuspectFlag
+	// Slowdown is the job's moving average of Duration / WhatIf.
+	Slowdown float64
+	// Forced marks a step analyzed before its delay passed (bounds reached).
+	Forced bool
+	// EndUnixNano is the median over ranks of the end of their last span in the step (each
+	// on its own clock): where the step ended, for placing its summary on a timeline.
+	EndUnixNano int64
+}
+
+func knownName(name string) bool {
+	return name != "" && name != semconv.UnknownTopology
+}

@@ -1,0 +1,228 @@
+package diagnosis
+
+import (
+	"math/bits"
+	"sort"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+// causeMemory is how many of a rank's latest per-step causes vote on its cause.
+const causeMemory = 8
+
+// track is the flag state of one rank of a job.
+type track struct {
+	// hist has bit i set when the rank was a root cause i analyzed steps ago.
+	hist    uint64
+	flagged bool
+	topo    Topology
+	// recent holds its latest per-step causes; the reported cause is the most common
+	// known one, so one step whose phases were missing does not flip it.
+	recent    [causeMemory]string
+	recentPos int
+	cause     string
+	cost      float64
+	suspect   string
+}
+
+func (t *track) vote(cause string) {
+	t.recent[t.recentPos] = cause
+	t.recentPos = (t.recentPos + 1) % causeMemory
+	best, bestCount := semconv.CauseUnknown, 0
+	for i := range causeMemory {
+		// Walk from the most recent so that ties go to it.
+		c := t.recent[(t.recentPos-1-i+causeMemory)%causeMemory]
+		if c == "" || c == semconv.CauseUnknown {
+			continue
+		}
+		n := 0
+		for _, other := range t.recent {
+			if other == c {
+				n++
+			}
+		}
+		if n > bestCount {
+			best, bestCount = c, n
+		}
+	}
+	t.cause = best
+}
+
+func (t *track) flag(rank int32) RankFlag {
+	return RankFlag{Rank: int(rank), Topology: t.topo, Cause: t.cause, Cost: t.cost,
+		Domain: t.suspect}
+}
+
+// suspectTrack is the flag state of one located suspect of a job.
+type suspectTrack struct {
+	suspect Suspect
+	hist    uint64
+	flagged bool
+	cost    float64
+}
+
+// flagRule applies K of W with hysteresis to a history word whose bit 0 is the latest step.
+func flagRule(hist uint64, flagged bool, cfg *Config) bool {
+	clearMask := uint64(1)<<cfg.ClearSteps - 1
+	switch {
+	case !flagged:
+		return hist&1 != 0 && bits.OnesCount64(hist) >= cfg.FlagK
+	default:
+		return hist&clearMask != 0
+	}
+}
+
+// costAlpha is the weight of a step in the flagged costs' moving averages: about the flag
+// window's worth of steps.
+func costAlpha(cfg *Config) float64 { return 2 / float64(cfg.FlagWindow+1) }
+
+// updateFlags pushes one step's root causes into the job's flag state and returns the
+// flagged ranks and suspects after it.
+func updateFlags(cfg *Config, j *jobState, roots []RootCause, located []SuspectCost,
+) ([]RankFlag, []SuspectFlag) {
+	window := uint64(1)<<cfg.FlagWindow - 1
+	alpha := costAlpha(cfg)
+	for _, t := range j.ranks {
+		t.hist = (t.hist << 1) & window
+		t.cost *= 1 - alpha
+	}
+	for _, s := range j.suspects {
+		s.hist = (s.hist << 1) & window
+		s.cost *= 1 - alpha
+	}
+	for _, rc := range roots {
+		if rc.Rank < 0 {
+			continue
+		}
+		t := j.ranks[int32(rc.Rank)]
+		if t == nil {
+			if len(j.ranks) >= maxTrackedRanks {
+				continue
+			}
+			t = &track{}
+			j.ranks[int32(rc.Rank)] = t
+		}
+		t.hist |= 1
+		t.cost += alpha * rc.Cost
+		t.topo = rc.Topology
+		t.vote(rc.Cause)
+		t.suspect = ""
+		if rc.Cause == semconv.CauseNetwork && rc.Suspect != nil {
+			t.suspect = rc.Suspect.ID()
+		}
+	}
+	for _, sc := range located {
+		id := sc.Suspect.ID()
+		s := j.suspects[id]
+		if s == nil {
+			if len(j.suspects) >= maxBaselinesPerJob {
+				continue
+			}
+			s = &suspectTrack{suspect: sc.Suspect}
+			j.suspects[id] = s
+		}
+		s.hist |= 1
+		s.cost += alpha * sc.Cost
+	}
+	var flagged []RankFlag
+	for rank, t := range j.ranks {
+		t.flagged = flagRule(t.hist, t.flagged, cfg)
+		if !t.flagged && t.hist == 0 {
+			delete(j.ranks, rank)
+			continue
+		}
+		if t.flagged {
+			flagged = append(flagged, t.flag(rank))
+		}
+	}
+	var suspects []SuspectFlag
+	for id, s := range j.suspects {
+		s.flagged = flagRule(s.hist, s.flagged, cfg)
+		if !s.flagged && s.hist == 0 {
+			delete(j.suspects, id)
+			continue
+		}
+		if s.flagged {
+			suspects = append(suspects, SuspectFlag{Suspect: s.suspect, Cost: s.cost})
+		}
+	}
+	suspects = append(suspects, derivedSuspects(flagged)...)
+	assignDomains(flagged, suspects)
+	sort.Slice(flagged, func(x, y int) bool { return flagged[x].Rank < flagged[y].Rank })
+	sort.Slice(suspects, func(x, y int) bool { return suspects[x].ID() < suspects[y].ID() })
+	for i := range flagged {
+		if t := j.ranks[int32(flagged[i].Rank)]; t != nil {
+			t.suspect = flagged[i].Domain
+		}
+	}
+	return flagged, suspects
+}
+
+// SuspectCost is a suspect located in one step with what it cost.
+type SuspectCost struct {
+	Suspect
+	Cost float64
+}
+
+// derivedSuspects names what flagged ranks share: a switch when flagged ranks sit on two
+// or more of its hosts, a host when two or more of its ranks are flagged for their own
+// work (ranks flagged for their NIC are explained by it already).
+func derivedSuspects(flagged []RankFlag) []SuspectFlag {
+	switchHosts := make(map[string]map[string]struct{})
+	switchCost := make(map[string]float64)
+	hostRanks := make(map[string]int)
+	hostCost := make(map[string]float64)
+	for _, f := range flagged {
+		if knownName(f.Switch) && knownName(f.Host) {
+			hosts := switchHosts[f.Switch]
+			if hosts == nil {
+				hosts = make(map[string]struct{})
+				switchHosts[f.Switch] = hosts
+			}
+			hosts[f.Host] = struct{}{}
+			switchCost[f.Switch] = max(switchCost[f.Switch], f.Cost)
+		}
+		if knownName(f.Host) && f.Cause != semconv.CauseNetwork {
+			hostRanks[f.Host]++
+			hostCost[f.Host] = max(hostCost[f.Host], f.Cost)
+		}
+	}
+	var out []SuspectFlag
+	for sw, hosts := range switchHosts {
+		if len(hosts) >= 2 {
+			out = append(out, SuspectFlag{Suspect: Suspect{Kind: SuspectSwitch, Name: sw},
+				Cost: switchCost[sw], Derived: true})
+		}
+	}
+	for host, n := range hostRanks {
+		if n >= 2 {
+			out = append(out, SuspectFlag{Suspect: Suspect{Kind: SuspectHost, Name: host},
+				Cost: hostCost[host], Derived: true})
+		}
+	}
+	return out
+}
+
+// assignDomains gives each flagged rank the most telling suspect it belongs to: its own
+// link for a network cause; else a switch its flagged peers share; else its host.
+func assignDomains(flagged []RankFlag, suspects []SuspectFlag) {
+	byID := make(map[string]bool, len(suspects))
+	for _, s := range suspects {
+		byID[s.ID()] = true
+	}
+	for i := range flagged {
+		f := &flagged[i]
+		if f.Cause == semconv.CauseNetwork && f.Domain != "" {
+			continue
+		}
+		f.Domain = ""
+		sw := Suspect{Kind: SuspectSwitch, Name: f.Switch}.ID()
+		host := Suspect{Kind: SuspectHost, Name: f.Host}.ID()
+		switch {
+		case knownName(f.Switch) && byID[sw]:
+			f.Domain = sw
+		case knownName(f.Host) && byID[host]:
+			f.Domain = host
+		}
+	}
+}

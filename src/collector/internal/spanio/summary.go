@@ -1,0 +1,240 @@
+package spanio
+
+import (
+	"crypto/sha256"
+	"strconv"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+// SummaryServiceName is the service.name of the step summaries the Collector writes.
+const SummaryServiceName = "skewtrace-collector"
+
+// StepTraceID is the trace ID every rank derives for (job, step): the first 16 bytes of
+// sha256("skewtrace/trace/<job>/<step>") (src/skewtrace/_ids.py).
+func StepTraceID(job string, step int64) pcommon.TraceID {
+	sum := sha256.Sum256([]byte("skewtrace/trace/" + job + "/" + strconv.FormatInt(step, 10)))
+	var id pcommon.TraceID
+	copy(id[:], sum[:16])
+	return id
+}
+
+// StepRootSpanID is the span ID of the step root span: the first 8 bytes of
+// sha256("skewtrace/root/<job>/<step>"), 1 when that is all zeros.
+func StepRootSpanID(job string, step int64) pcommon.SpanID {
+	return derivedSpanID("skewtrace/root/", job, step)
+}
+
+func derivedSpanID(prefix, job string, step int64) pcommon.SpanID {
+	sum := sha256.Sum256([]byte(prefix + job + "/" + strconv.FormatInt(step, 10)))
+	var id pcommon.SpanID
+	copy(id[:], sum[:8])
+	if id.IsEmpty() {
+		id[7] = 1
+	}
+	return id
+}
+
+// AppendSummary writes a step's analysis as a train.step.summary span in the step's trace
+// (a child of the step root span), under a resource of its own carrying the job id.
+// Events carry the step's root causes and the flags after it.
+func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr(semconv.AttrServiceName, SummaryServiceName)
+	rs.Resource().Attributes().PutStr(semconv.AttrJobID, res.Job)
+	ss := rs.ScopeSpans().AppendEmpty()
+	ss.Scope().SetName("github.com/skewtrace/skewtrace/src/collector/internal/diagnosis")
+	span := ss.Spans().AppendEmpty()
+	span.SetName(semconv.SpanStepSummary)
+	span.SetTraceID(StepTraceID(res.Job, res.Step))
+	span.SetParentSpanID(StepRootSpanID(res.Job, res.Step))
+	span.SetSpanID(derivedSpanID("skewtrace/summary/", res.Job, res.Step))
+	span.SetKind(ptrace.SpanKindInternal)
+	end := pcommon.Timestamp(max(0, res.EndUnixNano))
+	span.SetEndTimestamp(end)
+	span.SetStartTimestamp(end - pcommon.Timestamp(min(float64(end), res.Duration*1e9)))
+	attrs := span.Attributes()
+	attrs.PutInt(semconv.AttrStep, res.Step)
+	attrs.PutDouble(semconv.AttrStepDuration, res.Duration)
+	attrs.PutDouble(semconv.AttrStepWhatIf, res.WhatIf)
+	attrs.PutDouble(semconv.AttrJobSlowdown, res.Slowdown)
+	attrs.PutInt(semconv.AttrStepRanks, int64(res.Ranks))
+	attrs.PutInt(semconv.AttrStepSlowCollective, int64(res.SlowCollectives))
+	for i := range res.RootCauses {
+		rc := &res.RootCauses[i]
+		ev := span.Events().AppendEmpty()
+		ev.SetName(semconv.EventRootCause)
+		ev.SetTimestamp(end)
+		a := ev.Attributes()
+		a.PutStr(semconv.AttrStragglerCause, rc.Cause)
+		if rc.Rank >= 0 {
+			putRank(a, rc.Rank, rc.Topology)
+			a.PutDouble(semconv.AttrRankCost, rc.Cost)
+		} else {
+			a.PutDouble(semconv.AttrFabricCost, rc.Cost)
+		}
+		if rc.Suspect != nil {
+			putSuspect(a, *rc.Suspect)
+		}
+	}
+	for i := range res.Flagged {
+		f := &res.Flagged[i]
+		ev := span.Events().AppendEmpty()
+		ev.SetName(semconv.EventStraggler)
+		ev.SetTimestamp(end)
+		a := ev.Attributes()
+		putRank(a, f.Rank, f.Topology)
+		a.PutStr(semconv.AttrStragglerCause, f.Cause)
+		a.PutDouble(semconv.AttrRankCost, f.Cost)
+		if f.Domain != "" {
+			a.PutStr(semconv.AttrStragglerDomain, f.Domain)
+		}
+	}
+	for i := range res.Suspects {
+		s := &res.Suspects[i]
+		ev := span.Events().AppendEmpty()
+		ev.SetName(semconv.EventSuspect)
+		ev.SetTimestamp(end)
+		a := ev.Attributes()
+		putSuspect(a, s.Suspect)
+		a.PutDouble(semconv.AttrFabricCost, s.Cost)
+		a.PutBool(semconv.AttrSuspectDerived, s.Derived)
+	}
+}
+
+func putRank(a pcommon.Map, rank int, t diagnosis.Topology) {
+	a.PutInt(semconv.AttrRank, int64(rank))
+	a.PutStr(semconv.AttrHostName, t.Host)
+	a.PutStr(semconv.AttrSwitch, t.Switch)
+	a.PutStr(semconv.AttrNIC, t.NIC)
+}
+
+func putSuspect(a pcommon.Map, s diagnosis.Suspect) {
+	a.PutStr(semconv.AttrSuspectKind, s.Kind.String())
+	a.PutStr(semconv.AttrSuspectName, s.Name)
+	if s.Kind == diagnosis.SuspectNIC {
+		a.PutStr(semconv.AttrHostName, s.Host)
+	}
+	a.PutStr(semconv.AttrStragglerDomain, s.ID())
+}
+
+// IsSummary reports whether a span is a step summary.
+func IsSummary(span ptrace.Span) bool { return span.Name() == semconv.SpanStepSummary }
+
+// ReadSummary reads what AppendSummary wrote (the job from the resource). Missing or
+// mistyped fields read as zero values; ok is false when the span cannot be a summary.
+func ReadSummary(span ptrace.Span, res pcommon.Resource) (diagnosis.StepResult, bool) {
+	var out diagnosis.StepResult
+	job, ok := res.Attributes().Get(semconv.AttrJobID)
+	if !ok || job.Type() != pcommon.ValueTypeStr || job.Str() == "" {
+		return out, false
+	}
+	out.Job = job.Str()
+	attrs := span.Attributes()
+	step, ok := attrs.Get(semconv.AttrStep)
+	if !ok || step.Type() != pcommon.ValueTypeInt {
+		return out, false
+	}
+	out.Step = step.Int()
+	out.Duration = double(attrs, semconv.AttrStepDuration)
+	out.WhatIf = double(attrs, semconv.AttrStepWhatIf)
+	out.Slowdown = double(attrs, semconv.AttrJobSlowdown)
+	out.EndUnixNano = int64(span.EndTimestamp())
+	events := span.Events()
+	for i := range events.Len() {
+		ev := events.At(i)
+		a := ev.Attributes()
+		switch ev.Name() {
+		case semconv.EventRootCause:
+			rc := diagnosis.RootCause{Rank: -1, Cause: str(a, semconv.AttrStragglerCause)}
+			if rank, ok := rankOf(a); ok {
+				rc.Rank = rank
+				rc.Topology = topologyOf(a)
+				rc.Cost = double(a, semconv.AttrRankCost)
+			} else {
+				rc.Cost = double(a, semconv.AttrFabricCost)
+			}
+			if s, ok := suspectOf(a); ok {
+				rc.Suspect = &s
+			}
+			out.RootCauses = append(out.RootCauses, rc)
+		case semconv.EventStraggler:
+			rank, ok := rankOf(a)
+			if !ok {
+				continue
+			}
+			out.Flagged = append(out.Flagged, diagnosis.RankFlag{
+				Rank: rank, Topology: topologyOf(a), Cause: str(a, semconv.AttrStragglerCause),
+				Cost: double(a, semconv.AttrRankCost), Domain: str(a, semconv.AttrStragglerDomain),
+			})
+		case semconv.EventSuspect:
+			s, ok := suspectOf(a)
+			if !ok {
+				continue
+			}
+			derived := false
+			if v, ok := a.Get(semconv.AttrSuspectDerived); ok && v.Type() == pcommon.ValueTypeBool {
+				derived = v.Bool()
+			}
+			out.Suspects = append(out.Suspects, diagnosis.SuspectFlag{Suspect: s,
+				Cost: double(a, semconv.AttrFabricCost), Derived: derived})
+		}
+	}
+	return out, true
+}
+
+func double(a pcommon.Map, key string) float64 {
+	if v, ok := a.Get(key); ok && v.Type() == pcommon.ValueTypeDouble {
+		return v.Double()
+	}
+	return 0
+}
+
+func str(a pcommon.Map, key string) string {
+	if v, ok := a.Get(key); ok && v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
+	}
+	return ""
+}
+
+func rankOf(a pcommon.Map) (int, bool) {
+	v, ok := a.Get(semconv.AttrRank)
+	if !ok || v.Type() != pcommon.ValueTypeInt || v.Int() < 0 || v.Int() >= diagnosisMaxRank {
+		return 0, false
+	}
+	return int(v.Int()), true
+}
+
+// diagnosisMaxRank bounds ranks read back from summaries (as join.MaxRanks does spans).
+const diagnosisMaxRank = 1 << 20
+
+func topologyOf(a pcommon.Map) diagnosis.Topology {
+	return diagnosis.Topology{Host: str(a, semconv.AttrHostName), Switch: str(a, semconv.AttrSwitch),
+		NIC: str(a, semconv.AttrNIC)}
+}
+
+func suspectOf(a pcommon.Map) (diagnosis.Suspect, bool) {
+	name := str(a, semconv.AttrSuspectName)
+	if name == "" {
+		return diagnosis.Suspect{}, false
+	}
+	s := diagnosis.Suspect{Name: name}
+	switch str(a, semconv.AttrSuspectKind) {
+	case "nic":
+		s.Kind = diagnosis.SuspectNIC
+		s.Host = str(a, semconv.AttrHostName)
+	case "host":
+		s.Kind = diagnosis.SuspectHost
+	case "uplink":
+		s.Kind = diagnosis.SuspectUplink
+	case "switch":
+		s.Kind = diagnosis.SuspectSwitch
+	default:
+		return diagnosis.Suspect{}, false
+	}
+	return s, true
+}
