@@ -260,6 +260,9 @@ class FileSpan:
     end_ns: int
     attributes: dict[str, Any]
     resource: dict[str, Any]
+    parent_span_id: str = ""
+    # {"name": ..., "attributes": {...}} per span event
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _json_value(value: dict[str, Any]) -> Any:
@@ -307,6 +310,14 @@ def iter_file_export(path: Path) -> Iterator[FileSpan]:
                         end_ns=int(span.get("endTimeUnixNano", 0)),
                         attributes=_json_attributes(span.get("attributes", [])),
                         resource=resource,
+                        parent_span_id=span.get("parentSpanId", ""),
+                        events=[
+                            {
+                                "name": ev.get("name", ""),
+                                "attributes": _json_attributes(ev.get("attributes", [])),
+                            }
+                            for ev in span.get("events", [])
+                        ],
                     )
 
 

@@ -17,7 +17,7 @@ func TestConfigFromTestdata(t *testing.T) {
 	}
 	custom := createDefaultConfig()
 	custom.WaitTimeout = 3 * time.Second
-	custom.FlagK, custom.FlagWindow, custom.ClearK = 2, 5, 0
+	custom.FlagK, custom.FlagWindow, custom.ClearSteps = 2, 5, 1
 	custom.MetricsFlushInterval = 500 * time.Millisecond
 	custom.HistogramBuckets = []float64{0.001, 0.01, 0.1, 1}
 	custom.MaxSeries = 500

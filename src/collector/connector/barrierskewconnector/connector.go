@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
@@ -33,7 +34,8 @@ type spanRef struct {
 //	collective span annotated by the processor ──read──▶ aggregator   (one join per collective)
 //	collective span not annotated ──▶ own join engine ──released──▶ aggregator
 //	train.step ──▶ step duration histogram; phase spans ──▶ own engine (causes)
-//	ticker (metrics_flush_interval): expire own engine, emit cumulative metrics ──▶ next
+//	train.step.summary (the processor's step analysis) ──▶ flags, costs, suspects
+//	ticker (metrics_flush_interval): expire and analyze own engine, emit metrics ──▶ next
 type barrierSkewConnector struct {
 	logger *zap.Logger
 	cfg    *Config
@@ -101,6 +103,10 @@ func (c *barrierSkewConnector) flush(ctx context.Context, drain bool) error {
 		c.scratch = c.engine.Expire(c.scratch[:0])
 	}
 	c.observeReleased(now)
+	results := c.engine.Analyze(drain)
+	for i := range results {
+		c.agg.observeStepResult(now, &results[i])
+	}
 	md := c.agg.build(now)
 	c.mu.Unlock()
 	if md.DataPointCount() == 0 {
@@ -137,6 +143,13 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 	}
 	forEachSpan(rss, func(i int, span ptrace.Span) {
 		kind, phase := spanio.Classify(span.Name())
+		if kind == spanio.KindOther && spanio.IsSummary(span) {
+			// The processor analyzed this step: its verdicts become the flag metrics.
+			if res, ok := spanio.ReadSummary(span, rss.At(i).Resource()); ok {
+				c.agg.observeStepResult(now, &res)
+			}
+			return
+		}
 		if kind != spanio.KindPhase {
 			return
 		}
@@ -146,8 +159,8 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 			return
 		}
 		c.engine.AddPhase(ph)
-		if phase == join.PhaseStep {
-			c.agg.observeStep(now, rankOf(res), ph.Duration,
+		if phase == diagnosis.PhaseStep {
+			c.agg.observeStep(now, rankOf(res), float64(ph.EndUnixNano-ph.StartUnixNano)/1e9,
 				spanRef{traceID: span.TraceID(), spanID: span.SpanID()})
 		}
 	})
@@ -209,8 +222,6 @@ func (c *barrierSkewConnector) observeAnnotated(
 		lateness:    ann.Lateness,
 		wait:        ann.Wait,
 		clockOffset: ann.ClockOffset,
-		verdict:     ann.Verdict,
-		cause:       ann.Cause,
 		ref:         ref,
 	})
 }
@@ -261,8 +272,6 @@ func (c *barrierSkewConnector) observeReleased(now time.Time) {
 				lateness:    m.Lateness,
 				wait:        m.Wait,
 				clockOffset: m.ClockOffset,
-				verdict:     m.Verdict,
-				cause:       m.Cause,
 				ref:         m.Ref,
 			})
 		}

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
@@ -32,8 +33,9 @@ type hostKey struct {
 	job, host string
 }
 
-type domainKey struct {
-	job, attr, name string
+type suspectKey struct {
+	job string
+	diagnosis.Suspect
 }
 
 type exemplar struct {
@@ -61,6 +63,22 @@ type rankStraggler struct {
 	// causes are the cause labels this rank has reported; each keeps a series (0 unless it
 	// is the current cause of a flagged rank) so a changed or cleared cause reads 0.
 	causes []string
+	// cost is the seconds per step the flagged rank has cost recently (0 when cleared).
+	cost float64
+}
+
+// suspectGauge is one suspect's flag and cost.
+type suspectGauge struct {
+	updated time.Time
+	active  bool
+	cost    float64
+}
+
+// jobGauge is a job's what-if slowdown and the last step analyzed.
+type jobGauge struct {
+	updated  time.Time
+	slowdown float64
+	step     int64
 }
 
 type offsetGauge struct {
@@ -74,11 +92,6 @@ type incompleteCounter struct {
 	count   int64
 }
 
-type domainGauge struct {
-	updated time.Time
-	active  bool
-}
-
 // aggregator turns released collectives (joined here or annotated by the processor) and
 // train.step spans into cumulative metrics. Every map is bounded by max_series (new series
 // beyond it are dropped and counted) and series idle for series_idle_timeout are forgotten.
@@ -90,7 +103,8 @@ type aggregator struct {
 	wait         map[rankKey]*histogram
 	stepDuration map[rankKey]*histogram
 	stragglers   map[rankKey]*rankStraggler
-	domains      map[domainKey]*domainGauge
+	suspects     map[suspectKey]*suspectGauge
+	jobs         map[string]*jobGauge
 	incomplete   map[collectiveKey]*incompleteCounter
 	missing      map[missingKey]*incompleteCounter
 	offsets      map[hostKey]*offsetGauge
@@ -106,7 +120,8 @@ func newAggregator(cfg *Config) *aggregator {
 		wait:         make(map[rankKey]*histogram),
 		stepDuration: make(map[rankKey]*histogram),
 		stragglers:   make(map[rankKey]*rankStraggler),
-		domains:      make(map[domainKey]*domainGauge),
+		suspects:     make(map[suspectKey]*suspectGauge),
+		jobs:         make(map[string]*jobGauge),
 		incomplete:   make(map[collectiveKey]*incompleteCounter),
 		missing:      make(map[missingKey]*incompleteCounter),
 		offsets:      make(map[hostKey]*offsetGauge),
@@ -172,8 +187,6 @@ type memberObservation struct {
 	lateness    float64
 	wait        float64
 	clockOffset float64
-	verdict     join.Verdict
-	cause       string
 	ref         spanRef
 }
 
@@ -209,25 +222,80 @@ func (a *aggregator) observeMember(now time.Time, m memberObservation) {
 			g.updated = now
 		}
 	}
-	s := lookup(a, a.stragglers, m.rank, func() *rankStraggler {
-		return &rankStraggler{start: pcommon.NewTimestampFromTime(now)}
-	})
-	if s == nil {
+}
+
+// observeStepResult applies one analyzed step: the job's flagged ranks (with cause and
+// cost), its suspects, and its what-if slowdown. A step older than the job's last one
+// applied (a summary that arrived late) changes nothing.
+func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult) {
+	g := lookup(a, a.jobs, res.Job, func() *jobGauge { return &jobGauge{step: -1} })
+	if g == nil {
 		return
 	}
+	if res.Step < g.step {
+		return
+	}
+	g.step = res.Step
+	g.updated = now
+	g.slowdown = res.Slowdown
+	flagged := make(map[int]*diagnosis.RankFlag, len(res.Flagged))
+	for i := range res.Flagged {
+		flagged[res.Flagged[i].Rank] = &res.Flagged[i]
+	}
+	for key, s := range a.stragglers {
+		if key.job != res.Job {
+			continue
+		}
+		f := flagged[key.rank]
+		if f == nil || f.Topology != key.Topology {
+			s.flagged, s.cost = false, 0
+			continue
+		}
+		delete(flagged, key.rank)
+		a.setStraggler(now, s, f)
+	}
+	for _, f := range flagged {
+		key := rankKey{job: res.Job, rank: f.Rank, Topology: f.Topology}
+		s := lookup(a, a.stragglers, key, func() *rankStraggler {
+			return &rankStraggler{start: pcommon.NewTimestampFromTime(now)}
+		})
+		if s != nil {
+			a.setStraggler(now, s, f)
+		}
+	}
+	active := make(map[diagnosis.Suspect]*diagnosis.SuspectFlag, len(res.Suspects))
+	for i := range res.Suspects {
+		active[res.Suspects[i].Suspect] = &res.Suspects[i]
+	}
+	for key, g := range a.suspects {
+		if key.job != res.Job {
+			continue
+		}
+		if f := active[key.Suspect]; f != nil {
+			g.active, g.cost, g.updated = true, f.Cost, now
+			delete(active, key.Suspect)
+		} else {
+			g.active, g.cost = false, 0
+		}
+	}
+	for s, f := range active {
+		if g := lookup(a, a.suspects, suspectKey{job: res.Job, Suspect: s},
+			func() *suspectGauge { return &suspectGauge{} }); g != nil {
+			g.active, g.cost, g.updated = true, f.Cost, now
+		}
+	}
+}
+
+func (a *aggregator) setStraggler(now time.Time, s *rankStraggler, f *diagnosis.RankFlag) {
 	s.updated = now
-	switch m.verdict {
-	case join.VerdictStraggler:
-		s.flagged = true
-		s.cause = m.cause
-		if s.cause == "" {
-			s.cause = semconv.CauseUnknown
-		}
-		if !containsString(s.causes, s.cause) {
-			s.causes = append(s.causes, s.cause)
-		}
-	case join.VerdictClear:
-		s.flagged = false
+	s.flagged = true
+	s.cost = f.Cost
+	s.cause = f.Cause
+	if s.cause == "" {
+		s.cause = semconv.CauseUnknown
+	}
+	if !containsString(s.causes, s.cause) {
+		s.causes = append(s.causes, s.cause)
 	}
 }
 
@@ -245,36 +313,6 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// updateDomains recomputes each job's suspected domains from its flagged ranks.
-func (a *aggregator) updateDomains(now time.Time) {
-	flaggedByJob := make(map[string][]join.Topology)
-	for key, s := range a.stragglers {
-		if s.flagged {
-			flaggedByJob[key.job] = append(flaggedByJob[key.job], key.Topology)
-		}
-	}
-	active := make(map[domainKey]bool)
-	for job, flagged := range flaggedByJob {
-		for _, d := range join.SuspectedDomains(flagged) {
-			attr, name, ok := join.DomainKind(d)
-			if ok {
-				active[domainKey{job: job, attr: attr, name: name}] = true
-			}
-		}
-	}
-	for key := range active {
-		if g := lookup(a, a.domains, key, func() *domainGauge { return &domainGauge{} }); g != nil {
-			g.active = true
-			g.updated = now
-		}
-	}
-	for key, g := range a.domains {
-		if !active[key] {
-			g.active = false
-		}
-	}
-}
-
 // expire forgets series not updated within series_idle_timeout.
 func (a *aggregator) expire(now time.Time) {
 	cutoff := now.Add(-a.cfg.SeriesIdleTimeout)
@@ -283,7 +321,8 @@ func (a *aggregator) expire(now time.Time) {
 	expireMap(a.wait, cutoff, func(h *histogram) time.Time { return h.updated })
 	expireMap(a.stepDuration, cutoff, func(h *histogram) time.Time { return h.updated })
 	expireMap(a.stragglers, cutoff, func(s *rankStraggler) time.Time { return s.updated })
-	expireMap(a.domains, cutoff, func(g *domainGauge) time.Time { return g.updated })
+	expireMap(a.suspects, cutoff, func(g *suspectGauge) time.Time { return g.updated })
+	expireMap(a.jobs, cutoff, func(g *jobGauge) time.Time { return g.updated })
 	expireMap(a.incomplete, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
 	expireMap(a.missing, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
 	expireMap(a.offsets, cutoff, func(g *offsetGauge) time.Time { return g.updated })
@@ -305,6 +344,13 @@ func putRank(attrs pcommon.Map, k rankKey) {
 	attrs.PutStr(semconv.AttrNIC, k.NIC)
 }
 
+func putSuspect(attrs pcommon.Map, k suspectKey) {
+	attrs.PutStr(semconv.AttrJobID, k.job)
+	attrs.PutStr(semconv.AttrSuspectKind, k.Kind.String())
+	attrs.PutStr(semconv.AttrSuspectName, k.Name)
+	attrs.PutStr(semconv.AttrHostName, k.Host)
+}
+
 func putCollective(attrs pcommon.Map, k collectiveKey) {
 	attrs.PutStr(semconv.AttrJobID, k.job)
 	attrs.PutStr(semconv.AttrCollectivePG, k.pg)
@@ -314,7 +360,6 @@ func putCollective(attrs pcommon.Map, k collectiveKey) {
 // build emits every series as cumulative metrics, then drops the exemplars it emitted.
 func (a *aggregator) build(now time.Time) pmetric.Metrics {
 	a.expire(now)
-	a.updateDomains(now)
 	ts := pcommon.NewTimestampFromTime(now)
 	md := pmetric.NewMetrics()
 	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
@@ -354,20 +399,60 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			}
 		}
 	}
-	if len(a.domains) > 0 {
+	if len(a.stragglers) > 0 {
 		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricStragglerDomain)
-		m.SetDescription("1 while the flagged ranks of a job share this switch or NIC.")
+		m.SetName(semconv.MetricRankCost)
+		m.SetDescription("Seconds per step a flagged rank has cost the job recently: how much " +
+			"shorter its steps would have been with the rank's own work at its peers' median " +
+			"(0 when not flagged).")
+		m.SetUnit("s")
+		points := m.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.stragglers, lessRank) {
+			dp := points.AppendEmpty()
+			putRank(dp.Attributes(), key)
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(a.stragglers[key].cost)
+		}
+	}
+	if len(a.suspects) > 0 {
+		flags := metrics.AppendEmpty()
+		flags.SetName(semconv.MetricFabricSuspect)
+		flags.SetDescription("1 while a part of the fabric (a host's NIC, a host, a switch's " +
+			"uplink, a switch) is suspected of making the job's steps late.")
+		flags.SetUnit("1")
+		costs := metrics.AppendEmpty()
+		costs.SetName(semconv.MetricFabricCost)
+		costs.SetDescription("Seconds per step a suspected part of the fabric has cost the " +
+			"job recently (0 when no longer suspected).")
+		costs.SetUnit("s")
+		flagPoints := flags.SetEmptyGauge().DataPoints()
+		costPoints := costs.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.suspects, func(x, y suspectKey) bool {
+			return x.job+"\x00"+x.ID() < y.job+"\x00"+y.ID()
+		}) {
+			g := a.suspects[key]
+			dp := flagPoints.AppendEmpty()
+			putSuspect(dp.Attributes(), key)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(gaugeFlag(g.active))
+			cp := costPoints.AppendEmpty()
+			putSuspect(cp.Attributes(), key)
+			cp.SetTimestamp(ts)
+			cp.SetDoubleValue(g.cost)
+		}
+	}
+	if len(a.jobs) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricJobSlowdown)
+		m.SetDescription("A job's step time over its what-if step time with its root causes " +
+			"at their references (moving average; 1 when nothing holds it up).")
 		m.SetUnit("1")
 		points := m.SetEmptyGauge().DataPoints()
-		for _, key := range sortedKeys(a.domains, func(x, y domainKey) bool {
-			return x.job+x.attr+x.name < y.job+y.attr+y.name
-		}) {
+		for _, job := range sortedKeys(a.jobs, func(x, y string) bool { return x < y }) {
 			dp := points.AppendEmpty()
-			dp.Attributes().PutStr(semconv.AttrJobID, key.job)
-			dp.Attributes().PutStr(key.attr, key.name)
+			dp.Attributes().PutStr(semconv.AttrJobID, job)
 			dp.SetTimestamp(ts)
-			dp.SetIntValue(gaugeFlag(a.domains[key].active))
+			dp.SetDoubleValue(a.jobs[job].slowdown)
 		}
 	}
 	if len(a.incomplete) > 0 {

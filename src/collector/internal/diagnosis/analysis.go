@@ -7,6 +7,13 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
 
+// outlierMADs is how many robust standard deviations (1.4826 x MAD) of the step's
+// per-rank excess a rank's excess must stand above the median to be a candidate.
+const outlierMADs = 4
+
+// maxSpreadSample bounds the ranks read for the excess spread.
+const maxSpreadSample = 255
+
 // maxCandidates bounds the ranks whose cost is replayed in one step (the ones with the
 // most excess work first).
 const maxCandidates = 8
@@ -32,13 +39,14 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	res.WhatIf = res.Duration
 	threshold := max(a.cfg.MinCost.Seconds(), a.cfg.MinCostFraction*res.Duration)
 
-	// Candidates: ranks whose own work exceeded their peers' by more than the threshold
-	// beyond what a typical rank's jitter adds up to in this step.
-	m.vals = append(m.vals[:0], m.excess[:len(m.rankOf)]...)
-	noise := median(m.vals)
+	// Candidates: ranks whose own work exceeded their peers' by more than the threshold,
+	// and stand out from the spread every rank's jitter adds up to in this step: beyond
+	// outlierMADs robust standard deviations (MAD) of the ranks' excess from its median.
+	noise, spread := m.excessSpread()
+	bar := max(threshold, outlierMADs*spread)
 	var candidates []int32
 	for ri := range m.rankOf {
-		if m.excess[ri]-noise >= threshold {
+		if m.excess[ri]-noise >= bar {
 			candidates = append(candidates, int32(ri))
 		}
 	}
@@ -206,6 +214,25 @@ func (m *model) missing(j *jobState, sd *stepData, roots []RootCause) []RootCaus
 		}
 	}
 	return out
+}
+
+// excessSpread returns the median of the ranks' excess and its robust standard deviation
+// (1.4826 x the median absolute deviation), over an evenly spread sample of ranks.
+func (m *model) excessSpread() (float64, float64) {
+	n := len(m.rankOf)
+	stride := 1
+	if n > maxSpreadSample {
+		stride = (n + maxSpreadSample - 1) / maxSpreadSample
+	}
+	m.vals = m.vals[:0]
+	for ri := 0; ri < n; ri += stride {
+		m.vals = append(m.vals, m.excess[ri])
+	}
+	med := median(m.vals)
+	for i := range m.vals {
+		m.vals[i] = math.Abs(m.vals[i] - med)
+	}
+	return med, 1.4826 * median(m.vals)
 }
 
 // medianEnd is the median over ranks of their last span's end (own clocks).

@@ -34,7 +34,7 @@ type Config struct {
 	// Default 8.
 	FlagWindow int `mapstructure:"flag_window"`
 	// FlagK is K: a rank (or a link) that was a root cause in at least K of the last W
-	// steps, the latest among them, is flagged. Default 3.
+	// steps, the latest among them, is flagged. Default 4.
 	FlagK int `mapstructure:"flag_k"`
 	// ClearSteps is the hysteresis: a flag clears after this many consecutive steps in
 	// which it was not a root cause. Default 3.
@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		MinCost:           5 * time.Millisecond,
 		MinCostFraction:   0.05,
 		FlagWindow:        8,
-		FlagK:             3,
+		FlagK:             4,
 		ClearSteps:        3,
 		CauseMinFraction:  0.5,
 		NetworkFactor:     2,

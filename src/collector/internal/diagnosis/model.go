@@ -183,13 +183,14 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 			op := &sd.ops[m.order[p]]
 			m.depEnd[p] = -1
 			if p > first {
-				// Spans that ended before this launch: the rank may have waited for the
-				// latest of them.
+				// Blocking spans that ended before this launch: the rank waited for the
+				// latest of them. An asynchronous span's end is not waited for mid-step (a
+				// DDP bucket's launch does not wait for the previous bucket).
 				kept := outstanding[:0]
 				for _, q := range outstanding {
-					if qe := sd.ops[m.order[q]].end; qe <= op.start {
-						if qe > doneMaxEnd {
-							doneMaxEnd, doneMaxPos = qe, q
+					if qo := &sd.ops[m.order[q]]; qo.end <= op.start {
+						if !qo.async && qo.end > doneMaxEnd {
+							doneMaxEnd, doneMaxPos = qo.end, q
 						}
 					} else {
 						kept = append(kept, q)

@@ -165,7 +165,7 @@ type SuspectCost struct {
 }
 
 // derivedSuspects names what flagged ranks share: a switch when flagged ranks sit on two
-// or more of its hosts, a host when two or more of its ranks are flagged for their own
+// or more of its hosts, else a host when two or more of its ranks are flagged for their own
 // work (ranks flagged for their NIC are explained by it already).
 func derivedSuspects(flagged []RankFlag) []SuspectFlag {
 	switchHosts := make(map[string]map[string]struct{})
@@ -188,14 +188,19 @@ func derivedSuspects(flagged []RankFlag) []SuspectFlag {
 		}
 	}
 	var out []SuspectFlag
+	covered := make(map[string]bool)
 	for sw, hosts := range switchHosts {
 		if len(hosts) >= 2 {
 			out = append(out, SuspectFlag{Suspect: Suspect{Kind: SuspectSwitch, Name: sw},
 				Cost: switchCost[sw], Derived: true})
+			for h := range hosts {
+				covered[h] = true
+			}
 		}
 	}
 	for host, n := range hostRanks {
-		if n >= 2 {
+		// A switch already named says more than each of its hosts.
+		if n >= 2 && !covered[host] {
 			out = append(out, SuspectFlag{Suspect: Suspect{Kind: SuspectHost, Name: host},
 				Cost: hostCost[host], Derived: true})
 		}

@@ -2,6 +2,7 @@ package join
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -11,53 +12,116 @@ import (
 // one core (run with -cpu 1).
 const targetSpansPerSecond = 1_000_000
 
-// benchArrivals builds `collectives` collectives of `ranks` members where one rank in eight
-// collectives arrives 20 ms late, in the order a collector sees them (member by member).
-func benchArrivals(ranks, collectives int) []Arrival[int] {
-	arrivals := make([]Arrival[int], 0, ranks*collectives)
-	for c := range collectives {
-		for rank := range ranks {
-			d := 30 * time.Millisecond
-			if c%8 == 0 && rank == c%ranks {
-				d = 10 * time.Millisecond
-			}
-			end := base + int64(c)*int64(time.Millisecond) + int64(rank%3)*1000
+// benchSteps is how many steps the fixture holds; benchRounds the (intra, cross, world)
+// rounds per step: 30 collectives per rank per step, as in a large job.
+const (
+	benchSteps  = 4
+	benchRounds = 10
+)
+
+// benchArrivals builds benchSteps steps of a job of `ranks` ranks with three groups (groups
+// of 8 ranks, groups across them, the world) run benchRounds times per step, in the order a
+// collector sees them (collective by collective, member by member). Each rank's arrivals
+// follow its own jittered work; one rank per step is 20 ms slow, so that the step analysis
+// replays its cost. It returns the arrivals and the sequence numbers per group per step.
+func benchArrivals(ranks int) ([]Arrival[int], int64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	inner := min(8, ranks)
+	outer := ranks / inner
+	free := make([]int64, ranks)
+	for i := range free {
+		free[i] = base
+	}
+	seqs := make(map[string]int64)
+	var arrivals []Arrival[int]
+	collective := func(step int64, pg string, members []int, transfer int64) {
+		latest := int64(0)
+		starts := make([]int64, len(members))
+		for i, m := range members {
+			starts[i] = free[m] + int64(rng.IntN(200_000))
+			latest = max(latest, starts[i])
+		}
+		end := latest + transfer
+		for i, m := range members {
 			arrivals = append(arrivals, Arrival[int]{
-				Key:           Key{Job: "bench-job", PG: "default", Seq: int64(c)},
-				Op:            "all_reduce",
-				PGSize:        ranks,
-				Step:          int64(c / 4),
-				Rank:          rank,
-				Topology:      Topology{Host: "node", Switch: "leaf0", NIC: "mlx5_0"},
-				StartUnixNano: end - int64(d),
+				Key:    Key{Job: "bench-job", PG: pg, Seq: seqs[pg]},
+				Op:     "all_reduce",
+				PGSize: len(members),
+				Step:   step,
+				Rank:   m,
+				Topology: Topology{Host: fmt.Sprintf("node%d", m/8),
+					Switch: fmt.Sprintf("leaf%d", m/64), NIC: "mlx5_0"},
+				StartUnixNano: starts[i],
 				EndUnixNano:   end,
 				Bytes:         25 << 20,
-				Ref:           rank,
+				Ref:           m,
 			})
+			free[m] = end
+		}
+		seqs[pg]++
+	}
+	for step := range int64(benchSteps) {
+		slow := int(step*7) % ranks
+		for r := range ranks {
+			free[r] += int64(30 * time.Millisecond)
+			if r == slow {
+				free[r] += int64(20 * time.Millisecond)
+			}
+		}
+		for range benchRounds {
+			for g := range outer {
+				members := make([]int, inner)
+				for i := range members {
+					members[i] = g*inner + i
+				}
+				collective(step, fmt.Sprintf("intra%d", g), members, 200_000)
+			}
+			if outer > 1 {
+				for p := range inner {
+					members := make([]int, outer)
+					for i := range members {
+						members[i] = i*inner + p
+					}
+					collective(step, fmt.Sprintf("cross%d", p), members, 400_000)
+				}
+			}
+			members := make([]int, ranks)
+			for i := range members {
+				members[i] = i
+			}
+			collective(step, "default", members, 600_000)
 		}
 	}
-	return arrivals
+	return arrivals, benchRounds * benchSteps
 }
 
 func benchmarkJoin(b *testing.B, ranks int) {
-	const collectives = 256
-	arrivals := benchArrivals(ranks, collectives)
+	arrivals, seqsPerLap := benchArrivals(ranks)
 	cfg := DefaultConfig()
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	e := New[int](cfg, clock)
 	out := make([]*Released[int], 0, 4)
 	baseline := naiveGroupingRate(arrivals, ranks)
+	perStep := len(arrivals) / benchSteps
 	b.ReportAllocs()
 	b.ResetTimer()
-	released := 0
+	released, analyzed := 0, 0
 	for i := range b.N {
-		a := &arrivals[i%len(arrivals)]
-		// Each lap over the fixture joins new collectives (a new seq range).
-		a.Seq = int64(i/ranks) + 0
-		_, out = e.Add(a, out[:0])
+		k := i % len(arrivals)
+		lap := int64(i / len(arrivals))
+		a := arrivals[k]
+		// Each lap joins new collectives of new steps.
+		a.Seq += lap * seqsPerLap
+		a.Step += lap * benchSteps
+		_, out = e.Add(&a, out[:0])
 		for _, r := range out {
 			released++
 			e.Recycle(r)
+		}
+		if (k+1)%perStep == 0 {
+			// A step's spans are in: the next one starts after analysis_delay.
+			clock.now = clock.now.Add(cfg.AnalysisDelay + time.Millisecond)
+			analyzed += len(e.Analyze(false))
 		}
 	}
 	b.StopTimer()
@@ -65,13 +129,14 @@ func benchmarkJoin(b *testing.B, ranks int) {
 	b.ReportMetric(perSecond, "spans/s")
 	b.ReportMetric(perSecond/targetSpansPerSecond, "x_target")
 	b.ReportMetric(perSecond/baseline, "x_naive_grouping")
-	if b.N > 10*ranks && released == 0 {
-		b.Fatal("nothing released")
+	if b.N > 2*len(arrivals) && (released == 0 || analyzed == 0) {
+		b.Fatalf("released %d collectives, analyzed %d steps", released, analyzed)
 	}
-	b.Logf("join engine, %d ranks, GOMAXPROCS=%d: %.0f collective spans/s; target >= %d "+
-		"(%.2fx); baseline naive map grouping in the same run %.0f spans/s (engine = %.2fx of it)",
+	b.Logf("join engine + step analysis, %d ranks (30 collectives per rank per step), "+
+		"GOMAXPROCS=%d: %.0f collective spans/s; target >= %d (%.2fx); baseline naive map "+
+		"grouping in the same run %.0f spans/s (engine = %.2fx of it); %d steps analyzed",
 		ranks, runtime.GOMAXPROCS(0), perSecond, targetSpansPerSecond,
-		perSecond/targetSpansPerSecond, baseline, perSecond/baseline)
+		perSecond/targetSpansPerSecond, baseline, perSecond/baseline, analyzed)
 }
 
 // naiveGroupingRate measures the least a join can do, in the same run as the engine: append
@@ -98,7 +163,7 @@ func naiveGroupingRate(arrivals []Arrival[int], ranks int) float64 {
 }
 
 func BenchmarkJoin(b *testing.B) {
-	for _, ranks := range []int{8, 256, 4096} {
+	for _, ranks := range []int{8, 64, 512, 4096} {
 		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) { benchmarkJoin(b, ranks) })
 	}
 }

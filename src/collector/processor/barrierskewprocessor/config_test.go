@@ -19,9 +19,13 @@ func TestConfigFromTestdata(t *testing.T) {
 	custom.MaxPending = 128
 	custom.MaxBufferedSpans = 10000
 	custom.MaxPhaseEntries = 4096
-	custom.MinLateness = 2 * time.Millisecond
-	custom.MinLatenessFraction = 0.1
-	custom.FlagWindow, custom.FlagK, custom.ClearK = 20, 5, 2
+	custom.MinCost = 2 * time.Millisecond
+	custom.MinCostFraction = 0.1
+	custom.FlagWindow, custom.FlagK, custom.ClearSteps = 20, 5, 2
+	custom.AnalysisDelay = 500 * time.Millisecond
+	custom.MaxOpenSteps = 4
+	custom.MaxStepOps = 5000
+	custom.MinTransferExcess = 2 * time.Millisecond
 	custom.CauseMinFraction = 0.6
 	custom.NetworkFactor = 3
 	custom.MaxJobs = 8
@@ -38,10 +42,15 @@ func TestConfigFromTestdata(t *testing.T) {
 		{id: "barrierskew/negative_max_pending", wantErr: "max_pending"},
 		{id: "barrierskew/zero_max_buffered_spans", wantErr: "max_buffered_spans"},
 		{id: "barrierskew/zero_max_phase_entries", wantErr: "max_phase_entries"},
-		{id: "barrierskew/negative_min_lateness", wantErr: "min_lateness"},
-		{id: "barrierskew/fraction_one", wantErr: "min_lateness_fraction"},
+		{id: "barrierskew/negative_min_cost", wantErr: "min_cost"},
+		{id: "barrierskew/fraction_one", wantErr: "min_cost_fraction"},
 		{id: "barrierskew/flag_k_above_window", wantErr: "flag_k"},
-		{id: "barrierskew/clear_k_not_below_flag_k", wantErr: "clear_k"},
+		{id: "barrierskew/clear_steps_above_window", wantErr: "clear_steps"},
+		{id: "barrierskew/negative_analysis_delay", wantErr: "analysis_delay"},
+		{id: "barrierskew/zero_max_open_steps", wantErr: "max_open_steps"},
+		{id: "barrierskew/zero_max_step_ops", wantErr: "max_step_ops"},
+		{id: "barrierskew/negative_min_transfer_excess", wantErr: "min_transfer_excess"},
+		{id: "barrierskew/old_key_clear_k", wantErr: "clear_k"},
 		{id: "barrierskew/huge_window", wantErr: "flag_window"},
 		{id: "barrierskew/cause_fraction_zero", wantErr: "cause_min_fraction"},
 		{id: "barrierskew/network_factor_one", wantErr: "network_factor"},

@@ -57,7 +57,8 @@ type member struct {
 //	  │            malformed / rejected ─▶ left in the batch unannotated, counted
 //	  └─ batch (everything else) + collectives released by this batch (annotated) ─▶ next
 //	ticker (release_interval): collectives past wait_timeout ─▶ annotated, incomplete ─▶ next
-//	Shutdown: every pending collective ─▶ annotated, incomplete ─▶ next
+//	                           steps due for analysis ─▶ train.step.summary spans ─▶ next
+//	Shutdown: every pending collective ─▶ annotated, incomplete; every open step ─▶ next
 type barrierSkewProcessor struct {
 	logger *zap.Logger
 	cfg    *Config
@@ -105,14 +106,25 @@ func (p *barrierSkewProcessor) Start(context.Context, component.Host) error {
 	return nil
 }
 
-// releaseExpired forwards the collectives whose wait_timeout has passed.
+// releaseExpired forwards the collectives whose wait_timeout has passed, and the summaries
+// of the steps whose analysis is due.
 func (p *barrierSkewProcessor) releaseExpired(ctx context.Context) {
 	p.mu.Lock()
 	out := ptrace.NewTraces()
 	p.scratch = p.engine.Expire(p.scratch[:0])
 	p.appendReleased(out)
+	p.appendSummaries(out, false)
 	p.mu.Unlock()
 	p.forward(ctx, out)
+}
+
+// appendSummaries analyzes the steps that are due (all of them when draining) and writes
+// each one's train.step.summary span into td.
+func (p *barrierSkewProcessor) appendSummaries(td ptrace.Traces, drain bool) {
+	results := p.engine.Analyze(drain)
+	for i := range results {
+		spanio.AppendSummary(td, &results[i])
+	}
 }
 
 func (p *barrierSkewProcessor) forward(ctx context.Context, td ptrace.Traces) {
@@ -132,6 +144,7 @@ func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
 	out := ptrace.NewTraces()
 	p.scratch = p.engine.Drain(p.scratch[:0])
 	p.appendReleased(out)
+	p.appendSummaries(out, true)
 	p.mu.Unlock()
 	var err error
 	if out.ResourceSpans().Len() > 0 {
