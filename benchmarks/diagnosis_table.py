@@ -85,12 +85,15 @@ def main() -> int:
             run.job = f"{sc.job}-{k}"
             run.name = f"{name}#{k}"
             runs.append(run)
-    with tempfile.TemporaryDirectory() as tmp, CollectorProcess(
-        args.otelcol, [OTELCOL_YAML, FILE_EXPORT_YAML], Path(tmp)
-    ) as col:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        CollectorProcess(args.otelcol, [OTELCOL_YAML, FILE_EXPORT_YAML], Path(tmp)) as col,
+    ):
         outcomes = run_scenarios(col, runs, timeout_s=600)
-    print("| scenario | layout | injected | expected | verdict (last step) | onset to flag "
-          "| end to clear | right in every step |")
+    print(
+        "| scenario | layout | injected | expected | verdict (last step) | onset to flag "
+        "| end to clear | right in every step |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, sc in SCENARIOS.items():
         first = outcomes[f"{name}#0"]

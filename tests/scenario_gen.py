@@ -30,7 +30,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from skewtrace import semconv
-from skewtrace._ids import step_root_span_id, step_trace_id
+from skewtrace._ids import step_trace_id
 
 MS = 1e-3
 
@@ -104,7 +104,9 @@ def layout_hierarchical(n: int = 16, per_switch: int = 4) -> Layout:
     seq = [Group(f"leaf{s}", m, op="reduce_scatter") for s, m in enumerate(intra)]
     seq += [Group(f"spine{p}", m, transfer_s=4 * MS) for p, m in enumerate(cross)]
     seq += [Group(f"leaf{s}", m, op="all_gather") for s, m in enumerate(intra)]
-    return Layout("hier", ranks, seq, "16 ranks: reduce-scatter in leaf, all-reduce across, all-gather")
+    return Layout(
+        "hier", ranks, seq, "16 ranks: reduce-scatter in leaf, all-reduce across, all-gather"
+    )
 
 
 def layout_pairs(n: int = 16, per_switch: int = 4) -> Layout:
@@ -113,13 +115,14 @@ def layout_pairs(n: int = 16, per_switch: int = 4) -> Layout:
     ranks = leaf_spine(n, 2, per_switch // 2)
     switches = n // per_switch
     seq = [
-        Group(f"tp{s}", tuple(range(s * per_switch, (s + 1) * per_switch)))
-        for s in range(switches)
+        Group(f"tp{s}", tuple(range(s * per_switch, (s + 1) * per_switch))) for s in range(switches)
     ]
     for a, b in ((0, 1), (2, 3), (0, 2), (1, 3)):
         for p in range(per_switch):
             seq.append(
-                Group(f"pair{a}{b}-{p}", (a * per_switch + p, b * per_switch + p), transfer_s=3 * MS)
+                Group(
+                    f"pair{a}{b}-{p}", (a * per_switch + p, b * per_switch + p), transfer_s=3 * MS
+                )
             )
     return Layout("pairs", ranks, seq, "16 ranks: groups in a leaf and over pairs of leaves")
 
@@ -269,9 +272,7 @@ class Scenario:
         layout = self.layout
         n = len(layout.ranks)
         hosts = sorted(layout.hosts())
-        offsets = {
-            h: rng.uniform(-self.max_clock_offset_s, self.max_clock_offset_s) for h in hosts
-        }
+        offsets = {h: rng.uniform(-self.max_clock_offset_s, self.max_clock_offset_s) for h in hosts}
         free = [1_700_000_000.0] * n
         seqs: dict[str, int] = {}
         jit = self.jitter_s
@@ -280,22 +281,10 @@ class Scenario:
             return rng.random() * jit
 
         for step in range(self.steps):
-            spans: dict[int, list[Span]] = {r: [] for r in range(n)}
-            trace_id = step_trace_id(self.job, step).to_bytes(16, "big")
-
-            def emit(r: int, name: str, t0: float, t1: float, attrs: dict[str, object]) -> None:
-                off = offsets[layout.ranks[r].host]
-                span = Span(
-                    trace_id=trace_id,  # noqa: B023 (built and used in this step)
-                    span_id=rng.getrandbits(64).to_bytes(8, "big"),
-                    name=name,
-                    kind=Span.SPAN_KIND_INTERNAL,
-                    start_time_unix_nano=int((t0 + off) * 1e9),
-                    end_time_unix_nano=int((t1 + off) * 1e9),
-                )
-                span.attributes.extend(_kvs({semconv.STEP: step, **attrs}))
-                spans[r].append(span)  # noqa: B023
-
+            out = _StepSpans(
+                self.job, step, n, {r.rank: offsets[r.host] for r in layout.ranks}, rng
+            )
+            emit = out.emit
             step_start = list(free)
             backward_start = [0.0] * n
             for r in range(n):
@@ -316,17 +305,20 @@ class Scenario:
             for k, g in enumerate(layout.sequence):
                 members = g.members
                 arrive: list[float] = []
-                for i, m in enumerate(members):
+                for m in members:
                     if g.async_bucket:
                         launched[m] += 1
                         t = backward_start[m] + self.backward_s * launched[m] / buckets + noise()
                         arrive.append(t)
                     else:
                         arrive.append(free[m] + (self.gap_s + noise() if k > 0 else 0.0))
-                    del i
                 net = list(arrive)
                 if g.async_bucket:
-                    net = [max(a, bucket_end.get((g.pg, m), 0.0)) for a, m in zip(arrive, members)]
+                    # A bucket's transfer queues behind the group's previous one.
+                    net = [
+                        max(a, bucket_end.get((g.pg, m), 0.0))
+                        for a, m in zip(arrive, members, strict=True)
+                    ]
                 transfer = g.transfer_s * self._link_factor(step, members) + noise() / 4
                 end = max(net) + transfer
                 seq = seqs.get(g.pg, 0)
@@ -364,17 +356,24 @@ class Scenario:
                         free[m] = member_end
             for r in range(n):
                 if buckets:
-                    free[r] = max(backward_start[r] + self.backward_s, *(
-                        bucket_end.get((g.pg, r), 0.0) for g in layout.sequence
-                    ))
+                    free[r] = max(
+                        backward_start[r] + self.backward_s,
+                        *(bucket_end.get((g.pg, r), 0.0) for g in layout.sequence),
+                    )
                     emit(r, semconv.SPAN_BACKWARD, backward_start[r], free[r], {})
                 else:
-                    emit(r, semconv.SPAN_BACKWARD, backward_start[r], backward_start[r] + self.backward_s, {})
+                    emit(
+                        r,
+                        semconv.SPAN_BACKWARD,
+                        backward_start[r],
+                        backward_start[r] + self.backward_s,
+                        {},
+                    )
                 end = free[r] + self.optimizer_s + noise()
                 emit(r, semconv.SPAN_OPTIMIZER_STEP, free[r], end, {})
                 emit(r, semconv.SPAN_STEP, step_start[r], end, {})
                 free[r] = end
-            yield step, spans
+            yield step, out.spans
 
     def resource(self, r: int) -> list[KeyValue]:
         rank = self.layout.ranks[r]
@@ -419,6 +418,32 @@ class Scenario:
         ss.spans.extend(spans)
         rs.scope_spans.append(ss)
         return ExportTraceServiceRequest(resource_spans=[rs])
+
+
+class _StepSpans:
+    """The spans of one step, per rank, each rank's times shifted by its host's clock."""
+
+    def __init__(
+        self, job: str, step: int, ranks: int, offsets: dict[int, float], rng: random.Random
+    ) -> None:
+        self.step = step
+        self.trace_id = step_trace_id(job, step).to_bytes(16, "big")
+        self.offsets = offsets
+        self.rng = rng
+        self.spans: dict[int, list[Span]] = {r: [] for r in range(ranks)}
+
+    def emit(self, r: int, name: str, t0: float, t1: float, attrs: dict[str, object]) -> None:
+        off = self.offsets[r]
+        span = Span(
+            trace_id=self.trace_id,
+            span_id=self.rng.getrandbits(64).to_bytes(8, "big"),
+            name=name,
+            kind=Span.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=int((t0 + off) * 1e9),
+            end_time_unix_nano=int((t1 + off) * 1e9),
+        )
+        span.attributes.extend(_kvs({semconv.STEP: self.step, **attrs}))
+        self.spans[r].append(span)
 
 
 def _kvs(attrs: dict[str, object]) -> list[KeyValue]:

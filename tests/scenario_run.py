@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
+from collector_harness import CollectorProcess, iter_file_export
 from scenario_gen import Scenario
 from skewtrace import semconv
-
-from collector_harness import CollectorProcess, iter_file_export
 
 
 @dataclass
@@ -51,8 +50,10 @@ class Outcome:
                 if v.flagged:
                     return s
                 continue
-            if v.flagged == exp.flagged and exp.suspects <= v.suspects and (
-                exp.flagged or exp.suspects
+            if (
+                v.flagged == exp.flagged
+                and exp.suspects <= v.suspects
+                and (exp.flagged or exp.suspects)
             ):
                 return s
         return None
@@ -127,9 +128,7 @@ def run_scenarios(
     deadline = time.monotonic() + timeout_s
     while True:
         verdicts = read_verdicts(col)
-        missing = [
-            s.name for s in scenarios if len(verdicts.get(s.job, {})) < s.steps
-        ]
+        missing = [s.name for s in scenarios if len(verdicts.get(s.job, {})) < s.steps]
         if not missing or time.monotonic() > deadline:
             break
         time.sleep(0.5)

@@ -158,6 +158,63 @@ def _rank_zero_code() -> dict[str, Any]:
     return {"rank": dist.get_rank(), "instrumented": skewtrace.is_instrumented()}
 
 
+PIPELINE_STEPS = 14
+PIPELINE_SLOW_FROM = 5
+PIPELINE_SLOW_S = 0.05
+
+
+def _rank_pipeline() -> dict[str, Any]:
+    """Three pipeline stages, two microbatches per step: activations go forward by send/recv
+    (microbatch 0) and isend/irecv (microbatch 1), gradients come back by
+    batch_isend_irecv. Stage 1 computes PIPELINE_SLOW_S longer from step PIPELINE_SLOW_FROM."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    import skewtrace
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(rank)
+    torch.set_num_threads(1)
+    stage = nn.Sequential(nn.Linear(32, 32), nn.ReLU())
+    optimizer = torch.optim.SGD(stage.parameters(), lr=0.01)
+    skewtrace.instrument(model=stage, optimizer=optimizer)
+    prev, nxt = rank - 1, rank + 1
+    for step in range(PIPELINE_STEPS):
+        optimizer.zero_grad()
+        outputs = []
+        for micro in range(2):
+            x = torch.randn(8, 32)
+            if prev >= 0:
+                if micro == 0:
+                    dist.recv(x, src=prev)
+                else:
+                    dist.irecv(x, src=prev).wait()
+            if rank == 1 and step >= PIPELINE_SLOW_FROM:
+                time.sleep(PIPELINE_SLOW_S)
+            y = stage(x)
+            outputs.append(y)
+            if nxt < world:
+                if micro == 0:
+                    dist.send(y.detach(), dst=nxt)
+                else:
+                    dist.isend(y.detach(), dst=nxt).wait()
+        grads = [torch.ones(8, 32) for _ in outputs]
+        ops = []
+        if nxt < world:
+            ops += [dist.P2POp(dist.irecv, g, nxt) for g in grads]
+        if prev >= 0:
+            ops += [dist.P2POp(dist.isend, torch.ones(8, 32), prev) for _ in outputs]
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        sum((y * g).sum() for y, g in zip(outputs, grads, strict=True)).backward()
+        optimizer.step()
+    skewtrace.uninstrument()
+    return {"rank": rank}
+
+
 def worker_main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", required=True)
@@ -169,6 +226,8 @@ def worker_main() -> None:
         result = _rank_unreachable(args.steps)
     elif args.scenario == "zero_code":
         result = _rank_zero_code()
+    elif args.scenario == "pipeline":
+        result = _rank_pipeline()
     else:
         raise SystemExit(f"unknown scenario {args.scenario}")
     print("RESULT " + json.dumps(result), flush=True)

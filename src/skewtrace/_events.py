@@ -61,6 +61,8 @@ class CollectiveEvent(NamedTuple):
     """``api`` (a ``torch.distributed`` function) or ``ddp`` (a gradient bucket)."""
     timing: str
     cuda_handle: int | None
+    peer: int | None = None
+    """The other rank (global) of a point-to-point ``send``/``recv``, None for collectives."""
 
 
 class PacingEvent(NamedTuple):

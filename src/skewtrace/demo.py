@@ -69,10 +69,13 @@ class RankReport:
     step_mean: float = math.nan
     straggler: bool = False
     cause: str = ""
+    cost: float = 0.0
+    """Seconds per step the flagged rank costs the job (what-if)."""
 
 
 def summarize(samples: list[Sample], job_id: str) -> tuple[dict[int, RankReport], dict[str, float]]:
-    """Per-rank lateness/wait/step means and verdicts, plus job-wide skew figures."""
+    """Per-rank lateness/wait/step means, verdicts and costs, plus job-wide figures: skew, the
+    what-if slowdown, and ``suspect:<kind>:<name>`` = 1 for each suspected part of the fabric."""
     ranks: dict[int, RankReport] = {}
     sums: dict[tuple[str, int], float] = {}
     counts: dict[tuple[str, int], float] = {}
@@ -89,6 +92,13 @@ def summarize(samples: list[Sample], job_id: str) -> tuple[dict[int, RankReport]
             job["collectives"] = job.get("collectives", 0.0) + s.value
         elif s.name == semconv.PROM_COLLECTIVE_INCOMPLETE:
             job["incomplete"] = job.get("incomplete", 0.0) + s.value
+        elif s.name == semconv.PROM_JOB_SLOWDOWN:
+            job["slowdown"] = s.value
+        elif s.name == semconv.PROM_FABRIC_SUSPECT and s.value >= 1:
+            kind = s.labels.get(label(semconv.SUSPECT_KIND), "")
+            name = s.labels.get(label(semconv.SUSPECT_NAME), "")
+            host = s.labels.get(label(semconv.HOST_NAME), "")
+            job[f"suspect:{kind}:{host + '/' if host else ''}{name}"] = 1.0
         if rank_label not in s.labels:
             continue
         rank = int(s.labels[rank_label])
@@ -104,6 +114,8 @@ def summarize(samples: list[Sample], job_id: str) -> tuple[dict[int, RankReport]
         if s.name == semconv.PROM_STRAGGLER and s.value >= 1:
             report.straggler = True
             report.cause = s.labels.get(label(semconv.STRAGGLER_CAUSE), "")
+        elif s.name == semconv.PROM_RANK_COST:
+            report.cost = s.value
     for (metric, rank), total in sums.items():
         n = counts.get((metric, rank), 0.0)
         mean = total / n if n else math.nan
@@ -319,12 +331,23 @@ def _print_report(
     )
     for rank in sorted(ranks):
         r = ranks[rank]
-        verdict = f"STRAGGLER ({r.cause})" if r.straggler else "ok"
+        verdict = "ok"
+        if r.straggler:
+            verdict = f"STRAGGLER ({r.cause}), costs {r.cost * 1e3:.1f} ms per step"
         print(
             f"{rank:>4}  {r.host[:14]:<14} {r.switch[:10]:<10} {r.nic[:8]:<8} "
             f"{r.step_mean * 1e3:>8.1f} {r.lateness_mean * 1e3:>8.1f} "
             f"{r.wait_mean * 1e3:>8.1f}  {verdict}"
         )
+    slowdown = job.get("slowdown")
+    if slowdown and slowdown > 1:
+        print(
+            f"what-if: steps would be {(1 - 1 / slowdown) * 100:.0f}% shorter with the flagged "
+            f"ranks' own work at their peers' median (slowdown {slowdown:.2f})"
+        )
+    for key in sorted(k for k in job if k.startswith("suspect:")):
+        _, kind, name = key.split(":", 2)
+        print(f"suspected {kind}: {name}")
     for line in train_stdout.splitlines():
         if '"step_stats"' in line:
             try:

@@ -208,8 +208,10 @@ class Session:
         from skewtrace.hooks.collectives import patch_collectives, patch_ddp_register
         from skewtrace.hooks.dataloader import instrument_dataloader
         from skewtrace.hooks.optimizer import instrument_optimizer
+        from skewtrace.hooks.point_to_point import patch_point_to_point
 
         patch_collectives(self.ctx, self.patches)
+        patch_point_to_point(self.ctx, self.patches)
         patch_ddp_register(self.patches)
         if model is not None:
             self._instrument_model(model, use_cuda)

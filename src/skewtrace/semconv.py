@@ -69,6 +69,21 @@ SPAN_OPTIMIZER_STEP = "optimizer.step"
 SPAN_COLLECTIVE_PREFIX = "collective."
 #: pacing.delay: a delay applied by the pacer client
 SPAN_PACING_DELAY = "pacing.delay"
+#: train.step.summary: the step's analysis: its duration, what-if duration and slowdown, its
+#: root causes and the flags after it (as events)
+SPAN_STEP_SUMMARY = "train.step.summary"
+
+# Events on the train.step.summary span.
+#: training.root_cause: one contributor to this step's delay: a rank (`training.rank`, its
+#: topology, `training.straggler.cause`, `training.rank.cost`) or a link (the suspect's kind and
+#: name, `training.fabric.cost`)
+EVENT_ROOT_CAUSE = "training.root_cause"
+#: training.straggler: a rank flagged after this step (hysteresis): `training.rank`, its
+#: topology, cause, `training.rank.cost` (moving average) and `training.straggler.domain`
+EVENT_STRAGGLER = "training.straggler"
+#: training.fabric.suspect: a suspected part of the fabric after this step: its kind, name (and
+#: `host.name` for a NIC), `training.fabric.cost`, and whether it was derived from flagged ranks
+EVENT_SUSPECT = "training.fabric.suspect"
 
 # Span attributes set by the instrumentation.
 #: training.step (int): the step index (0-based)
@@ -78,6 +93,10 @@ STEP = "training.step"
 COLLECTIVE_OP = "training.collective.op"
 #: training.collective.pg (string): process group name (`default` for the world group)
 COLLECTIVE_PG = "training.collective.pg"
+#: training.collective.peer (int): the other rank of a point-to-point message (global rank);
+#: with the group and `training.collective.seq` (messages on this pair in this direction) it
+#: joins the sender's span with the receiver's
+COLLECTIVE_PEER = "training.collective.peer"
 #: training.collective.pg_size (int): members in the group
 COLLECTIVE_PG_SIZE = "training.collective.pg_size"
 #: training.collective.seq (int): per-group sequence number, equal on every member for the same
@@ -115,6 +134,12 @@ OP_REDUCE = "reduce"
 OP_GATHER = "gather"
 #: from `scatter`
 OP_SCATTER = "scatter"
+#: from `send`, `isend` and the sends of `batch_isend_irecv` (point-to-point)
+OP_SEND = "send"
+#: from `recv`, `irecv` and the receives of `batch_isend_irecv` (point-to-point)
+OP_RECV = "recv"
+#: a joined point-to-point message (sender and receiver) in the collector's figures and metrics
+OP_SEND_RECV = "send_recv"
 
 # Values of training.collective.pg.
 #: the world group
@@ -148,14 +173,20 @@ BARRIER_TRANSFER = "training.barrier.transfer"
 #: training.clock.offset (float s): this host's end timestamp minus the median end timestamp of
 #: the members
 CLOCK_OFFSET = "training.clock.offset"
+#: training.collective.slowdown (float): the transfer over its reference from the job's history
+#: (its group's, and same-shaped collectives of other groups); absent while there is no
+#: reference
+COLLECTIVE_SLOWDOWN = "training.collective.slowdown"
 #: training.straggler (bool): true on the flagged rank that was the late one in this collective;
 #: false on members not flagged; absent on a flagged member that was not late here (so readers
 #: see flags set and cleared)
 STRAGGLER = "training.straggler"
-#: training.straggler.cause (string): why the flagged rank was late (with `training.straggler`)
+#: training.straggler.cause (string): what the flagged rank's own work that made steps late was
+#: (with `training.straggler`)
 STRAGGLER_CAUSE = "training.straggler.cause"
-#: training.straggler.domain (string): `switch:<name>` or `nic:<name>` when the ranks flagged in
-#: the window share it
+#: training.straggler.domain (string): the suspect a flagged rank belongs to: `nic:<host>/<nic>`
+#: (its own link), `switch:<name>` (flagged ranks on two or more hosts behind it), `host:<name>`
+#: (two or more flagged ranks on it)
 STRAGGLER_DOMAIN = "training.straggler.domain"
 #: training.barrier.missing_ranks (int): how many members never arrived (released after
 #: `wait_timeout`)
@@ -168,10 +199,49 @@ BARRIER_MISSING = "training.barrier.missing"
 CAUSE_DATA = "data"
 #: its forward, backward (outside gradient communication) or optimizer did
 CAUSE_COMPUTE = "compute"
-#: neither did, and the collective's transfer was slow against its baseline
+#: its own link (its host's NIC, or its host) was located as what made the step's transfers slow
 CAUSE_NETWORK = "network"
-#: no phase explains the lateness
+#: no phase explains the rank's excess own work, or the rank never arrived
 CAUSE_UNKNOWN = "unknown"
+
+# Attributes of the train.step.summary span and its events.
+#: training.step.duration (float s): the job's step time on the analysis' timeline: from the
+#: latest rank being free after the previous step to the latest rank finishing its collectives
+#: in this one
+STEP_DURATION = "training.step.duration"
+#: training.step.whatif (float s): the step time with this step's root causes at their
+#: references
+STEP_WHATIF = "training.step.whatif"
+#: training.job.slowdown (float): the job's moving average of step time over what-if step time
+JOB_SLOWDOWN = "training.job.slowdown"
+#: training.step.ranks (int): ranks with spans in the step
+STEP_RANKS = "training.step.ranks"
+#: training.step.slow_collectives (int): collectives of the step whose transfer was slow against
+#: their reference
+STEP_SLOW_COLLECTIVES = "training.step.slow_collectives"
+#: training.rank.cost (float s): what the rank cost: in a root cause, this step's seconds (the
+#: step with the rank's own work at its peers' median alone); on a flag, the moving average
+RANK_COST = "training.rank.cost"
+#: training.fabric.cost (float s): what a suspected link cost (this step's seconds, or the
+#: moving average)
+FABRIC_COST = "training.fabric.cost"
+#: training.fabric.suspect.kind (string): what part of the fabric is suspected
+SUSPECT_KIND = "training.fabric.suspect.kind"
+#: training.fabric.suspect.name (string): the NIC, host or switch name
+SUSPECT_NAME = "training.fabric.suspect.name"
+#: training.fabric.suspect.derived (bool): true when the suspect is named because flagged ranks
+#: share it, false when slow transfers located it
+SUSPECT_DERIVED = "training.fabric.suspect.derived"
+
+# Values of training.fabric.suspect.kind.
+#: a NIC of one host (`host.name` says which host): in every slow group and in no healthy one
+SUSPECT_NIC = "nic"
+#: a host: all its NICs implicated, or two or more of its ranks flagged for their own work
+SUSPECT_HOST = "host"
+#: a leaf switch's uplink: the groups that cross it are slow, the groups inside it are not
+SUSPECT_UPLINK = "uplink"
+#: a leaf switch: flagged ranks on two or more of its hosts, or every group touching it slow
+SUSPECT_SWITCH = "switch"
 
 # Metrics emitted by the barrierskew connector.
 #: training.barrier.skew (histogram, s): Barrier skew: latest minus earliest arrival at a
@@ -186,9 +256,19 @@ METRIC_RANK_WAIT = "training.rank.wait"
 #: training.straggler (gauge 0/1, 1): 1 while the rank is flagged as a straggler, with its
 #: cause.
 METRIC_STRAGGLER = "training.straggler"
-#: training.straggler.domain (gauge 0/1, 1): 1 while the flagged ranks of a job share this
-#: switch or NIC.
-METRIC_STRAGGLER_DOMAIN = "training.straggler.domain"
+#: training.rank.cost (gauge, s): Seconds per step a flagged rank has cost the job recently: how
+#: much shorter its steps would have been with the rank's own work (or its link) at its
+#: reference.
+METRIC_RANK_COST = "training.rank.cost"
+#: training.job.slowdown (gauge, 1): A job's step time over its what-if step time with its root
+#: causes at their references (moving average; 1 when nothing holds it up).
+METRIC_JOB_SLOWDOWN = "training.job.slowdown"
+#: training.fabric.suspect (gauge 0/1, 1): 1 while a part of the fabric (a host's NIC, a host, a
+#: switch's uplink, a switch) is suspected of making the job's steps late.
+METRIC_FABRIC_SUSPECT = "training.fabric.suspect"
+#: training.fabric.cost (gauge, s): Seconds per step a suspected part of the fabric has cost the
+#: job recently (0 when no longer suspected).
+METRIC_FABRIC_COST = "training.fabric.cost"
 #: training.collective.incomplete (counter, 1): Collectives released before every member
 #: arrived.
 METRIC_COLLECTIVE_INCOMPLETE = "training.collective.incomplete"
@@ -206,7 +286,10 @@ PROM_BARRIER_SKEW = "training_barrier_skew_seconds"
 PROM_RANK_LATENESS = "training_rank_lateness_seconds"
 PROM_RANK_WAIT = "training_rank_wait_seconds"
 PROM_STRAGGLER = "training_straggler_ratio"
-PROM_STRAGGLER_DOMAIN = "training_straggler_domain_ratio"
+PROM_RANK_COST = "training_rank_cost_seconds"
+PROM_JOB_SLOWDOWN = "training_job_slowdown_ratio"
+PROM_FABRIC_SUSPECT = "training_fabric_suspect_ratio"
+PROM_FABRIC_COST = "training_fabric_cost_seconds"
 PROM_COLLECTIVE_INCOMPLETE = "training_collective_incomplete_total"
 PROM_RANK_MISSING = "training_rank_missing_total"
 PROM_CLOCK_OFFSET = "training_clock_offset_seconds"
@@ -217,7 +300,10 @@ CONNECTOR_METRICS = (
     METRIC_RANK_LATENESS,
     METRIC_RANK_WAIT,
     METRIC_STRAGGLER,
-    METRIC_STRAGGLER_DOMAIN,
+    METRIC_RANK_COST,
+    METRIC_JOB_SLOWDOWN,
+    METRIC_FABRIC_SUSPECT,
+    METRIC_FABRIC_COST,
     METRIC_COLLECTIVE_INCOMPLETE,
     METRIC_RANK_MISSING,
     METRIC_CLOCK_OFFSET,

@@ -300,19 +300,19 @@ func (j *Job) NextStep() Step {
 		tl.tpArrival = tl.fetchEnd.Add(forward / 2)
 		backward := j.draw(cfg.Backward) + extra(causeCompute, 2.0/3)
 		tl.computeEnd = tl.forwardEnd.Add(backward)
-		// DDP launches bucket k once its gradients are ready, spread over backward. A network
-		// straggler is late to every bucket although its phases are normal: its previous
-		// transfers (its slow NIC) held it up.
+		// DDP launches bucket k once its gradients are ready, spread over backward.
 		tl.bucketArrival = make([]time.Time, cfg.Collectives)
 		for k := range tl.bucketArrival {
 			ready := time.Duration(float64(backward) * float64(k+1) / float64(cfg.Collectives))
-			tl.bucketArrival[k] = tl.forwardEnd.Add(ready + extra(causeNetwork, 1))
+			tl.bucketArrival[k] = tl.forwardEnd.Add(ready)
 		}
 	}
 
 	transfer := cfg.Transfer
 	if straggler != nil && straggler.Cause == causeNetwork {
-		// A slow link slows the whole ring: every member sees a longer transfer.
+		// The straggler's NIC is slow: it slows the whole ring of every inter-host group it
+		// is in (here the world group's buckets), so every member sees a longer transfer.
+		// Nobody arrives late for it; its tensor-parallel group inside the host is not slowed.
 		transfer *= 3
 	}
 

@@ -89,6 +89,28 @@ const (
 
 	// spanPacingDelay is pacing.delay: a delay applied by the pacer client
 	spanPacingDelay = "pacing.delay"
+
+	// spanStepSummary is train.step.summary: the step's analysis: its duration, what-if duration
+	// and slowdown, its root causes and the flags after it (as events)
+	spanStepSummary = "train.step.summary"
+)
+
+// Events on the train.step.summary span.
+const (
+	// eventRootCause is training.root_cause: one contributor to this step's delay: a rank
+	// (`training.rank`, its topology, `training.straggler.cause`, `training.rank.cost`) or a link
+	// (the suspect's kind and name, `training.fabric.cost`)
+	eventRootCause = "training.root_cause"
+
+	// eventStraggler is training.straggler: a rank flagged after this step (hysteresis):
+	// `training.rank`, its topology, cause, `training.rank.cost` (moving average) and
+	// `training.straggler.domain`
+	eventStraggler = "training.straggler"
+
+	// eventSuspect is training.fabric.suspect: a suspected part of the fabric after this step: its
+	// kind, name (and `host.name` for a NIC), `training.fabric.cost`, and whether it was derived
+	// from flagged ranks
+	eventSuspect = "training.fabric.suspect"
 )
 
 // Span attributes set by the instrumentation.
@@ -103,6 +125,11 @@ const (
 	// attrCollPG is training.collective.pg (string): process group name (`default` for the world
 	// group)
 	attrCollPG = "training.collective.pg"
+
+	// attrCollectivePeer is training.collective.peer (int): the other rank of a point-to-point
+	// message (global rank); with the group and `training.collective.seq` (messages on this pair
+	// in this direction) it joins the sender's span with the receiver's
+	attrCollectivePeer = "training.collective.peer"
 
 	// attrCollectivePGSize is training.collective.pg_size (int): members in the group
 	attrCollectivePGSize = "training.collective.pg_size"
@@ -161,6 +188,17 @@ const (
 
 	// opScatter is "scatter": from `scatter`
 	opScatter = "scatter"
+
+	// opSend is "send": from `send`, `isend` and the sends of `batch_isend_irecv` (point-to-point)
+	opSend = "send"
+
+	// opRecv is "recv": from `recv`, `irecv` and the receives of `batch_isend_irecv`
+	// (point-to-point)
+	opRecv = "recv"
+
+	// opSendRecv is "send_recv": a joined point-to-point message (sender and receiver) in the
+	// collector's figures and metrics
+	opSendRecv = "send_recv"
 )
 
 // Values of training.collective.pg.
@@ -212,17 +250,23 @@ const (
 	// median end timestamp of the members
 	attrClockOffset = "training.clock.offset"
 
+	// attrCollectiveSlowdown is training.collective.slowdown (float): the transfer over its
+	// reference from the job's history (its group's, and same-shaped collectives of other groups);
+	// absent while there is no reference
+	attrCollectiveSlowdown = "training.collective.slowdown"
+
 	// attrStraggler is training.straggler (bool): true on the flagged rank that was the late one
 	// in this collective; false on members not flagged; absent on a flagged member that was not
 	// late here (so readers see flags set and cleared)
 	attrStraggler = "training.straggler"
 
-	// attrStragCause is training.straggler.cause (string): why the flagged rank was late (with
-	// `training.straggler`)
+	// attrStragCause is training.straggler.cause (string): what the flagged rank's own work that
+	// made steps late was (with `training.straggler`)
 	attrStragCause = "training.straggler.cause"
 
-	// attrStragglerDomain is training.straggler.domain (string): `switch:<name>` or `nic:<name>`
-	// when the ranks flagged in the window share it
+	// attrStragglerDomain is training.straggler.domain (string): the suspect a flagged rank
+	// belongs to: `nic:<host>/<nic>` (its own link), `switch:<name>` (flagged ranks on two or more
+	// hosts behind it), `host:<name>` (two or more flagged ranks on it)
 	attrStragglerDomain = "training.straggler.domain"
 
 	// attrBarrierMissingRanks is training.barrier.missing_ranks (int): how many members never
@@ -243,12 +287,75 @@ const (
 	// optimizer did
 	causeCompute = "compute"
 
-	// causeNetwork is "network": neither did, and the collective's transfer was slow against its
-	// baseline
+	// causeNetwork is "network": its own link (its host's NIC, or its host) was located as what
+	// made the step's transfers slow
 	causeNetwork = "network"
 
-	// causeUnknown is "unknown": no phase explains the lateness
+	// causeUnknown is "unknown": no phase explains the rank's excess own work, or the rank never
+	// arrived
 	causeUnknown = "unknown"
+)
+
+// Attributes of the train.step.summary span and its events.
+const (
+	// attrStepDuration is training.step.duration (float s): the job's step time on the analysis'
+	// timeline: from the latest rank being free after the previous step to the latest rank
+	// finishing its collectives in this one
+	attrStepDuration = "training.step.duration"
+
+	// attrStepWhatIf is training.step.whatif (float s): the step time with this step's root causes
+	// at their references
+	attrStepWhatIf = "training.step.whatif"
+
+	// attrJobSlowdown is training.job.slowdown (float): the job's moving average of step time over
+	// what-if step time
+	attrJobSlowdown = "training.job.slowdown"
+
+	// attrStepRanks is training.step.ranks (int): ranks with spans in the step
+	attrStepRanks = "training.step.ranks"
+
+	// attrStepSlowCollectives is training.step.slow_collectives (int): collectives of the step
+	// whose transfer was slow against their reference
+	attrStepSlowCollectives = "training.step.slow_collectives"
+
+	// attrRankCost is training.rank.cost (float s): what the rank cost: in a root cause, this
+	// step's seconds (the step with the rank's own work at its peers' median alone); on a flag,
+	// the moving average
+	attrRankCost = "training.rank.cost"
+
+	// attrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
+	// seconds, or the moving average)
+	attrFabricCost = "training.fabric.cost"
+
+	// attrSuspectKind is training.fabric.suspect.kind (string): what part of the fabric is
+	// suspected
+	attrSuspectKind = "training.fabric.suspect.kind"
+
+	// attrSuspectName is training.fabric.suspect.name (string): the NIC, host or switch name
+	attrSuspectName = "training.fabric.suspect.name"
+
+	// attrSuspectDerived is training.fabric.suspect.derived (bool): true when the suspect is named
+	// because flagged ranks share it, false when slow transfers located it
+	attrSuspectDerived = "training.fabric.suspect.derived"
+)
+
+// Values of training.fabric.suspect.kind.
+const (
+	// suspectNIC is "nic": a NIC of one host (`host.name` says which host): in every slow group
+	// and in no healthy one
+	suspectNIC = "nic"
+
+	// suspectHost is "host": a host: all its NICs implicated, or two or more of its ranks flagged
+	// for their own work
+	suspectHost = "host"
+
+	// suspectUplink is "uplink": a leaf switch's uplink: the groups that cross it are slow, the
+	// groups inside it are not
+	suspectUplink = "uplink"
+
+	// suspectSwitch is "switch": a leaf switch: flagged ranks on two or more of its hosts, or
+	// every group touching it slow
+	suspectSwitch = "switch"
 )
 
 // Metrics emitted by the barrierskew connector.
@@ -269,9 +376,24 @@ const (
 	// straggler, with its cause.
 	metricStraggler = "training.straggler"
 
-	// metricStragglerDomain is training.straggler.domain (gauge 0/1, 1): 1 while the flagged ranks
-	// of a job share this switch or NIC.
-	metricStragglerDomain = "training.straggler.domain"
+	// metricRankCost is training.rank.cost (gauge, s): Seconds per step a flagged rank has cost
+	// the job recently: how much shorter its steps would have been with the rank's own work (or
+	// its link) at its reference.
+	metricRankCost = "training.rank.cost"
+
+	// metricJobSlowdown is training.job.slowdown (gauge, 1): A job's step time over its what-if
+	// step time with its root causes at their references (moving average; 1 when nothing holds it
+	// up).
+	metricJobSlowdown = "training.job.slowdown"
+
+	// metricFabricSuspect is training.fabric.suspect (gauge 0/1, 1): 1 while a part of the fabric
+	// (a host's NIC, a host, a switch's uplink, a switch) is suspected of making the job's steps
+	// late.
+	metricFabricSuspect = "training.fabric.suspect"
+
+	// metricFabricCost is training.fabric.cost (gauge, s): Seconds per step a suspected part of
+	// the fabric has cost the job recently (0 when no longer suspected).
+	metricFabricCost = "training.fabric.cost"
 
 	// metricCollectiveIncomplete is training.collective.incomplete (counter, 1): Collectives
 	// released before every member arrived.

@@ -319,6 +319,8 @@ class SpanMaterializer:
                 semconv.COLLECTIVE_SOURCE: event.source,
                 semconv.TIMING: timing,
             }
+            if event.peer is not None:
+                attributes[semconv.COLLECTIVE_PEER] = event.peer
             name = semconv.SPAN_COLLECTIVE_PREFIX + str(event.op)
         else:
             attributes = {semconv.STEP: event.step}

@@ -17,16 +17,24 @@ class GroupState:
     """Our per-group sequence counter: in SPMD code every member makes the same calls in
     the same order, so the n-th call on a group has the same number on every member."""
 
-    __slots__ = ("name", "seq", "size")
+    __slots__ = ("messages", "name", "seq", "size")
 
     def __init__(self, name: str, size: int) -> None:
         self.name = name
         self.size = size
         self.seq = 0
+        # Point-to-point messages counted per (sender, receiver): the n-th message from one
+        # rank to another in this group has the same number on both sides.
+        self.messages: dict[tuple[int, int], int] = {}
 
     def next_seq(self) -> int:
         seq = self.seq
         self.seq = seq + 1
+        return seq
+
+    def next_message(self, src: int, dst: int) -> int:
+        seq = self.messages.get((src, dst), 0)
+        self.messages[(src, dst)] = seq + 1
         return seq
 
 

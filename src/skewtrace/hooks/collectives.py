@@ -143,7 +143,9 @@ def _wrap_collective(
             cuda_timer.stop(handle)
         end = now_ns()
         if is_async and work is not None:
-            fields = (op, state.name, state.size, seq, nbytes, True, SOURCE_API, TIMING_HOST, None)
+            fields = (
+                op, state.name, state.size, seq, nbytes, True, SOURCE_API, TIMING_HOST, None, None
+            )  # fmt: skip
             if _record_when_done(ctx, work, step, start, fields):
                 return work
         recorder.record(
@@ -161,6 +163,7 @@ def _wrap_collective(
                 SOURCE_API,
                 TIMING_HOST,
                 handle,
+                None,
             )
         )
         return work
@@ -237,6 +240,7 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
             True,
             SOURCE_DDP,
             TIMING_HOST,
+            None,
             None,
         )
         record = recorder.record

@@ -76,9 +76,11 @@ func (h *harness) consume(t *testing.T, td ptrace.Traces) {
 	}
 }
 
-// flush emits the metrics and returns the latest emission.
+// flush moves the clock past analysis_delay (so the steps consumed so far are analyzed),
+// emits the metrics and returns the latest emission.
 func (h *harness) flush(t *testing.T) pmetric.Metrics {
 	t.Helper()
+	h.clock.Advance(h.conn.cfg.AnalysisDelay + time.Millisecond)
 	if err := h.conn.flush(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func stepBatch(ranks []fixture.Rank, step int64, slowRank int, slowPhase string,
 	extra time.Duration,
 ) ptrace.Traces {
 	b := fixture.NewBatch()
-	start := fixture.Base.Add(time.Duration(step) * time.Second)
+	start := fixture.Base.Add(time.Duration(step) * 100 * time.Millisecond)
 	for _, r := range ranks {
 		fetch, forward := 5*time.Millisecond, 20*time.Millisecond
 		if r.Rank == slowRank {
@@ -204,6 +206,15 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 	if flagged != 1 {
 		t.Errorf("%d flagged ranks, want 1", flagged)
 	}
+	costs := findMetric(t, md, semconv.MetricRankCost).Gauge().DataPoints()
+	if costs.Len() != 1 || attrs(costs.At(0).Attributes())[semconv.AttrRank] != int64(2) ||
+		costs.At(0).DoubleValue() < 0.010 {
+		t.Errorf("rank cost points %d, want rank 2 costing about 30 ms per step", costs.Len())
+	}
+	slowdown := findMetric(t, md, semconv.MetricJobSlowdown).Gauge().DataPoints()
+	if slowdown.Len() != 1 || slowdown.At(0).DoubleValue() <= 1 {
+		t.Errorf("job slowdown points %d, want one above 1", slowdown.Len())
+	}
 
 	steps := findMetric(t, md, semconv.MetricStepDuration).Histogram().DataPoints()
 	if steps.Len() != 4 || steps.At(0).Count() != 5 {
@@ -226,7 +237,7 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 }
 
 func TestStragglerClearsToZero(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 4, 0 })
+	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearSteps = 2, 4, 1 })
 	ranks := fixture.Ranks(4)
 	for step := range int64(3) {
 		h.consume(t, stepBatch(ranks, step, 1, semconv.SpanDataloaderFetch, 30*time.Millisecond))
@@ -255,33 +266,44 @@ func stragglerValue(t *testing.T, md pmetric.Metrics, rank int64, cause string) 
 	return -1
 }
 
-func TestDomainGauge(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 8, 0 })
+func TestFabricSuspectGaugeForRanksSharingASwitch(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow = 2, 8 })
 	ranks := fixture.Ranks(6)
 	for i := range ranks {
-		ranks[i].Host = ranks[i].Host + "x"
 		ranks[i].Switch = "leaf0"
-		if i == 4 || i == 5 {
+		if i == 3 || i == 4 {
 			ranks[i].Switch = "leaf9"
 		}
 	}
-	for step := range int64(6) {
-		slow := 4 + int(step%2)
-		h.consume(t, stepBatch(ranks, step, slow, semconv.SpanForward, 30*time.Millisecond))
+	job := fixture.NewJob(ranks, []fixture.Coll{fixture.World(6, 1<<20, 2*time.Millisecond)}, 3)
+	// Ranks 3 and 4 (hosts node1 and node2) are slow: they share leaf9.
+	job.ExtraForward = func(_, rank int) time.Duration {
+		if rank == 3 || rank == 4 {
+			return 30 * time.Millisecond
+		}
+		return 0
 	}
-	points := findMetric(t, h.flush(t), semconv.MetricStragglerDomain).Gauge().DataPoints()
+	for step := range 6 {
+		h.consume(t, fixture.Merge(job.Step(step)))
+	}
+	md := h.flush(t)
+	points := findMetric(t, md, semconv.MetricFabricSuspect).Gauge().DataPoints()
 	found := false
 	for i := range points.Len() {
 		a := attrs(points.At(i).Attributes())
-		if a[semconv.AttrSwitch] == "leaf9" && points.At(i).IntValue() == 1 {
+		if a[semconv.AttrSuspectKind] == "switch" && a[semconv.AttrSuspectName] == "leaf9" &&
+			points.At(i).IntValue() == 1 {
 			found = true
+			continue
 		}
-		if a[semconv.AttrSwitch] == "leaf0" {
-			t.Errorf("leaf0 suspected: %v", a)
-		}
+		t.Errorf("unexpected suspect %v = %d", a, points.At(i).IntValue())
 	}
 	if !found {
 		t.Errorf("switch leaf9 not suspected")
+	}
+	if costs := findMetric(t, md, semconv.MetricFabricCost).Gauge().DataPoints(); costs.Len() != 1 ||
+		costs.At(0).DoubleValue() <= 0 {
+		t.Errorf("fabric cost points %d, want leaf9 with a cost", costs.Len())
 	}
 }
 
@@ -430,6 +452,10 @@ func TestProcessorThenConnectorJoinsOnce(t *testing.T) {
 		if err := proc.ConsumeTraces(context.Background(), td); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Shutting the processor down analyzes every open step: their summaries are in the sink.
+	if err := proc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	for _, td := range procSink.AllTraces() {
 		chained.consume(t, td)

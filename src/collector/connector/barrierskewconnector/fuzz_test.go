@@ -26,7 +26,7 @@ func FuzzConnectorNeverPanics(f *testing.F) {
 		cfg.MaxBufferedSpans = 8
 		cfg.MaxSeries = 16
 		cfg.DedupWindow = 4
-		cfg.FlagK, cfg.FlagWindow, cfg.ClearK = 1, 2, 0
+		cfg.FlagK, cfg.FlagWindow, cfg.ClearSteps = 1, 2, 1
 		sink := new(consumertest.MetricsSink)
 		clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 		c, err := newConnector(connectortest.NewNopSettings(metadata.Type), cfg, sink, clock)

@@ -24,6 +24,12 @@ func newTelemetry(
 		CollectivesEvicted:  tb.RegisterConnectorBarrierskewCollectivesEvictedCallback,
 		SpansMalformed:      tb.RegisterConnectorBarrierskewSpansMalformedCallback,
 		SpansPassedThrough:  tb.RegisterConnectorBarrierskewSpansPassedThroughCallback,
+		OpenSteps:           tb.RegisterConnectorBarrierskewOpenStepsCallback,
+		StepSpansHeld:       tb.RegisterConnectorBarrierskewStepSpansHeldCallback,
+		StepsAnalyzed:       tb.RegisterConnectorBarrierskewStepsAnalyzedCallback,
+		StepsForced:         tb.RegisterConnectorBarrierskewStepsForcedCallback,
+		SpansLate:           tb.RegisterConnectorBarrierskewSpansLateForAnalysisCallback,
+		StepModelBreaks:     tb.RegisterConnectorBarrierskewStepModelBreaksCallback,
 		SeriesDropped:       tb.RegisterConnectorBarrierskewSeriesDroppedCallback,
 	}, read)
 	if err != nil {

@@ -69,7 +69,7 @@ func TestOwnTelemetry(t *testing.T) {
 	metadatatest.AssertEqualConnectorBarrierskewPendingCollectives(t, tel, one(1), ignore)
 	metadatatest.AssertEqualConnectorBarrierskewBufferedSpans(t, tel, one(3), ignore)
 	metadatatest.AssertEqualConnectorBarrierskewPhaseEntries(t, tel,
-		one(int64(conn.snapshot().Engine.PhaseEntries)), ignore)
+		one(int64(conn.snapshot().Engine.Analysis.PhaseEntries)), ignore)
 	metadatatest.AssertEqualConnectorBarrierskewCollectivesReleased(t, tel, released(1, 0),
 		ignore)
 	metadatatest.AssertEqualConnectorBarrierskewCollectivesEvicted(t, tel, one(0), ignore)

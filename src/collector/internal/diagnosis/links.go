@@ -300,6 +300,19 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 	if !anySlow {
 		return nil
 	}
+	// Set logic needs healthy groups to tell elements apart: with none (a job of one group,
+	// or every group slow), every element the slow groups share would qualify, so nothing
+	// is named.
+	anyHealthy := false
+	for g := range nGroups {
+		if l.groupSeen[g] && l.groupHealthy[g] && !l.groupSlow[g] {
+			anyHealthy = true
+			break
+		}
+	}
+	if !anyHealthy {
+		return nil
+	}
 	if l.elements == nil {
 		l.elements = make(map[string]int32)
 	}
@@ -323,11 +336,17 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 		}
 		rec := &sd.colls[l.groupColl[g]]
 		switches := make(map[string]struct{})
+		hosts := make(map[string]struct{})
 		for i := rec.first; i < rec.first+rec.n; i++ {
-			if t := j.topology[sd.ops[i].rank]; knownName(t.Switch) {
+			t := j.topology[sd.ops[i].rank]
+			if knownName(t.Switch) {
 				switches[t.Switch] = struct{}{}
 			}
+			hosts[t.Host] = struct{}{}
 		}
+		// A group inside one host does not use the host's NICs (NVLink, PCIe, shared
+		// memory): it says nothing about them.
+		usesNICs := len(hosts) > 1
 		mark := func(s Suspect) {
 			e := m.element(s)
 			if l.elemMark[e] == int32(g) {
@@ -346,7 +365,7 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 			if !knownName(t.Host) {
 				continue
 			}
-			if knownName(t.NIC) {
+			if knownName(t.NIC) && usesNICs {
 				mark(Suspect{Kind: SuspectNIC, Name: t.NIC, Host: t.Host})
 			}
 			mark(Suspect{Kind: SuspectHost, Name: t.Host})

@@ -327,3 +327,24 @@ func TestPipelineStageSlowViaPointToPoint(t *testing.T) {
 		t.Fatalf("flagged %v, want rank 2 (compute); roots %+v", got, last.RootCauses)
 	}
 }
+
+func TestOneGroupJobNamesNoLink(t *testing.T) {
+	// Every rank on one host, one group: a slow transfer cannot be located (there is no
+	// healthy group to compare with), and no rank is blamed for it.
+	ranks := fixture.LeafSpine(4, 4, 1)
+	job := fixture.NewJob(ranks, []fixture.Coll{fixture.World(4, 1<<20, 2*time.Millisecond)}, 9)
+	job.SlowLink = func(step int, _ []fixture.Rank) float64 {
+		if step >= 8 {
+			return 4
+		}
+		return 1
+	}
+	for _, r := range run(t, job, join.DefaultConfig(), 20) {
+		if len(r.Flagged) > 0 || len(r.Suspects) > 0 {
+			t.Fatalf("step %d: flagged %v suspects %v", r.Step, flagged(r), suspects(r))
+		}
+		if r.Step >= 9 && r.SlowCollectives == 0 {
+			t.Fatalf("step %d: the slow transfer was not seen", r.Step)
+		}
+	}
+}

@@ -41,6 +41,12 @@ type Callbacks struct {
 	CollectivesEvicted  Register
 	SpansMalformed      Register
 	SpansPassedThrough  Register
+	OpenSteps           Register
+	StepSpansHeld       Register
+	StepsAnalyzed       Register
+	StepsForced         Register
+	SpansLate           Register
+	StepModelBreaks     Register
 	SeriesDropped       Register
 }
 
@@ -90,6 +96,12 @@ func Observe(cb Callbacks, read func() Snapshot) error {
 			return nil
 		}),
 		cb.SpansPassedThrough(counter(func(s *Snapshot) int64 { return s.PassedThrough })),
+		cb.OpenSteps(gauge(func(s *Snapshot) int { return s.Engine.Analysis.OpenSteps })),
+		cb.StepSpansHeld(gauge(func(s *Snapshot) int { return s.Engine.Analysis.HeldSpans })),
+		cb.StepsAnalyzed(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.StepsAnalyzed })),
+		cb.StepsForced(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.StepsForced })),
+		cb.SpansLate(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.LateSpans })),
+		cb.StepModelBreaks(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.ModelBreaks })),
 	}
 	if cb.SeriesDropped != nil {
 		errs = append(errs, cb.SeriesDropped(counter(func(s *Snapshot) int64 {

@@ -90,6 +90,28 @@ const (
 
 	// SpanPacingDelay is pacing.delay: a delay applied by the pacer client
 	SpanPacingDelay = "pacing.delay"
+
+	// SpanStepSummary is train.step.summary: the step's analysis: its duration, what-if duration
+	// and slowdown, its root causes and the flags after it (as events)
+	SpanStepSummary = "train.step.summary"
+)
+
+// Events on the train.step.summary span.
+const (
+	// EventRootCause is training.root_cause: one contributor to this step's delay: a rank
+	// (`training.rank`, its topology, `training.straggler.cause`, `training.rank.cost`) or a link
+	// (the suspect's kind and name, `training.fabric.cost`)
+	EventRootCause = "training.root_cause"
+
+	// EventStraggler is training.straggler: a rank flagged after this step (hysteresis):
+	// `training.rank`, its topology, cause, `training.rank.cost` (moving average) and
+	// `training.straggler.domain`
+	EventStraggler = "training.straggler"
+
+	// EventSuspect is training.fabric.suspect: a suspected part of the fabric after this step: its
+	// kind, name (and `host.name` for a NIC), `training.fabric.cost`, and whether it was derived
+	// from flagged ranks
+	EventSuspect = "training.fabric.suspect"
 )
 
 // Span attributes set by the instrumentation.
@@ -104,6 +126,11 @@ const (
 	// AttrCollectivePG is training.collective.pg (string): process group name (`default` for the
 	// world group)
 	AttrCollectivePG = "training.collective.pg"
+
+	// AttrCollectivePeer is training.collective.peer (int): the other rank of a point-to-point
+	// message (global rank); with the group and `training.collective.seq` (messages on this pair
+	// in this direction) it joins the sender's span with the receiver's
+	AttrCollectivePeer = "training.collective.peer"
 
 	// AttrCollectivePGSize is training.collective.pg_size (int): members in the group
 	AttrCollectivePGSize = "training.collective.pg_size"
@@ -162,6 +189,17 @@ const (
 
 	// OpScatter is "scatter": from `scatter`
 	OpScatter = "scatter"
+
+	// OpSend is "send": from `send`, `isend` and the sends of `batch_isend_irecv` (point-to-point)
+	OpSend = "send"
+
+	// OpRecv is "recv": from `recv`, `irecv` and the receives of `batch_isend_irecv`
+	// (point-to-point)
+	OpRecv = "recv"
+
+	// OpSendRecv is "send_recv": a joined point-to-point message (sender and receiver) in the
+	// collector's figures and metrics
+	OpSendRecv = "send_recv"
 )
 
 // Values of training.collective.pg.
@@ -213,17 +251,23 @@ const (
 	// median end timestamp of the members
 	AttrClockOffset = "training.clock.offset"
 
+	// AttrCollectiveSlowdown is training.collective.slowdown (float): the transfer over its
+	// reference from the job's history (its group's, and same-shaped collectives of other groups);
+	// absent while there is no reference
+	AttrCollectiveSlowdown = "training.collective.slowdown"
+
 	// AttrStraggler is training.straggler (bool): true on the flagged rank that was the late one
 	// in this collective; false on members not flagged; absent on a flagged member that was not
 	// late here (so readers see flags set and cleared)
 	AttrStraggler = "training.straggler"
 
-	// AttrStragglerCause is training.straggler.cause (string): why the flagged rank was late (with
-	// `training.straggler`)
+	// AttrStragglerCause is training.straggler.cause (string): what the flagged rank's own work
+	// that made steps late was (with `training.straggler`)
 	AttrStragglerCause = "training.straggler.cause"
 
-	// AttrStragglerDomain is training.straggler.domain (string): `switch:<name>` or `nic:<name>`
-	// when the ranks flagged in the window share it
+	// AttrStragglerDomain is training.straggler.domain (string): the suspect a flagged rank
+	// belongs to: `nic:<host>/<nic>` (its own link), `switch:<name>` (flagged ranks on two or more
+	// hosts behind it), `host:<name>` (two or more flagged ranks on it)
 	AttrStragglerDomain = "training.straggler.domain"
 
 	// AttrBarrierMissingRanks is training.barrier.missing_ranks (int): how many members never
@@ -244,12 +288,75 @@ const (
 	// optimizer did
 	CauseCompute = "compute"
 
-	// CauseNetwork is "network": neither did, and the collective's transfer was slow against its
-	// baseline
+	// CauseNetwork is "network": its own link (its host's NIC, or its host) was located as what
+	// made the step's transfers slow
 	CauseNetwork = "network"
 
-	// CauseUnknown is "unknown": no phase explains the lateness
+	// CauseUnknown is "unknown": no phase explains the rank's excess own work, or the rank never
+	// arrived
 	CauseUnknown = "unknown"
+)
+
+// Attributes of the train.step.summary span and its events.
+const (
+	// AttrStepDuration is training.step.duration (float s): the job's step time on the analysis'
+	// timeline: from the latest rank being free after the previous step to the latest rank
+	// finishing its collectives in this one
+	AttrStepDuration = "training.step.duration"
+
+	// AttrStepWhatIf is training.step.whatif (float s): the step time with this step's root causes
+	// at their references
+	AttrStepWhatIf = "training.step.whatif"
+
+	// AttrJobSlowdown is training.job.slowdown (float): the job's moving average of step time over
+	// what-if step time
+	AttrJobSlowdown = "training.job.slowdown"
+
+	// AttrStepRanks is training.step.ranks (int): ranks with spans in the step
+	AttrStepRanks = "training.step.ranks"
+
+	// AttrStepSlowCollectives is training.step.slow_collectives (int): collectives of the step
+	// whose transfer was slow against their reference
+	AttrStepSlowCollectives = "training.step.slow_collectives"
+
+	// AttrRankCost is training.rank.cost (float s): what the rank cost: in a root cause, this
+	// step's seconds (the step with the rank's own work at its peers' median alone); on a flag,
+	// the moving average
+	AttrRankCost = "training.rank.cost"
+
+	// AttrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
+	// seconds, or the moving average)
+	AttrFabricCost = "training.fabric.cost"
+
+	// AttrSuspectKind is training.fabric.suspect.kind (string): what part of the fabric is
+	// suspected
+	AttrSuspectKind = "training.fabric.suspect.kind"
+
+	// AttrSuspectName is training.fabric.suspect.name (string): the NIC, host or switch name
+	AttrSuspectName = "training.fabric.suspect.name"
+
+	// AttrSuspectDerived is training.fabric.suspect.derived (bool): true when the suspect is named
+	// because flagged ranks share it, false when slow transfers located it
+	AttrSuspectDerived = "training.fabric.suspect.derived"
+)
+
+// Values of training.fabric.suspect.kind.
+const (
+	// SuspectNIC is "nic": a NIC of one host (`host.name` says which host): in every slow group
+	// and in no healthy one
+	SuspectNIC = "nic"
+
+	// SuspectHost is "host": a host: all its NICs implicated, or two or more of its ranks flagged
+	// for their own work
+	SuspectHost = "host"
+
+	// SuspectUplink is "uplink": a leaf switch's uplink: the groups that cross it are slow, the
+	// groups inside it are not
+	SuspectUplink = "uplink"
+
+	// SuspectSwitch is "switch": a leaf switch: flagged ranks on two or more of its hosts, or
+	// every group touching it slow
+	SuspectSwitch = "switch"
 )
 
 // Metrics emitted by the barrierskew connector.
@@ -270,9 +377,24 @@ const (
 	// straggler, with its cause.
 	MetricStraggler = "training.straggler"
 
-	// MetricStragglerDomain is training.straggler.domain (gauge 0/1, 1): 1 while the flagged ranks
-	// of a job share this switch or NIC.
-	MetricStragglerDomain = "training.straggler.domain"
+	// MetricRankCost is training.rank.cost (gauge, s): Seconds per step a flagged rank has cost
+	// the job recently: how much shorter its steps would have been with the rank's own work (or
+	// its link) at its reference.
+	MetricRankCost = "training.rank.cost"
+
+	// MetricJobSlowdown is training.job.slowdown (gauge, 1): A job's step time over its what-if
+	// step time with its root causes at their references (moving average; 1 when nothing holds it
+	// up).
+	MetricJobSlowdown = "training.job.slowdown"
+
+	// MetricFabricSuspect is training.fabric.suspect (gauge 0/1, 1): 1 while a part of the fabric
+	// (a host's NIC, a host, a switch's uplink, a switch) is suspected of making the job's steps
+	// late.
+	MetricFabricSuspect = "training.fabric.suspect"
+
+	// MetricFabricCost is training.fabric.cost (gauge, s): Seconds per step a suspected part of
+	// the fabric has cost the job recently (0 when no longer suspected).
+	MetricFabricCost = "training.fabric.cost"
 
 	// MetricCollectiveIncomplete is training.collective.incomplete (counter, 1): Collectives
 	// released before every member arrived.
@@ -324,31 +446,4 @@ const (
 	// MetricPacingDecisions is skewtrace.pacing.decisions (counter, 1): Pacing decisions computed
 	// (one per job per tick)
 	MetricPacingDecisions = "skewtrace.pacing.decisions"
-)
-
-// Names added by the step analysis (diagnosis).
-const (
-	AttrCollectivePeer     = "training.collective.peer"
-	AttrCollectiveSlowdown = "training.collective.slowdown"
-	SpanStepSummary        = "train.step.summary"
-	AttrStepDuration       = "training.step.duration"
-	AttrStepWhatIf         = "training.step.whatif"
-	AttrJobSlowdown        = "training.job.slowdown"
-	AttrStepRanks          = "training.step.ranks"
-	AttrStepSlowCollective = "training.step.slow_collectives"
-	AttrRankCost           = "training.rank.cost"
-	AttrFabricCost         = "training.fabric.cost"
-	AttrSuspectKind        = "training.fabric.suspect.kind"
-	AttrSuspectName        = "training.fabric.suspect.name"
-	AttrSuspectDerived     = "training.fabric.suspect.derived"
-	EventRootCause         = "training.root_cause"
-	EventStraggler         = "training.straggler"
-	EventSuspect           = "training.fabric.suspect"
-	MetricRankCost         = "training.rank.cost"
-	MetricJobSlowdown      = "training.job.slowdown"
-	MetricFabricSuspect    = "training.fabric.suspect"
-	MetricFabricCost       = "training.fabric.cost"
-	OpSendRecv             = "send_recv"
-	OpSend                 = "send"
-	OpRecv                 = "recv"
 )

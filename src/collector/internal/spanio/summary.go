@@ -63,7 +63,7 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 	attrs.PutDouble(semconv.AttrStepWhatIf, res.WhatIf)
 	attrs.PutDouble(semconv.AttrJobSlowdown, res.Slowdown)
 	attrs.PutInt(semconv.AttrStepRanks, int64(res.Ranks))
-	attrs.PutInt(semconv.AttrStepSlowCollective, int64(res.SlowCollectives))
+	attrs.PutInt(semconv.AttrStepSlowCollectives, int64(res.SlowCollectives))
 	for i := range res.RootCauses {
 		rc := &res.RootCauses[i]
 		ev := span.Events().AppendEmpty()

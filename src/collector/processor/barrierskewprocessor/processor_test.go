@@ -214,24 +214,69 @@ func TestCollectiveSplitAcrossBatchesOutOfOrder(t *testing.T) {
 	}
 }
 
-func TestClockOffsetsDoNotChangeSkewOrStraggler(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 2, 4, 0 })
-	ranks := fixture.Ranks(4)
+// runSteps plays a fixture job through the processor: each step's batches, then the clock
+// past analysis_delay and a tick, so that the step's summary is written.
+func (h *harness) runSteps(t *testing.T, job *fixture.Job, steps int) {
+	t.Helper()
+	for step := range steps {
+		for _, b := range job.Step(step) {
+			h.consume(t, b)
+		}
+		h.clock.Advance(h.proc.cfg.AnalysisDelay + time.Millisecond)
+		h.proc.releaseExpired(context.Background())
+	}
+}
+
+// summaries returns the step summaries written so far, by step.
+func (h *harness) summaries(t *testing.T) map[int64]fixture.SpanWithResource {
+	t.Helper()
+	out := map[int64]fixture.SpanWithResource{}
+	for _, s := range h.spans() {
+		if s.Span.Name() != semconv.SpanStepSummary {
+			continue
+		}
+		step, ok := s.Span.Attributes().Get(semconv.AttrStep)
+		if !ok {
+			t.Fatalf("summary without %s", semconv.AttrStep)
+		}
+		out[step.Int()] = s
+	}
+	return out
+}
+
+// flaggedIn returns the ranks a summary flags, with their cause.
+func flaggedIn(s fixture.SpanWithResource) map[int64]string {
+	out := map[int64]string{}
+	events := s.Span.Events()
+	for i := range events.Len() {
+		if ev := events.At(i); ev.Name() == semconv.EventStraggler {
+			rank, _ := ev.Attributes().Get(semconv.AttrRank)
+			cause, _ := ev.Attributes().Get(semconv.AttrStragglerCause)
+			out[rank.Int()] = cause.Str()
+		}
+	}
+	return out
+}
+
+func TestClockOffsetsDoNotChangeSkewOrVerdict(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.LeafSpine(4, 1, 4)
 	ranks[0].ClockOffset = 2 * time.Second
 	ranks[1].ClockOffset = -2 * time.Second
-	for seq := range int64(3) {
-		b := fixture.NewBatch()
-		collective(b, ranks, seq, map[int]time.Duration{1: 15 * time.Millisecond})
-		h.consume(t, b)
-	}
-	stragglers := map[int]int{}
-	for _, s := range h.collectives() {
-		if !near(double(t, s.Span, semconv.AttrBarrierSkew), 0.015) {
-			t.Errorf("skew %g with shifted clocks, want 0.015",
-				double(t, s.Span, semconv.AttrBarrierSkew))
+	job := fixture.NewJob(ranks, []fixture.Coll{fixture.World(4, 1<<20, 2*time.Millisecond)}, 1)
+	job.Jitter = 0
+	job.ExtraForward = func(_, rank int) time.Duration {
+		if rank == 1 {
+			return 15 * time.Millisecond
 		}
-		if v, ok := s.Span.Attributes().Get(semconv.AttrStraggler); ok && v.Bool() {
-			stragglers[s.Rank()]++
+		return 0
+	}
+	h.runSteps(t, job, 8)
+	stragglerSpans := map[int]int{}
+	for _, s := range h.collectives() {
+		// Every rank but 1 waited 15 ms for it, whatever the clocks say.
+		if skew := double(t, s.Span, semconv.AttrBarrierSkew); math.Abs(skew-0.015) > 1e-4 {
+			t.Errorf("skew %g with shifted clocks, want 0.015", skew)
 		}
 		offset := double(t, s.Span, semconv.AttrClockOffset)
 		// Median end of {+2, -2, 0, 0} s is 0.
@@ -239,9 +284,69 @@ func TestClockOffsetsDoNotChangeSkewOrStraggler(t *testing.T) {
 		if math.Abs(offset-want) > 1e-3 {
 			t.Errorf("rank %d clock offset %g, want %g", s.Rank(), offset, want)
 		}
+		if v, ok := s.Span.Attributes().Get(semconv.AttrStraggler); ok && v.Bool() {
+			stragglerSpans[s.Rank()]++
+		}
 	}
-	if len(stragglers) != 1 || stragglers[1] != 2 {
-		t.Errorf("stragglers %v, want rank 1 flagged in collectives 2 and 3", stragglers)
+	summaries := h.summaries(t)
+	if len(summaries) != 8 {
+		t.Fatalf("%d step summaries for 8 steps", len(summaries))
+	}
+	if got := flaggedIn(summaries[7]); len(got) != 1 || got[1] != semconv.CauseCompute {
+		t.Errorf("step 7 flags %v, want rank 1 compute", got)
+	}
+	// Flagged after its 4th step as the root cause (step 3), its spans of steps 4-7 say so.
+	if len(stragglerSpans) != 1 || stragglerSpans[1] != 4 {
+		t.Errorf("training.straggler=true on %v, want rank 1's spans of steps 4-7", stragglerSpans)
+	}
+}
+
+func TestStepSummaryIsInTheStepsTraceWithRootCauseAndCost(t *testing.T) {
+	h := newHarness(t, nil)
+	job := fixture.NewJob(fixture.LeafSpine(8, 2, 2), fixture.IntraCrossWorld(8, 4), 2)
+	job.ExtraFetch = func(_, rank int) time.Duration {
+		if rank == 5 {
+			return 30 * time.Millisecond
+		}
+		return 0
+	}
+	h.runSteps(t, job, 6)
+	summaries := h.summaries(t)
+	last, ok := summaries[5]
+	if !ok {
+		t.Fatalf("no summary of step 5 (have %d)", len(summaries))
+	}
+	if last.Span.TraceID() != fixture.TraceID("job", 5) {
+		t.Errorf("summary trace %s, want the step's", last.Span.TraceID())
+	}
+	if last.Span.ParentSpanID().IsEmpty() || last.Span.SpanID().IsEmpty() {
+		t.Errorf("summary without its parent (the step root) or span ID")
+	}
+	if job, _ := last.Resource.Attributes().Get(semconv.AttrJobID); job.Str() != "job" {
+		t.Errorf("summary resource %v", last.Resource.Attributes().AsRaw())
+	}
+	if got := flaggedIn(last); len(got) != 1 || got[5] != semconv.CauseData {
+		t.Errorf("flags %v, want rank 5 data", got)
+	}
+	var roots []int64
+	events := last.Span.Events()
+	for i := range events.Len() {
+		ev := events.At(i)
+		if ev.Name() != semconv.EventRootCause {
+			continue
+		}
+		rank, _ := ev.Attributes().Get(semconv.AttrRank)
+		cost, _ := ev.Attributes().Get(semconv.AttrRankCost)
+		roots = append(roots, rank.Int())
+		if c := cost.Double(); c < 0.025 || c > 0.035 {
+			t.Errorf("rank %d cost %g, want about the 30 ms its fetch adds", rank.Int(), c)
+		}
+	}
+	if len(roots) != 1 || roots[0] != 5 {
+		t.Errorf("root causes %v, want rank 5 only (its peers only waited)", roots)
+	}
+	if slowdown := double(t, last.Span, semconv.AttrJobSlowdown); slowdown <= 1.1 {
+		t.Errorf("job slowdown %g, want well above 1", slowdown)
 	}
 }
 
@@ -398,39 +503,6 @@ func TestMalformedCollectivesForwardedUnannotatedAndCounted(t *testing.T) {
 	assertCounter(t, h, "otelcol_processor_barrierskew_spans_malformed", "reason", "duplicate", 1)
 }
 
-func TestStragglerCauseFromPhasesInTheSameBatch(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearK = 1, 4, 0 })
-	ranks := fixture.Ranks(4)
-	b := fixture.NewBatch()
-	// Phases come after the collective in the batch: the processor reads them first anyway.
-	collective(b, ranks, 0, map[int]time.Duration{3: 25 * time.Millisecond})
-	for _, r := range ranks {
-		fetch := 5 * time.Millisecond
-		if r.Rank == 3 {
-			fetch += 25 * time.Millisecond
-		}
-		b.AddPhase(r, semconv.SpanDataloaderFetch, 0, fixture.Base, fetch)
-		b.AddPhase(r, semconv.SpanForward, 0, fixture.Base.Add(fetch), 10*time.Millisecond)
-	}
-	h.consume(t, b)
-	found := false
-	for _, s := range h.collectives() {
-		v, ok := s.Span.Attributes().Get(semconv.AttrStraggler)
-		if s.Rank() == 3 {
-			cause, _ := s.Span.Attributes().Get(semconv.AttrStragglerCause)
-			found = ok && v.Bool() && cause.Str() == semconv.CauseData
-			if !found {
-				t.Errorf("rank 3: %v", s.Span.Attributes().AsRaw())
-			}
-		} else if !ok || v.Bool() {
-			t.Errorf("rank %d: training.straggler %v", s.Rank(), v.AsRaw())
-		}
-	}
-	if !found {
-		t.Fatal("no straggler annotation")
-	}
-}
-
 func TestOwnTelemetry(t *testing.T) {
 	h := newHarness(t, nil)
 	ranks := fixture.Ranks(4)
@@ -562,8 +634,14 @@ func TestConcurrentRanksAndTicker(t *testing.T) {
 	if err := h.proc.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := h.sink.SpanCount(), 2*4*collectives; got != want {
-		t.Fatalf("%d spans out, want %d", got, want)
+	summaries := 0
+	for _, s := range h.spans() {
+		if s.Span.Name() == semconv.SpanStepSummary {
+			summaries++
+		}
+	}
+	if got, want := h.sink.SpanCount()-summaries, 2*4*collectives; got != want {
+		t.Fatalf("%d spans out besides %d step summaries, want %d", got, summaries, want)
 	}
 	for _, s := range h.collectives() {
 		if _, ok := s.Span.Attributes().Get(semconv.AttrBarrierMissingRanks); ok {

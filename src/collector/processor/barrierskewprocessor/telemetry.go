@@ -24,6 +24,12 @@ func newTelemetry(
 		CollectivesEvicted:  tb.RegisterProcessorBarrierskewCollectivesEvictedCallback,
 		SpansMalformed:      tb.RegisterProcessorBarrierskewSpansMalformedCallback,
 		SpansPassedThrough:  tb.RegisterProcessorBarrierskewSpansPassedThroughCallback,
+		OpenSteps:           tb.RegisterProcessorBarrierskewOpenStepsCallback,
+		StepSpansHeld:       tb.RegisterProcessorBarrierskewStepSpansHeldCallback,
+		StepsAnalyzed:       tb.RegisterProcessorBarrierskewStepsAnalyzedCallback,
+		StepsForced:         tb.RegisterProcessorBarrierskewStepsForcedCallback,
+		SpansLate:           tb.RegisterProcessorBarrierskewSpansLateForAnalysisCallback,
+		StepModelBreaks:     tb.RegisterProcessorBarrierskewStepModelBreaksCallback,
 	}, read)
 	if err != nil {
 		tb.Shutdown()

@@ -25,17 +25,23 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                   metric.Meter
-	mu                                      sync.Mutex
-	registrations                           []metric.Registration
-	ConnectorBarrierskewBufferedSpans       metric.Int64ObservableGauge
-	ConnectorBarrierskewCollectivesEvicted  metric.Int64ObservableCounter
-	ConnectorBarrierskewCollectivesReleased metric.Int64ObservableCounter
-	ConnectorBarrierskewPendingCollectives  metric.Int64ObservableGauge
-	ConnectorBarrierskewPhaseEntries        metric.Int64ObservableGauge
-	ConnectorBarrierskewSeriesDropped       metric.Int64ObservableCounter
-	ConnectorBarrierskewSpansMalformed      metric.Int64ObservableCounter
-	ConnectorBarrierskewSpansPassedThrough  metric.Int64ObservableCounter
+	meter                                    metric.Meter
+	mu                                       sync.Mutex
+	registrations                            []metric.Registration
+	ConnectorBarrierskewBufferedSpans        metric.Int64ObservableGauge
+	ConnectorBarrierskewCollectivesEvicted   metric.Int64ObservableCounter
+	ConnectorBarrierskewCollectivesReleased  metric.Int64ObservableCounter
+	ConnectorBarrierskewOpenSteps            metric.Int64ObservableGauge
+	ConnectorBarrierskewPendingCollectives   metric.Int64ObservableGauge
+	ConnectorBarrierskewPhaseEntries         metric.Int64ObservableGauge
+	ConnectorBarrierskewSeriesDropped        metric.Int64ObservableCounter
+	ConnectorBarrierskewSpansLateForAnalysis metric.Int64ObservableCounter
+	ConnectorBarrierskewSpansMalformed       metric.Int64ObservableCounter
+	ConnectorBarrierskewSpansPassedThrough   metric.Int64ObservableCounter
+	ConnectorBarrierskewStepModelBreaks      metric.Int64ObservableCounter
+	ConnectorBarrierskewStepSpansHeld        metric.Int64ObservableGauge
+	ConnectorBarrierskewStepsAnalyzed        metric.Int64ObservableCounter
+	ConnectorBarrierskewStepsForced          metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -94,6 +100,21 @@ func (builder *TelemetryBuilder) RegisterConnectorBarrierskewCollectivesReleased
 	return nil
 }
 
+// RegisterConnectorBarrierskewOpenStepsCallback sets callback for observable ConnectorBarrierskewOpenSteps metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewOpenStepsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewOpenSteps, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewOpenSteps)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterConnectorBarrierskewPendingCollectivesCallback sets callback for observable ConnectorBarrierskewPendingCollectives metric.
 func (builder *TelemetryBuilder) RegisterConnectorBarrierskewPendingCollectivesCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -139,6 +160,21 @@ func (builder *TelemetryBuilder) RegisterConnectorBarrierskewSeriesDroppedCallba
 	return nil
 }
 
+// RegisterConnectorBarrierskewSpansLateForAnalysisCallback sets callback for observable ConnectorBarrierskewSpansLateForAnalysis metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewSpansLateForAnalysisCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewSpansLateForAnalysis, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewSpansLateForAnalysis)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterConnectorBarrierskewSpansMalformedCallback sets callback for observable ConnectorBarrierskewSpansMalformed metric.
 func (builder *TelemetryBuilder) RegisterConnectorBarrierskewSpansMalformedCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -160,6 +196,66 @@ func (builder *TelemetryBuilder) RegisterConnectorBarrierskewSpansPassedThroughC
 		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewSpansPassedThrough, obs: o})
 		return nil
 	}, builder.ConnectorBarrierskewSpansPassedThrough)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterConnectorBarrierskewStepModelBreaksCallback sets callback for observable ConnectorBarrierskewStepModelBreaks metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewStepModelBreaksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewStepModelBreaks, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewStepModelBreaks)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterConnectorBarrierskewStepSpansHeldCallback sets callback for observable ConnectorBarrierskewStepSpansHeld metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewStepSpansHeldCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewStepSpansHeld, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewStepSpansHeld)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterConnectorBarrierskewStepsAnalyzedCallback sets callback for observable ConnectorBarrierskewStepsAnalyzed metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewStepsAnalyzedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewStepsAnalyzed, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewStepsAnalyzed)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterConnectorBarrierskewStepsForcedCallback sets callback for observable ConnectorBarrierskewStepsForced metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewStepsForcedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewStepsForced, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewStepsForced)
 	if err != nil {
 		return err
 	}
@@ -215,6 +311,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{collectives}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewOpenSteps, err = builder.meter.Int64ObservableGauge(
+		"otelcol_connector_barrierskew_open_steps",
+		metric.WithDescription("Steps waiting for their analysis (a collective still pending, or analysis_delay not passed). [Alpha]"),
+		metric.WithUnit("{steps}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ConnectorBarrierskewPendingCollectives, err = builder.meter.Int64ObservableGauge(
 		"otelcol_connector_barrierskew_pending_collectives",
 		metric.WithDescription("Collectives of the connector's own join waiting for members. [Alpha]"),
@@ -223,7 +325,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ConnectorBarrierskewPhaseEntries, err = builder.meter.Int64ObservableGauge(
 		"otelcol_connector_barrierskew_phase_entries",
-		metric.WithDescription("Per-(job, step, rank) phase entries cached for causes. [Alpha]"),
+		metric.WithDescription("Per-(job, step, rank) phase entries cached for the step analysis' causes. [Alpha]"),
 		metric.WithUnit("{entries}"),
 	)
 	errs = errors.Join(errs, err)
@@ -231,6 +333,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_connector_barrierskew_series_dropped",
 		metric.WithDescription("Data points not recorded because max_series was reached. [Alpha]"),
 		metric.WithUnit("{points}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewSpansLateForAnalysis, err = builder.meter.Int64ObservableCounter(
+		"otelcol_connector_barrierskew_spans_late_for_analysis",
+		metric.WithDescription("Collective spans released after their step was analyzed (joined and annotated, not in the step's analysis). [Alpha]"),
+		metric.WithUnit("{spans}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ConnectorBarrierskewSpansMalformed, err = builder.meter.Int64ObservableCounter(
@@ -243,6 +351,30 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_connector_barrierskew_spans_passed_through",
 		metric.WithDescription("Collective spans read without a join because the barrierskew processor already annotated them. [Alpha]"),
 		metric.WithUnit("{spans}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewStepModelBreaks, err = builder.meter.Int64ObservableCounter(
+		"otelcol_connector_barrierskew_step_model_breaks",
+		metric.WithDescription("Steps whose spans did not form one consistent order across ranks (the analysis broke a cycle to replay them). [Alpha]"),
+		metric.WithUnit("{steps}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewStepSpansHeld, err = builder.meter.Int64ObservableGauge(
+		"otelcol_connector_barrierskew_step_spans_held",
+		metric.WithDescription("Collective spans of open steps held for the step analysis (their times, not the spans). [Alpha]"),
+		metric.WithUnit("{spans}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewStepsAnalyzed, err = builder.meter.Int64ObservableCounter(
+		"otelcol_connector_barrierskew_steps_analyzed",
+		metric.WithDescription("Steps analyzed (root causes, suspects, costs, flags). [Alpha]"),
+		metric.WithUnit("{steps}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewStepsForced, err = builder.meter.Int64ObservableCounter(
+		"otelcol_connector_barrierskew_steps_forced",
+		metric.WithDescription("Steps analyzed before analysis_delay passed because max_open_steps or max_step_ops was reached. [Alpha]"),
+		metric.WithUnit("{steps}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

@@ -67,6 +67,20 @@ func AssertEqualConnectorBarrierskewCollectivesReleased(t *testing.T, tt *compon
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualConnectorBarrierskewOpenSteps(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_open_steps",
+		Description: "Steps waiting for their analysis (a collective still pending, or analysis_delay not passed). [Alpha]",
+		Unit:        "{steps}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_open_steps")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualConnectorBarrierskewPendingCollectives(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_connector_barrierskew_pending_collectives",
@@ -84,7 +98,7 @@ func AssertEqualConnectorBarrierskewPendingCollectives(t *testing.T, tt *compone
 func AssertEqualConnectorBarrierskewPhaseEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_connector_barrierskew_phase_entries",
-		Description: "Per-(job, step, rank) phase entries cached for causes. [Alpha]",
+		Description: "Per-(job, step, rank) phase entries cached for the step analysis' causes. [Alpha]",
 		Unit:        "{entries}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -107,6 +121,22 @@ func AssertEqualConnectorBarrierskewSeriesDropped(t *testing.T, tt *componenttes
 		},
 	}
 	got, err := tt.GetMetric("otelcol_connector_barrierskew_series_dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualConnectorBarrierskewSpansLateForAnalysis(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_spans_late_for_analysis",
+		Description: "Collective spans released after their step was analyzed (joined and annotated, not in the step's analysis). [Alpha]",
+		Unit:        "{spans}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_spans_late_for_analysis")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
@@ -139,6 +169,68 @@ func AssertEqualConnectorBarrierskewSpansPassedThrough(t *testing.T, tt *compone
 		},
 	}
 	got, err := tt.GetMetric("otelcol_connector_barrierskew_spans_passed_through")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualConnectorBarrierskewStepModelBreaks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_step_model_breaks",
+		Description: "Steps whose spans did not form one consistent order across ranks (the analysis broke a cycle to replay them). [Alpha]",
+		Unit:        "{steps}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_step_model_breaks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualConnectorBarrierskewStepSpansHeld(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_step_spans_held",
+		Description: "Collective spans of open steps held for the step analysis (their times, not the spans). [Alpha]",
+		Unit:        "{spans}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_step_spans_held")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualConnectorBarrierskewStepsAnalyzed(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_steps_analyzed",
+		Description: "Steps analyzed (root causes, suspects, costs, flags). [Alpha]",
+		Unit:        "{steps}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_steps_analyzed")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualConnectorBarrierskewStepsForced(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_steps_forced",
+		Description: "Steps analyzed before analysis_delay passed because max_open_steps or max_step_ops was reached. [Alpha]",
+		Unit:        "{steps}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_steps_forced")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

@@ -25,16 +25,22 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                   metric.Meter
-	mu                                      sync.Mutex
-	registrations                           []metric.Registration
-	ProcessorBarrierskewBufferedSpans       metric.Int64ObservableGauge
-	ProcessorBarrierskewCollectivesEvicted  metric.Int64ObservableCounter
-	ProcessorBarrierskewCollectivesReleased metric.Int64ObservableCounter
-	ProcessorBarrierskewPendingCollectives  metric.Int64ObservableGauge
-	ProcessorBarrierskewPhaseEntries        metric.Int64ObservableGauge
-	ProcessorBarrierskewSpansMalformed      metric.Int64ObservableCounter
-	ProcessorBarrierskewSpansPassedThrough  metric.Int64ObservableCounter
+	meter                                    metric.Meter
+	mu                                       sync.Mutex
+	registrations                            []metric.Registration
+	ProcessorBarrierskewBufferedSpans        metric.Int64ObservableGauge
+	ProcessorBarrierskewCollectivesEvicted   metric.Int64ObservableCounter
+	ProcessorBarrierskewCollectivesReleased  metric.Int64ObservableCounter
+	ProcessorBarrierskewOpenSteps            metric.Int64ObservableGauge
+	ProcessorBarrierskewPendingCollectives   metric.Int64ObservableGauge
+	ProcessorBarrierskewPhaseEntries         metric.Int64ObservableGauge
+	ProcessorBarrierskewSpansLateForAnalysis metric.Int64ObservableCounter
+	ProcessorBarrierskewSpansMalformed       metric.Int64ObservableCounter
+	ProcessorBarrierskewSpansPassedThrough   metric.Int64ObservableCounter
+	ProcessorBarrierskewStepModelBreaks      metric.Int64ObservableCounter
+	ProcessorBarrierskewStepSpansHeld        metric.Int64ObservableGauge
+	ProcessorBarrierskewStepsAnalyzed        metric.Int64ObservableCounter
+	ProcessorBarrierskewStepsForced          metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -93,6 +99,21 @@ func (builder *TelemetryBuilder) RegisterProcessorBarrierskewCollectivesReleased
 	return nil
 }
 
+// RegisterProcessorBarrierskewOpenStepsCallback sets callback for observable ProcessorBarrierskewOpenSteps metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewOpenStepsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewOpenSteps, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewOpenSteps)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterProcessorBarrierskewPendingCollectivesCallback sets callback for observable ProcessorBarrierskewPendingCollectives metric.
 func (builder *TelemetryBuilder) RegisterProcessorBarrierskewPendingCollectivesCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -123,6 +144,21 @@ func (builder *TelemetryBuilder) RegisterProcessorBarrierskewPhaseEntriesCallbac
 	return nil
 }
 
+// RegisterProcessorBarrierskewSpansLateForAnalysisCallback sets callback for observable ProcessorBarrierskewSpansLateForAnalysis metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewSpansLateForAnalysisCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewSpansLateForAnalysis, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewSpansLateForAnalysis)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterProcessorBarrierskewSpansMalformedCallback sets callback for observable ProcessorBarrierskewSpansMalformed metric.
 func (builder *TelemetryBuilder) RegisterProcessorBarrierskewSpansMalformedCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -144,6 +180,66 @@ func (builder *TelemetryBuilder) RegisterProcessorBarrierskewSpansPassedThroughC
 		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewSpansPassedThrough, obs: o})
 		return nil
 	}, builder.ProcessorBarrierskewSpansPassedThrough)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterProcessorBarrierskewStepModelBreaksCallback sets callback for observable ProcessorBarrierskewStepModelBreaks metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewStepModelBreaksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewStepModelBreaks, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewStepModelBreaks)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterProcessorBarrierskewStepSpansHeldCallback sets callback for observable ProcessorBarrierskewStepSpansHeld metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewStepSpansHeldCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewStepSpansHeld, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewStepSpansHeld)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterProcessorBarrierskewStepsAnalyzedCallback sets callback for observable ProcessorBarrierskewStepsAnalyzed metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewStepsAnalyzedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewStepsAnalyzed, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewStepsAnalyzed)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterProcessorBarrierskewStepsForcedCallback sets callback for observable ProcessorBarrierskewStepsForced metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewStepsForcedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewStepsForced, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewStepsForced)
 	if err != nil {
 		return err
 	}
@@ -199,6 +295,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{collectives}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewOpenSteps, err = builder.meter.Int64ObservableGauge(
+		"otelcol_processor_barrierskew_open_steps",
+		metric.WithDescription("Steps waiting for their analysis (a collective still pending, or analysis_delay not passed). [Alpha]"),
+		metric.WithUnit("{steps}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ProcessorBarrierskewPendingCollectives, err = builder.meter.Int64ObservableGauge(
 		"otelcol_processor_barrierskew_pending_collectives",
 		metric.WithDescription("Collectives waiting for members. [Alpha]"),
@@ -207,8 +309,14 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ProcessorBarrierskewPhaseEntries, err = builder.meter.Int64ObservableGauge(
 		"otelcol_processor_barrierskew_phase_entries",
-		metric.WithDescription("Per-(job, step, rank) phase entries cached for causes. [Alpha]"),
+		metric.WithDescription("Per-(job, step, rank) phase entries cached for the step analysis' causes. [Alpha]"),
 		metric.WithUnit("{entries}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewSpansLateForAnalysis, err = builder.meter.Int64ObservableCounter(
+		"otelcol_processor_barrierskew_spans_late_for_analysis",
+		metric.WithDescription("Collective spans released after their step was analyzed (joined and annotated, not in the step's analysis). [Alpha]"),
+		metric.WithUnit("{spans}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessorBarrierskewSpansMalformed, err = builder.meter.Int64ObservableCounter(
@@ -221,6 +329,30 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_processor_barrierskew_spans_passed_through",
 		metric.WithDescription("Spans forwarded without a join (not collectives, or already annotated). [Alpha]"),
 		metric.WithUnit("{spans}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewStepModelBreaks, err = builder.meter.Int64ObservableCounter(
+		"otelcol_processor_barrierskew_step_model_breaks",
+		metric.WithDescription("Steps whose spans did not form one consistent order across ranks (the analysis broke a cycle to replay them). [Alpha]"),
+		metric.WithUnit("{steps}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewStepSpansHeld, err = builder.meter.Int64ObservableGauge(
+		"otelcol_processor_barrierskew_step_spans_held",
+		metric.WithDescription("Collective spans of open steps held for the step analysis (their times, not the spans). [Alpha]"),
+		metric.WithUnit("{spans}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewStepsAnalyzed, err = builder.meter.Int64ObservableCounter(
+		"otelcol_processor_barrierskew_steps_analyzed",
+		metric.WithDescription("Steps analyzed (root causes, suspects, costs, flags). [Alpha]"),
+		metric.WithUnit("{steps}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewStepsForced, err = builder.meter.Int64ObservableCounter(
+		"otelcol_processor_barrierskew_steps_forced",
+		metric.WithDescription("Steps analyzed before analysis_delay passed because max_open_steps or max_step_ops was reached. [Alpha]"),
+		metric.WithUnit("{steps}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs
