@@ -29,6 +29,7 @@ type sink struct {
 	traceRequests    atomic.Int64
 	spans            atomic.Int64
 	annotatedSpans   atomic.Int64
+	stepSummaries    atomic.Int64
 	metricRequests   atomic.Int64
 	metricDataPoints atomic.Int64
 	firstSpanAt      atomic.Int64 // unix nanos
@@ -46,6 +47,7 @@ type SinkStats struct {
 	TraceRequests     int64            `json:"trace_requests"`
 	Spans             int64            `json:"spans"`
 	AnnotatedSpans    int64            `json:"annotated_spans"`
+	StepSummaries     int64            `json:"step_summaries"`
 	MetricRequests    int64            `json:"metric_requests"`
 	MetricDataPoints  int64            `json:"metric_data_points"`
 	FirstSpanUnixNano int64            `json:"first_span_unix_nano"`
@@ -62,19 +64,24 @@ func newSink() *sink {
 func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
 	s.traceRequests.Add(1)
 	td := req.Traces()
-	n := int64(td.SpanCount())
+	// The collector's own step summaries are counted apart: the spans (and the times of the
+	// first and last) are the job's.
+	summaries := s.countAnnotations(td)
+	n := int64(td.SpanCount()) - summaries
 	if n > 0 {
 		now := time.Now().UnixNano()
 		s.firstSpanAt.CompareAndSwap(0, now)
 		s.lastSpanAt.Store(now)
 	}
 	s.spans.Add(n)
-	s.countAnnotations(td)
+	s.stepSummaries.Add(summaries)
 	return ptraceotlp.NewExportResponse(), nil
 }
 
-func (s *sink) countAnnotations(td ptrace.Traces) {
-	var annotated int64
+// countAnnotations counts annotated spans and flags, and returns how many spans of td are
+// step summaries.
+func (s *sink) countAnnotations(td ptrace.Traces) int64 {
+	var annotated, summaries int64
 	var flagged map[string]int64
 	for i := 0; i < td.ResourceSpans().Len(); i++ {
 		rs := td.ResourceSpans().At(i)
@@ -85,6 +92,10 @@ func (s *sink) countAnnotations(td ptrace.Traces) {
 		for j := 0; j < rs.ScopeSpans().Len(); j++ {
 			spans := rs.ScopeSpans().At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
+				if spans.At(k).Name() == spanStepSummary {
+					summaries++
+					continue
+				}
 				attrs := spans.At(k).Attributes()
 				if _, ok := attrs.Get(attrBarrierSkew); ok {
 					annotated++
@@ -110,6 +121,7 @@ func (s *sink) countAnnotations(td ptrace.Traces) {
 		}
 		s.mu.Unlock()
 	}
+	return summaries
 }
 
 type metricsSink struct {
@@ -131,6 +143,7 @@ func (s *sink) stats(listen string) SinkStats {
 		TraceRequests:    s.traceRequests.Load(),
 		Spans:            s.spans.Load(),
 		AnnotatedSpans:   s.annotatedSpans.Load(),
+		StepSummaries:    s.stepSummaries.Load(),
 		MetricRequests:   s.metricRequests.Load(),
 		MetricDataPoints: s.metricDataPoints.Load(),
 		Stragglers:       map[string]int64{},
