@@ -83,6 +83,8 @@ NIC = semconv.prometheus_label(semconv.NIC)
 PG = semconv.prometheus_label(semconv.COLLECTIVE_PG)
 OP = semconv.prometheus_label(semconv.COLLECTIVE_OP)
 CAUSE = semconv.prometheus_label(semconv.STRAGGLER_CAUSE)
+KIND = semconv.prometheus_label(semconv.SUSPECT_KIND)
+NAME = semconv.prometheus_label(semconv.SUSPECT_NAME)
 REASON = semconv.prometheus_label(semconv.REASON)
 BUCKET = "le"  # Prometheus's own label on histogram buckets
 
@@ -311,7 +313,7 @@ def _stat(
         .title(title)
         .description(description)
         .datasource(PROMETHEUS)
-        .span(6)
+        .span(4)
         .height(4)
         .with_target(target)
         .unit(unit)
@@ -331,8 +333,13 @@ def _table(
     target: prometheus.Dataquery,
     height: int,
     columns: dict[str, str],
+    value: tuple[str, str] | None = None,
 ) -> table.Panel:
-    """A table of an instant query's labels, ``columns`` (label -> header) in order."""
+    """A table of an instant query's labels, ``columns`` (label -> header) in order, and its
+    value as the last column when ``value`` = (header, unit) is given."""
+    shown = dict(columns)
+    if value is not None:
+        shown["Value"] = value[0]
     return (
         table.Panel()
         .title(title)
@@ -345,12 +352,13 @@ def _table(
             model.DataTransformerConfig(
                 id_val="organize",
                 options={
-                    "excludeByName": {"Time": True, "Value": True},
-                    "indexByName": {label: index for index, label in enumerate(columns)},
-                    "renameByName": columns,
+                    "excludeByName": {"Time": True, "Value": value is None},
+                    "indexByName": {label: index for index, label in enumerate(shown)},
+                    "renameByName": shown,
                 },
             )
         )
+        .unit(value[1] if value is not None else "none")
         .show_header(True)
         .cell_height(common.TableCellHeight.SM)
         .footer(common_builders.TableFooterOptions().show(False).reducer(["sum"]))
@@ -415,6 +423,37 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
                 f"count(max by ({RANK_LABELS}) ({semconv.PROM_STRAGGLER}{{{IN_JOBS}}}) > 0)"
                 " or vector(0)",
                 "stragglers",
+                instant=True,
+            ),
+            "none",
+            [(None, "green"), (1, "red")],
+        )
+    )
+    board.with_panel(
+        _stat(
+            "What-if slowdown",
+            "The job's step time over what it would be with the root causes of its steps (the "
+            "flagged ranks' own work, suspected links) at their references: 1.25 means steps "
+            "would be 20% shorter.",
+            _promql(
+                "A",
+                f"max({semconv.PROM_JOB_SLOWDOWN}{{{IN_JOBS}}})",
+                "slowdown",
+                instant=True,
+            ),
+            "none",
+            [(None, "green"), (1.05, "yellow"), (1.2, "red")],
+        )
+    )
+    board.with_panel(
+        _stat(
+            "Suspected fabric now",
+            "Parts of the fabric (NICs, hosts, uplinks, switches) suspected right now.",
+            _promql(
+                "A",
+                f"count(max by ({JOB}, {KIND}, {NAME}, {HOST}) "
+                f"({semconv.PROM_FABRIC_SUSPECT}{{{IN_JOBS}}}) > 0) or vector(0)",
+                "suspects",
                 instant=True,
             ),
             "none",
@@ -525,16 +564,22 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
     board.with_panel(
         _table(
             "Current stragglers",
-            "Ranks flagged now, where they sit and why they were late. Click a row for the rank's "
-            "flagged spans in Tempo.",
+            "Ranks flagged now (the root cause of most recent steps, not the ranks that only "
+            "waited for one), where they sit, what made them late, and what each costs the job "
+            "per step (how much shorter a step would be with the rank's own work at its peers' "
+            "median). Fix the most expensive first. Click a row for the rank's flagged spans "
+            "in Tempo.",
             _promql(
                 "A",
-                f"max by ({RANK_LABELS}, {CAUSE}) ({semconv.PROM_STRAGGLER}{{{IN_JOBS}}}) > 0",
+                f"max by ({RANK_LABELS}, {CAUSE}) ({semconv.PROM_STRAGGLER}{{{IN_JOBS}}} > 0)"
+                f" * on ({RANK_LABELS}) group_left"
+                f" max by ({RANK_LABELS}) ({semconv.PROM_RANK_COST}{{{IN_JOBS}}})",
                 instant=True,
                 table_format=True,
             ),
             9,
             {RANK: "rank", HOST: "node", SWITCH: "switch", NIC: "NIC", CAUSE: "cause", JOB: "job"},
+            value=("cost per step", "s"),
         ).data_links(
             [
                 dashboard.DashboardLink(f"Flagged spans of rank {_fields(RANK)} in Tempo")
@@ -592,17 +637,24 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
     )
     board.with_panel(
         _table(
-            "Flagged switches and NICs",
-            "A switch or NIC that the ranks flagged in the recent window share (1 = flagged).",
+            "Suspected fabric",
+            "Parts of the fabric suspected of making the job's steps late, with what each costs "
+            "per step: a host's NIC or a leaf's uplink that every slow process group crosses "
+            "and no healthy one does, or a switch (host) that flagged ranks on two or more of "
+            "its hosts (two or more of its ranks) share.",
             _promql(
                 "A",
-                f"max by ({JOB}, {SWITCH}, {NIC}) "
-                f"({semconv.PROM_STRAGGLER_DOMAIN}{{{IN_JOBS}}}) > 0",
+                f"max by ({JOB}, {KIND}, {NAME}, {HOST}) "
+                f"({semconv.PROM_FABRIC_SUSPECT}{{{IN_JOBS}}} > 0)"
+                f" * on ({JOB}, {KIND}, {NAME}, {HOST}) group_left"
+                f" max by ({JOB}, {KIND}, {NAME}, {HOST})"
+                f" ({semconv.PROM_FABRIC_COST}{{{IN_JOBS}}})",
                 instant=True,
                 table_format=True,
             ),
             8,
-            {JOB: "job", SWITCH: "switch", NIC: "NIC"},
+            {KIND: "kind", NAME: "name", HOST: "host (of a NIC)", JOB: "job"},
+            value=("cost per step", "s"),
         )
     )
     board.with_panel(

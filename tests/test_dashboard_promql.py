@@ -254,7 +254,8 @@ def test_skew_exemplars_carry_the_trace_id_label_grafana_links(stack: Stack) -> 
 # run does not create them, so their panels may be empty here.
 ONLY_ON_TROUBLE = {
     semconv.PROM_COLLECTIVE_INCOMPLETE,  # a collective released with members missing
-    semconv.PROM_STRAGGLER_DOMAIN,  # the ranks flagged in a window share a switch or NIC
+    semconv.PROM_FABRIC_SUSPECT,  # a NIC, host, uplink or switch is suspected
+    semconv.PROM_FABRIC_COST,  # what a suspect costs
     "otelcol_processor_barrierskew_collectives_evicted",  # the pending bound was reached
     "otelcol_processor_barrierskew_spans_malformed",  # a collective span could not be joined
     "otelcol_receiver_refused_spans",  # the memory limiter refused data

@@ -384,6 +384,12 @@ REQUIRED_PANELS: list[tuple[str, Callable[[Mapping[str, Any]], bool]]] = [
         "current stragglers table with rank, node, switch, NIC, cause and a TraceQL link",
         _straggler_table_with_link,
     ),
+    ("what each straggler costs", _shows(semconv.PROM_RANK_COST, RANK, kind="table")),
+    (
+        "suspected NICs, hosts, uplinks and switches with their cost",
+        _shows(semconv.PROM_FABRIC_SUSPECT, semconv.PROM_FABRIC_COST, kind="table"),
+    ),
+    ("what-if slowdown of the job", _shows(semconv.PROM_JOB_SLOWDOWN, kind="stat")),
     ("lateness rolled up by switch", _shows(LATENESS_BUCKETS, SWITCH)),
     ("lateness rolled up by NIC", _shows(LATENESS_BUCKETS, NIC)),
     ("host clock offsets", _shows(semconv.PROM_CLOCK_OFFSET)),
@@ -516,7 +522,8 @@ def _break_title(d: dict[str, Any]) -> None:
 
 
 def _break_grid(d: dict[str, Any]) -> None:
-    _first_non_row(d)["gridPos"]["x"] = 20
+    grid = _first_non_row(d)["gridPos"]
+    grid["x"] = 25 - grid["w"]  # one column past the right edge
 
 
 def _break_ref_ids(d: dict[str, Any]) -> None:
@@ -634,9 +641,8 @@ def _semconv_tables() -> tuple[set[str], set[str], set[str]]:
             resource |= keys
         elif "Traces" in section and len(cells) == 4 and "emitted by" not in line:
             # span attribute rows (key | type | on | meaning) and span name rows
-            (names if cells[1] in ("every rank", "rank 0", "every paced rank") else span).update(
-                keys
-            )
+            emitters = ("every rank", "rank 0", "every paced rank", "the barrierskew processor")
+            (names if cells[1].startswith(emitters) else span).update(keys)
         elif "Annotations" in section:
             span |= keys
     # collective.<op> rows list every op name in the meaning column
@@ -652,7 +658,8 @@ def unknown_traceql_names(snippets: list[str]) -> list[str]:
         for scope, key in re.findall(r"\b(resource|span)\.([a-z_]+(?:\.[a-z_]+)*)", text):
             if key not in (resource if scope == "resource" else span):
                 unknown.append(f"{scope}.{key} in {text.strip()!r}")
-        for name in re.findall(r'\bname\s*=\s*"([^"]+)"', text):
+        # Span names (`name = ...`), not event names (`event:name = ...`).
+        for name in re.findall(r'(?<![:\w.])name\s*=\s*"([^"]+)"', text):
             if name not in names:
                 unknown.append(f"span name {name!r} in {text.strip()!r}")
     return unknown

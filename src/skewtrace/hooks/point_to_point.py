@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._events import COLLECTIVE, TIMING_HOST
+from skewtrace._events import COLLECTIVE
 from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import GroupState, HookContext
 from skewtrace.hooks._patches import Patches
@@ -97,7 +97,7 @@ class PointToPoint:
             tensor_bytes(tensor),
             is_async,
             semconv.SOURCE_API,
-            TIMING_HOST,
+            semconv.TIMING_HOST,
             None,
             peer,
         )
