@@ -24,6 +24,7 @@ from collector_harness import (
     loadgen_for_tests,
     run_loadgen_send,
 )
+from skewtrace import semconv
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
@@ -61,14 +62,24 @@ def test_gateway_routes_each_step_to_one_tier2_instance(
         )  # fmt: skip
         assert sent["failed_requests"] == 0
 
+        # Every span the job sent, and each instance's summaries of the steps it analyzed.
+        def written() -> tuple[dict[str, list[FileSpan]], dict[str, list[FileSpan]]]:
+            spans, summaries = {}, {}
+            for c in tier2:
+                exported = c.exported_spans()
+                spans[c.name] = [s for s in exported if s.name != semconv.SPAN_STEP_SUMMARY]
+                summaries[c.name] = [s for s in exported if s.name == semconv.SPAN_STEP_SUMMARY]
+            return spans, summaries
+
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            per_instance = {c.name: c.exported_spans() for c in tier2}
-            if sum(len(s) for s in per_instance.values()) >= sent["spans"]:
+            per_instance, summaries = written()
+            received = sum(len(s) for s in per_instance.values())
+            if received >= sent["spans"] and sum(len(s) for s in summaries.values()) >= steps:
                 break
             time.sleep(0.5)
-        received = sum(len(s) for s in per_instance.values())
         assert received == sent["spans"], f"tier 2 wrote {received} of {sent['spans']} spans"
+        assert sum(len(s) for s in summaries.values()) == steps
 
         # Each step (trace) lands on exactly one instance, and both instances get steps.
         traces_on: dict[str, set[str]] = defaultdict(set)
@@ -100,11 +111,23 @@ def test_gateway_routes_each_step_to_one_tier2_instance(
                 assert "training.barrier.skew" in span.attributes, key
                 assert "training.barrier.missing_ranks" not in span.attributes, key
 
-        # Each instance sees whole steps, so each names the same straggler.
-        for name, spans in per_instance.items():
+        # Each step's summary is written where its step landed (it is in the step's trace),
+        # and each instance, analyzing whole steps, finds the same root cause and flags it.
+        for name, mine in summaries.items():
+            assert {s.trace_id for s in mine} <= {
+                t for t, names in traces_on.items() if names == {name}
+            }, name
+            roots = {
+                (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
+                for s in mine
+                for e in s.events
+                if e["name"] == semconv.EVENT_ROOT_CAUSE
+            }
+            assert roots == {(9, "compute")}, (name, roots)
+            last = max(mine, key=lambda s: s.attributes[semconv.STEP])
             flagged = {
-                (s.resource["training.rank"], s.attributes.get("training.straggler.cause"))
-                for s in spans
-                if s.attributes.get("training.straggler") is True
+                (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
+                for e in last.events
+                if e["name"] == semconv.EVENT_STRAGGLER
             }
             assert flagged == {(9, "compute")}, (name, flagged)

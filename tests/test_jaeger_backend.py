@@ -42,6 +42,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from conftest import free_port
+from skewtrace import semconv
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JAEGER_CONFIG = REPO_ROOT / "tools" / "jaeger" / "config.yaml"
@@ -419,8 +420,10 @@ def test_training_run_through_collector_to_jaeger(
     # Rank 2 is the one the processor flags (nearly always alone; a gloo hiccup may flag
     # another rank once).
     assert max(flagged_ranks, key=lambda r: flagged_ranks[r]) == 2, flagged_ranks
-    ranks_in_a_trace = {
-        int(_tags({"tags": process["tags"]})["training.rank"])
-        for process in traces[0]["processes"].values()
-    }
+    processes = [_tags({"tags": p["tags"]}) for p in traces[0]["processes"].values()]
+    ranks_in_a_trace = {int(p["training.rank"]) for p in processes if "training.rank" in p}
     assert ranks_in_a_trace == {0, 1, 2, 3}
+    # The collector's analysis of the step is in the same trace, under its own service.
+    assert any(p.get("service.name") == "skewtrace-collector" for p in processes) or any(
+        s["operationName"] == semconv.SPAN_STEP_SUMMARY for t in traces for s in t["spans"]
+    )
