@@ -41,7 +41,7 @@ TRAIN_TIMEOUT_S = 400
 
 
 def _run_job_and_watch(
-    collector: CollectorProcess, repo_root: Path, job: str, straggler: str
+    collector: CollectorProcess, repo_root: Path, job: str, straggler: str | None
 ) -> tuple[set[tuple[str, str]], str]:
     """Runs the job; returns the (rank, cause) series seen at 1 on /metrics, and its output."""
     env = {
@@ -52,7 +52,8 @@ def _run_job_and_watch(
     }
     proc = subprocess.Popen(
         [sys.executable, str(repo_root / "examples" / "train_ddp.py"), "--nprocs", "4",
-         "--steps", str(STEPS), "--straggler", straggler, "--job-id", job],
+         "--steps", str(STEPS), "--job-id", job,
+         *(["--straggler", straggler] if straggler else [])],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -150,3 +151,28 @@ def test_ddp_straggler_is_flagged_with_its_cause(
         assert flagged[(rank, cause)] >= 3, flagged
 
         assert (str(rank), cause) in seen, f"/metrics showed {seen or 'no flagged rank'}"
+        # The step analysis never flags a rank that only waited for the straggler.
+        assert _flags_in_summaries(spans) <= {(rank, cause)}, _flags_in_summaries(spans)
+
+
+def _flags_in_summaries(spans: list[FileSpan]) -> set[tuple[int, str]]:
+    """Every (rank, cause) the collector's step summaries flagged at any step."""
+    return {
+        (int(e["attributes"][semconv.RANK]), str(e["attributes"][semconv.STRAGGLER_CAUSE]))
+        for s in spans
+        if s.name == semconv.SPAN_STEP_SUMMARY
+        for e in s.events
+        if e["name"] == semconv.EVENT_STRAGGLER
+    }
+
+
+def test_healthy_ddp_job_flags_nobody(otelcol_path: Path, repo_root: Path, tmp_path: Path) -> None:
+    """4 CPU ranks on 2 shared cores jitter by milliseconds: no rank is flagged, in no step."""
+    job = f"ddp-healthy-{os.getpid()}"
+    with CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path) as collector:
+        seen, _ = _run_job_and_watch(collector, repo_root, job, None)
+        spans = _wait_for_spans(collector, job)
+    summaries = [s for s in spans if s.name == semconv.SPAN_STEP_SUMMARY]
+    assert len(summaries) >= STEPS - 2, len(summaries)
+    assert _flags_in_summaries(spans) == set()
+    assert seen == set(), f"/metrics flagged {seen}"
