@@ -22,6 +22,10 @@ from collector_harness import (
 
 MANIFEST = CONFIG_DIR / "builder-config.yaml"
 PPROF_YAML = CONFIG_DIR / "pprof.yaml"
+NETWORK_AUTH_YAML = CONFIG_DIR / "network-auth.yaml"
+GATEWAY_AUTH_YAML = CONFIG_DIR / "gateway-auth.yaml"
+METRICS_AUTH_YAML = CONFIG_DIR / "metrics-auth.yaml"
+INTERNAL_OTLP_YAML = CONFIG_DIR / "internal-otlp.yaml"
 CORE_PREFIX = "go.opentelemetry.io/collector/"
 CONTRIB_PREFIX = "github.com/open-telemetry/opentelemetry-collector-contrib/"
 OUR_MODULE = "github.com/skewtrace/skewtrace/src/collector"
@@ -49,7 +53,10 @@ REQUIRED = {
         CONTRIB_PREFIX + "exporter/fileexporter",
         CONTRIB_PREFIX + "exporter/loadbalancingexporter",
     ],
-    "extensions": [CONTRIB_PREFIX + "extension/healthcheckextension"],
+    "extensions": [
+        CONTRIB_PREFIX + "extension/healthcheckextension",
+        CONTRIB_PREFIX + "extension/bearertokenauthextension",
+    ],
 }
 
 
@@ -112,11 +119,20 @@ def test_manifest_builds_barrierskew_from_this_checkout() -> None:
 
 
 ENV_REF = re.compile(r"\$\{env:([A-Z0-9_]+)(?::-([^}]*))?\}")
+# How a header writes a default that is not a word: empty, or none (the collector refuses to
+# start without the variable: tokens, certificates).
+HEADER_DEFAULTS = {"(empty)": "", "(required)": None}
+OVERLAYS = [
+    FILE_EXPORT_YAML,
+    PPROF_YAML,
+    NETWORK_AUTH_YAML,
+    GATEWAY_AUTH_YAML,
+    METRICS_AUTH_YAML,
+    INTERNAL_OTLP_YAML,
+]
 
 
-@pytest.mark.parametrize(
-    "config", [OTELCOL_YAML, FILE_EXPORT_YAML, GATEWAY_YAML, PPROF_YAML], ids=lambda p: p.name
-)
+@pytest.mark.parametrize("config", [OTELCOL_YAML, GATEWAY_YAML, *OVERLAYS], ids=lambda p: p.name)
 def test_every_env_var_is_listed_in_the_header(config: Path) -> None:
     text = config.read_text()
     header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
@@ -125,11 +141,65 @@ def test_every_env_var_is_listed_in_the_header(config: Path) -> None:
     for name, default in used.items():
         listed = re.search(rf"^#\s+{name}\s+(\S+)", header, re.M)
         assert listed, f"{config.name}: {name} is used but not listed in the header"
-        assert default is not None, f"{config.name}: {name} has no default"
-        assert listed.group(1) == default, (
+        listed_default = HEADER_DEFAULTS.get(listed.group(1), listed.group(1))
+        assert listed_default == default, (
             f"{config.name}: header says {name} defaults to {listed.group(1)}, "
             f"the config to {default}"
         )
+
+
+def _default_listen_addresses(config: dict) -> dict[str, str]:
+    """Every address a config listens on, with each ${env:VAR:-default} at its default."""
+    found: dict[str, str] = {}
+
+    def visit(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                visit(value, f"{path}::{key}" if path else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                visit(value, f"{path}::{index}")
+        elif isinstance(node, str) and path.endswith(("::endpoint", "::host")):
+            found[path] = ENV_REF.sub(lambda m: m.group(2) or "", node)
+
+    # Exporters' endpoints are where the collector connects to, not where it listens; the
+    # Prometheus exporter is the one that serves.
+    visit(config.get("receivers", {}), "receivers")
+    visit(config.get("extensions", {}), "extensions")
+    visit(config.get("exporters", {}).get("prometheus", {}), "exporters::prometheus")
+    visit(config.get("service", {}).get("telemetry", {}), "service::telemetry")
+    return found
+
+
+@pytest.mark.parametrize(
+    "config", [OTELCOL_YAML, GATEWAY_YAML, PASSTHROUGH_YAML, PPROF_YAML], ids=lambda p: p.name
+)
+def test_default_listeners_are_loopback(config: Path) -> None:
+    """Nothing authenticates in these configs, so by default nothing is reachable from
+    another host (as with the upstream Collector); network-auth.yaml opens the OTLP ports."""
+    addresses = _default_listen_addresses(yaml.safe_load(config.read_text()))
+    assert addresses, f"{config.name} listens nowhere?"
+    hosts = {path: value.rsplit(":", 1)[0] for path, value in addresses.items()}
+    wrong = {path: host for path, host in hosts.items() if host not in ("127.0.0.1", "localhost")}
+    assert not wrong, f"{config.name} listens beyond loopback by default: {wrong}"
+
+
+def test_network_overlays_authenticate_every_listener_they_open() -> None:
+    """An overlay that moves a listener off loopback puts TLS and the token on it."""
+    for overlay in (NETWORK_AUTH_YAML, METRICS_AUTH_YAML):
+        config = yaml.safe_load(overlay.read_text())
+        protocols = config.get("receivers", {}).get("otlp", {}).get("protocols", {})
+        prometheus = config.get("exporters", {}).get("prometheus")
+        servers = [*protocols.values(), *([prometheus] if prometheus else [])]
+        assert servers, overlay.name
+        for server in servers:
+            assert server["auth"]["authenticator"] == "bearertokenauth/otlp", overlay.name
+            assert {"cert_file", "key_file"} <= set(server["tls"]), overlay.name
+    tier1 = yaml.safe_load(GATEWAY_AUTH_YAML.read_text())
+    for name, exporter in tier1["exporters"].items():
+        otlp = exporter["protocol"]["otlp"]
+        assert otlp["tls"]["insecure"] is False, name
+        assert otlp["auth"]["authenticator"] == "bearertokenauth/tier2", name
 
 
 def test_dockerfile_refers_to_files_that_exist() -> None:
@@ -172,15 +242,57 @@ def _run(
         [OTELCOL_YAML, PPROF_YAML],
         [GATEWAY_YAML],
         [PASSTHROUGH_YAML],
+        [OTELCOL_YAML, FILE_EXPORT_YAML, NETWORK_AUTH_YAML, METRICS_AUTH_YAML],
+        [GATEWAY_YAML, NETWORK_AUTH_YAML, GATEWAY_AUTH_YAML],
+        # grafana/docker-compose.network.yaml's collector
+        [OTELCOL_YAML, NETWORK_AUTH_YAML, INTERNAL_OTLP_YAML],
     ],
-    ids=["otelcol", "otelcol+file-export", "otelcol+pprof", "gateway", "passthrough"],
-)
+    ids=[
+        "otelcol", "otelcol+file-export", "otelcol+pprof", "gateway", "passthrough",
+        "otelcol+network-auth+metrics-auth", "gateway+network-auth+gateway-auth",
+        "otelcol+network-auth+internal-otlp",
+    ],
+)  # fmt: skip
 def test_binary_accepts_config(otelcol_path: Path, configs: list[Path]) -> None:
     args = ["validate"]
     for config in configs:
         args += ["--config", str(config)]
-    result = _run(otelcol_path, *args)
+    # What the auth overlays cannot start without (validate does not read the files).
+    env = {
+        "SKEWTRACE_OTLP_TOKEN": "token",
+        "SKEWTRACE_TLS_CERT_FILE": "/etc/skewtrace/tls/server.crt",
+        "SKEWTRACE_TLS_KEY_FILE": "/etc/skewtrace/tls/server.key",
+        "SKEWTRACE_TIER2_TOKEN": "tier2-token",
+    }
+    result = _run(otelcol_path, *args, env=env)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.collector
+def test_network_auth_refuses_to_start_without_token_or_certificate(otelcol_path: Path) -> None:
+    """Forgetting a variable must not leave the network listeners open."""
+    blank = {
+        name: ""
+        for name in (
+            "SKEWTRACE_OTLP_TOKEN", "SKEWTRACE_OTLP_TOKEN_FILE", "SKEWTRACE_TLS_CERT_FILE",
+            "SKEWTRACE_TLS_KEY_FILE", "SKEWTRACE_TIER2_TOKEN", "SKEWTRACE_TIER2_TOKEN_FILE",
+        )
+    }  # fmt: skip
+    result = _run(
+        otelcol_path,
+        "validate",
+        *("--config", str(GATEWAY_YAML)),
+        *("--config", str(NETWORK_AUTH_YAML)),
+        *("--config", str(GATEWAY_AUTH_YAML)),
+        env=blank,
+    )
+    assert result.returncode != 0
+    for expected in (
+        "extensions::bearertokenauth/otlp: no bearer token provided",
+        "extensions::bearertokenauth/tier2: no bearer token provided",
+        "receivers::otlp::protocols::grpc: tls: TLS configuration must include both",
+    ):
+        assert expected in result.stderr, result.stderr
 
 
 @pytest.mark.collector
@@ -196,7 +308,7 @@ def test_binary_carries_the_components(otelcol_path: Path) -> None:
     assert {"otlp_grpc", "otlp_http", "debug", "file", "prometheus", "load_balancing"} <= names[
         "exporters"
     ]
-    assert {"health_check"} <= names["extensions"]
+    assert {"health_check", "bearertokenauth"} <= names["extensions"]
 
 
 @pytest.mark.collector

@@ -1,11 +1,13 @@
 """Checks ``grafana/docker-compose.yaml`` against what ``docs/viewing.md`` promises.
 
 No Docker engine runs here, so the file is read the way Compose reads it (YAML plus Compose's
-``${VAR:-default}`` interpolation) and checked for: the five services, build files and bind
-mounts that exist, the published ports of the docs' table and nothing else, every port bound
-to 127.0.0.1 unless SKEWTRACE_BIND_ADDRESS says otherwise, and settings that must agree across
-files (the Collector's env vars exist in its config, the pacer's are flags it knows, Prometheus
-and Tempo are configured the way the dashboard needs).
+``${VAR:-default}`` interpolation, and the merge of an override file) and checked for: the five
+services, build files and bind mounts that exist, the published ports of the docs' table and
+nothing else, every port bound to 127.0.0.1 (no variable alone publishes anything), the
+network override (``docker-compose.network.yaml``) refusing to start without a credential for
+every port it publishes, and settings that must agree across files (the Collector's env vars
+exist in its configs, the pacer's are flags it knows, Prometheus and Tempo are configured the
+way the dashboard needs).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GRAFANA_DIR = REPO_ROOT / "grafana"
 COMPOSE_PATH = GRAFANA_DIR / "docker-compose.yaml"
+NETWORK_OVERRIDE_PATH = GRAFANA_DIR / "docker-compose.network.yaml"
 VIEWING_DOC = REPO_ROOT / "docs" / "viewing.md"
 
 SERVICES = {"otelcol-skewtrace", "tempo", "prometheus", "grafana", "pacer"}
@@ -51,8 +54,51 @@ def interpolate(text: str, env: Mapping[str, str]) -> str:
     return _INTERPOLATION.sub(replace, text)
 
 
-def load_compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    return dict(yaml.safe_load(interpolate(COMPOSE_PATH.read_text(), env or {})))
+class Override(list):  # type: ignore[type-arg]
+    """A sequence tagged ``!override``: replaces the base file's instead of adding to it."""
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    pass
+
+
+_ComposeLoader.add_constructor(
+    "!override", lambda loader, node: Override(loader.construct_sequence(node))
+)
+
+
+def _read(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    return dict(yaml.load(interpolate(path.read_text(), env), Loader=_ComposeLoader))
+
+
+def merge_service(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Compose's merge of one service, for the keys these files use: mappings merge, command
+    is replaced, volumes merge by container path, ports add up unless tagged ``!override``."""
+    merged = dict(base)
+    for key, value in override.items():
+        if key in ("environment", "build") and key in merged:
+            merged[key] = {**merged[key], **value}
+        elif key == "volumes":
+            by_target = {str(v).split(":")[1]: v for v in merged.get(key, [])}
+            by_target.update({str(v).split(":")[1]: v for v in value})
+            merged[key] = list(by_target.values())
+        elif key == "ports" and not isinstance(value, Override):
+            merged[key] = [*merged.get(key, []), *value]
+        else:
+            merged[key] = list(value) if isinstance(value, Override) else value
+    return merged
+
+
+def load_compose(
+    env: Mapping[str, str] | None = None, *, overrides: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """The compose model after interpolation (per file, as Compose does) and merging."""
+    env = env or {}
+    compose = _read(COMPOSE_PATH, env)
+    for path in overrides:
+        for name, service in _read(path, env).get("services", {}).items():
+            compose["services"][name] = merge_service(compose["services"].get(name, {}), service)
+    return compose
 
 
 def published_ports(compose: Mapping[str, Any]) -> list[tuple[str, str, int, int]]:
@@ -98,7 +144,9 @@ def test_services(compose: dict[str, Any]) -> None:
     assert set(compose["services"]) >= SERVICES
 
 
-def test_builds_and_mounts_exist(compose: dict[str, Any]) -> None:
+@pytest.mark.parametrize("network", [False, True], ids=["local", "network"])
+def test_builds_and_mounts_exist(network: bool) -> None:
+    compose = _network_compose(NETWORK_CREDENTIALS) if network else load_compose()
     for name, service in compose["services"].items():
         build = service.get("build")
         if build:
@@ -125,16 +173,100 @@ def test_ports_bind_to_localhost_by_default(compose: dict[str, Any]) -> None:
     assert {ip for _, ip, _, _ in ports} == {"127.0.0.1"}
 
 
-def test_bind_address_and_ports_can_be_changed_by_env() -> None:
+def test_no_variable_alone_publishes_on_the_network() -> None:
+    """Without the network override nothing leaves the host, whatever the environment says;
+    host ports can still be moved."""
     compose = load_compose({"SKEWTRACE_BIND_ADDRESS": "0.0.0.0", "SKEWTRACE_GRAFANA_PORT": "3001"})
     ports = published_ports(compose)
-    assert {ip for _, ip, _, _ in ports} == {"0.0.0.0"}
-    assert ("grafana", "0.0.0.0", 3001, 3000) in ports
+    assert {ip for _, ip, _, _ in ports} == {"127.0.0.1"}
+    assert ("grafana", "127.0.0.1", 3001, 3000) in ports
 
 
-def test_collector_env_vars_exist_in_its_config(compose: dict[str, Any]) -> None:
-    """Each variable compose sets for the Collector is read by collector-config/otelcol.yaml,
+# -- docker-compose.network.yaml -----------------------------------------------------------
+
+NETWORK_CREDENTIALS = {
+    "SKEWTRACE_OTLP_TOKEN": "otlp-token",
+    "SKEWTRACE_PACER_TOKEN": "pacer-token",
+    "GF_SECURITY_ADMIN_PASSWORD": "a-real-password",
+    # Any existing directory: it is mounted, not read, here.
+    "SKEWTRACE_TLS_DIR": str(GRAFANA_DIR),
+}
+
+
+def _network_compose(env: Mapping[str, str]) -> dict[str, Any]:
+    return load_compose(env, overrides=(NETWORK_OVERRIDE_PATH,))
+
+
+@pytest.mark.parametrize("missing", sorted(NETWORK_CREDENTIALS))
+def test_network_override_refuses_to_start_without_each_credential(missing: str) -> None:
+    for value in (None, ""):
+        env = {k: v for k, v in NETWORK_CREDENTIALS.items() if k != missing}
+        if value is not None:
+            env[missing] = value
+        with pytest.raises(ValueError, match=missing):
+            _network_compose(env)
+
+
+def test_network_override_publishes_only_authenticated_ports() -> None:
+    compose = _network_compose({**NETWORK_CREDENTIALS, "SKEWTRACE_BIND_ADDRESS": "10.0.0.5"})
+    ports = published_ports(compose)
+    on_network = {(service, port) for service, ip, port, _ in ports if ip != "127.0.0.1"}
+    assert on_network == {
+        ("otelcol-skewtrace", 4317),
+        ("otelcol-skewtrace", 4318),
+        ("pacer", 4320),
+        ("grafana", 3000),
+    }
+    assert {ip for _, ip, _, _ in ports} == {"127.0.0.1", "10.0.0.5"}
+    # Each host port once: !override replaced the base file's 127.0.0.1 bindings.
+    host_ports = [port for _, _, port, _ in ports]
+    assert len(host_ports) == len(set(host_ports)), ports
+    assert {(s, ip) for s, ip, _, _ in ports if s in ("prometheus", "tempo")} == {
+        ("prometheus", "127.0.0.1"),
+        ("tempo", "127.0.0.1"),
+    }
+
+    collector = compose["services"]["otelcol-skewtrace"]
+    configs = [arg.split("=", 1)[1] for arg in collector["command"]]
+    assert "/etc/otelcol-skewtrace/network-auth.yaml" in configs
+    mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in collector["volumes"]}
+    tls_dir = "/etc/otelcol-skewtrace/tls"
+    assert mounts[tls_dir] == NETWORK_CREDENTIALS["SKEWTRACE_TLS_DIR"]
+    environment = collector["environment"]
+    assert environment["SKEWTRACE_OTLP_TOKEN"] == "otlp-token"
+    assert environment["SKEWTRACE_TLS_CERT_FILE"].startswith(tls_dir + "/")
+    assert environment["SKEWTRACE_TLS_KEY_FILE"].startswith(tls_dir + "/")
+
+    grafana = compose["services"]["grafana"]["environment"]
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD"] == "a-real-password"
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+
+
+def test_network_override_keeps_pacer_and_collector_talking() -> None:
+    """The pacer's token reaches the Collector's exporter, and the pacer's own metrics go to
+    the unpublished internal receiver, since 4317 now wants TLS and a token."""
+    compose = _network_compose(NETWORK_CREDENTIALS)
+    collector = compose["services"]["otelcol-skewtrace"]["environment"]
+    pacer = compose["services"]["pacer"]["environment"]
+    assert collector["SKEWTRACE_PACER_TOKEN"] == pacer["SKEWTRACE_PACER_TOKEN"] == "pacer-token"
+    internal_port = collector["SKEWTRACE_INTERNAL_OTLP_GRPC_ENDPOINT"].rsplit(":", 1)[1]
+    assert pacer["SKEWTRACE_PACER_METRICS_ENDPOINT"] == f"otelcol-skewtrace:{internal_port}"
+    published = {container for _, _, _, container in published_ports(compose)}
+    assert int(internal_port) not in published
+
+
+def test_local_stack_sends_the_pacer_token_it_sets() -> None:
+    compose = load_compose({"SKEWTRACE_PACER_TOKEN": "t"})
+    services = compose["services"]
+    assert services["otelcol-skewtrace"]["environment"]["SKEWTRACE_PACER_TOKEN"] == "t"
+    assert services["pacer"]["environment"]["SKEWTRACE_PACER_TOKEN"] == "t"
+
+
+@pytest.mark.parametrize("network", [False, True], ids=["local", "network"])
+def test_collector_env_vars_exist_in_its_config(network: bool) -> None:
+    """Each variable compose sets for the Collector is read by one of the configs it mounts,
     so renaming one there cannot silently leave the stack on defaults."""
+    compose = _network_compose(NETWORK_CREDENTIALS) if network else load_compose()
     service = compose["services"]["otelcol-skewtrace"]
     mounted = {v.split(":")[1]: GRAFANA_DIR / v.split(":")[0] for v in service["volumes"]}
     configs = [mounted[arg.split("=", 1)[1]] for arg in service["command"]]
@@ -170,9 +302,11 @@ def test_collector_routes_otlp_metrics_to_prometheus() -> None:
     ), pipelines
 
 
-def test_pacer_env_vars_are_flags_it_knows(compose: dict[str, Any]) -> None:
+@pytest.mark.parametrize("network", [False, True], ids=["local", "network"])
+def test_pacer_env_vars_are_flags_it_knows(network: bool) -> None:
     from skewtrace.cli import _PACER_OPTIONS
 
+    compose = _network_compose(NETWORK_CREDENTIALS) if network else load_compose()
     known = {option.env for option in _PACER_OPTIONS}
     environment = compose["services"]["pacer"]["environment"]
     assert sorted(set(environment) - known) == []

@@ -334,8 +334,20 @@ METRIC_PACING_ACTIVE = "skewtrace.pacing.active"
 METRIC_PACING_DELAY = "skewtrace.pacing.delay"
 #: skewtrace.pacing.decisions (counter, 1): Pacing decisions computed (one per job per tick)
 METRIC_PACING_DECISIONS = "skewtrace.pacing.decisions"
+#: skewtrace.pacer.otlp.requests.refused (counter, 1): OTLP export requests the pacer refused;
+#: none of their points was used.
+METRIC_PACER_OTLP_REFUSED = "skewtrace.pacer.otlp.requests.refused"
+#: skewtrace.pacer.points.rejected (counter, 1): Data points the pacer received and dropped
+#: (reported back as rejected).
+METRIC_PACER_POINTS_REJECTED = "skewtrace.pacer.points.rejected"
+#: skewtrace.pacer.http.requests.refused (counter, 1): HTTP requests the pacer refused and
+#: connections it closed early.
+METRIC_PACER_HTTP_REFUSED = "skewtrace.pacer.http.requests.refused"
 
 # Their Prometheus names (histograms add HISTOGRAM_SERIES).
 PROM_PACING_ACTIVE = "skewtrace_pacing_active_ratio"
 PROM_PACING_DELAY = "skewtrace_pacing_delay_seconds"
 PROM_PACING_DECISIONS = "skewtrace_pacing_decisions_total"
+PROM_PACER_OTLP_REFUSED = "skewtrace_pacer_otlp_requests_refused_total"
+PROM_PACER_POINTS_REJECTED = "skewtrace_pacer_points_rejected_total"
+PROM_PACER_HTTP_REFUSED = "skewtrace_pacer_http_requests_refused_total"

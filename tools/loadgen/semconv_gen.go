@@ -445,4 +445,16 @@ const (
 	// metricPacingDecisions is skewtrace.pacing.decisions (counter, 1): Pacing decisions computed
 	// (one per job per tick)
 	metricPacingDecisions = "skewtrace.pacing.decisions"
+
+	// metricPacerOTLPRefused is skewtrace.pacer.otlp.requests.refused (counter, 1): OTLP export
+	// requests the pacer refused; none of their points was used.
+	metricPacerOTLPRefused = "skewtrace.pacer.otlp.requests.refused"
+
+	// metricPacerPointsRejected is skewtrace.pacer.points.rejected (counter, 1): Data points the
+	// pacer received and dropped (reported back as rejected).
+	metricPacerPointsRejected = "skewtrace.pacer.points.rejected"
+
+	// metricPacerHTTPRefused is skewtrace.pacer.http.requests.refused (counter, 1): HTTP requests
+	// the pacer refused and connections it closed early.
+	metricPacerHTTPRefused = "skewtrace.pacer.http.requests.refused"
 )

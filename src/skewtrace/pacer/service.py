@@ -14,6 +14,11 @@
 
 One lock guards the windows and the decisions; the gRPC and HTTP threads hold it only to copy
 in or read out, the ticker to run the policy (microseconds per job).
+
+Both inputs are authenticated with the same ``token`` when one is set (``docs/security.md``);
+what either server refuses, and every data point dropped, is counted by reason at ``/healthz``
+and in the pacer's own metrics. Log lines that carry client-supplied text (job ids) go
+through one :class:`~skewtrace.pacer._limits.LogBudget`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from skewtrace import semconv
 from skewtrace._options import (
+    FieldError,
     HostPort,
     address,
     at_least,
@@ -39,8 +45,18 @@ from skewtrace._options import (
     positive,
     text,
 )
+from skewtrace.pacer._auth import grpc_server_credentials
+from skewtrace.pacer._limits import LogBudget, loggable
+from skewtrace.pacer.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.pacer.http_api import PacingHttpServer
-from skewtrace.pacer.otlp_receiver import ExportRequest, OtlpMetricsServer
+from skewtrace.pacer.otlp_receiver import (
+    REFUSED_INGEST_FAILED,
+    REFUSED_UNAUTHENTICATED,
+    REFUSED_UNDECODABLE,
+    ExportRequest,
+    OtlpMetricsServer,
+)
+from skewtrace.pacer.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
 from skewtrace.pacer.policy import Decision, PolicyParams, PolicyState, decide
 from skewtrace.pacer.state import JobWindows
 
@@ -65,7 +81,24 @@ class PacerConfig:
     """Where ranks GET /v1/pacing?job=ID (port 0: any free port)."""
 
     token: str | None = option(None, parse=text, check=not_blank, secret=True)
-    """Bearer token required on /v1/* (/healthz stays open); none serves without one."""
+    """Bearer token required on /v1/* (/healthz stays open) and on OTLP/gRPC (the
+    authorization metadata); none serves both without one."""
+
+    otlp_tls_cert_file: str | None = option(None, parse=text, check=not_blank)
+    """PEM certificate (chain) the OTLP/gRPC receiver serves TLS with; none: plaintext."""
+
+    otlp_tls_key_file: str | None = option(None, parse=text, check=not_blank)
+    """PEM private key of ``otlp_tls_cert_file``."""
+
+    otlp_tls_client_ca_file: str | None = option(None, parse=text, check=not_blank)
+    """PEM CA bundle: OTLP/gRPC clients must present a certificate it signed (mTLS)."""
+
+    http_read_timeout_s: float = option(10.0, check=positive, seconds=True)
+    """An HTTP connection that has not sent a whole request this long after it opened (or
+    after its previous answer) is closed."""
+
+    http_max_connections: int = option(256, parse=integer, check=at_least(1))
+    """HTTP connections served at once (a thread each); more are answered 503 and closed."""
 
     window_s: float = option(4.0, check=positive, seconds=True, deprecated=["window_s"])
     """How far back each decision looks at the metrics received."""
@@ -87,6 +120,13 @@ class PacerConfig:
     max_ranks_per_job: int = option(65536, parse=integer, check=at_least(2))
     """Ranks tracked per job; data points of further ranks are dropped and counted."""
 
+    max_series_per_job: int = option(262144, parse=integer, check=at_least(3))
+    """Series (metric, rank and attribute set) tracked per job; data points of further series
+    are dropped and counted."""
+
+    max_series: int = option(1048576, parse=integer, check=at_least(3))
+    """Series tracked in all jobs together; likewise."""
+
     policy: PolicyParams = field(default_factory=PolicyParams)
 
     metrics_endpoint: str | None = option(None, parse=text, check=not_blank)
@@ -99,6 +139,20 @@ class PacerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if (self.otlp_tls_cert_file is None) != (self.otlp_tls_key_file is None):
+            missing, given = (
+                ("otlp_tls_key_file", "otlp_tls_cert_file")
+                if self.otlp_tls_key_file is None
+                else ("otlp_tls_cert_file", "otlp_tls_key_file")
+            )
+            raise FieldError(missing, "must be set with {0}", given)
+        if self.otlp_tls_client_ca_file is not None and self.otlp_tls_cert_file is None:
+            raise FieldError(
+                "otlp_tls_client_ca_file",
+                "needs {0} and {1}",
+                "otlp_tls_cert_file",
+                "otlp_tls_key_file",
+            )
 
 
 @dataclass
@@ -129,7 +183,10 @@ class PacerService:
             rank_timeout_s=config.rank_timeout_s,
             max_jobs=config.max_jobs,
             max_ranks_per_job=config.max_ranks_per_job,
+            max_series_per_job=config.max_series_per_job,
+            max_series=config.max_series,
         )
+        self._log_budget = LogBudget(clock=clock)
         self._decisions: dict[str, _JobDecision] = {}
         self._requests = 0
         self._stop = threading.Event()
@@ -144,7 +201,19 @@ class PacerService:
     def start(self) -> None:
         """Bind both servers and start the decision loop; raises OSError when a port is taken."""
         cfg = self.config
-        self._otlp = OtlpMetricsServer(cfg.otlp_grpc.host, cfg.otlp_grpc.port, self.ingest)
+        credentials = None
+        if cfg.otlp_tls_cert_file and cfg.otlp_tls_key_file:
+            credentials = grpc_server_credentials(
+                cfg.otlp_tls_cert_file, cfg.otlp_tls_key_file, cfg.otlp_tls_client_ca_file
+            )
+        self._otlp = OtlpMetricsServer(
+            cfg.otlp_grpc.host,
+            cfg.otlp_grpc.port,
+            self.ingest,
+            token=cfg.token,
+            credentials=credentials,
+            log_budget=self._log_budget,
+        )
         try:
             self._http = PacingHttpServer(
                 cfg.http.host,
@@ -153,6 +222,9 @@ class PacerService:
                 jobs=self.job_ids,
                 health=self.health,
                 token=cfg.token,
+                read_timeout_s=cfg.http_read_timeout_s,
+                max_connections=cfg.http_max_connections,
+                log_budget=self._log_budget,
             )
         except OSError:
             self._otlp.stop(0)
@@ -161,11 +233,16 @@ class PacerService:
         self._http.start()
         self._ticker = threading.Thread(target=self._run_ticks, name="pacer-decide", daemon=True)
         self._ticker.start()
+        otlp_security = [
+            "mTLS" if cfg.otlp_tls_client_ca_file else "TLS" if credentials else "",
+            "bearer token" if cfg.token else "",
+        ]
         _log.info(
-            "pacer listening: OTLP/gRPC metrics on %s, decisions on http://%s%s",
+            "pacer listening: OTLP/gRPC metrics on %s (%s), decisions on http://%s (%s)",
             HostPort(cfg.otlp_grpc.host, self.otlp_port),
+            " + ".join(p for p in otlp_security if p) or "no authentication",
             HostPort(cfg.http.host, self.http_port),
-            " (bearer token required)" if cfg.token else "",
+            "bearer token" if cfg.token else "no authentication",
         )
 
     @property
@@ -198,7 +275,12 @@ class PacerService:
             try:
                 self.tick()
             except Exception:
-                _log.exception("pacer decision tick failed; keeping the previous decisions")
+                self._log_budget.log(
+                    _log,
+                    logging.ERROR,
+                    "pacer decision tick failed; keeping the previous decisions",
+                    exc_info=True,
+                )
 
     # ------------------------------------------------------------------ data path
 
@@ -215,7 +297,13 @@ class PacerService:
         with self._lock:
             for job_id in self._windows.expire(now):
                 self._decisions.pop(job_id, None)
-                _log.info("forgot job %r: no metrics for %.0f s", job_id, self.config.job_timeout_s)
+                self._log_budget.log(
+                    _log,
+                    logging.INFO,
+                    "forgot job %s: no metrics for %.0f s",
+                    loggable(job_id),
+                    self.config.job_timeout_s,
+                )
             for job_id in self._windows.job_ids():
                 previous = self._decisions.get(job_id)
                 window = self._windows.window(job_id, now)
@@ -242,9 +330,11 @@ class PacerService:
         if changed:
             version += 1
             if previous is None or previous.body["active"] != decision.active:
-                _log.info(
-                    "job %r: pacing %s (spread %.3f of step time)",
-                    job_id,
+                self._log_budget.log(
+                    _log,
+                    logging.INFO,
+                    "job %s: pacing %s (spread %.3f of step time)",
+                    loggable(job_id),
                     "on" if decision.active else "off",
                     decision.spread_fraction or 0.0,
                 )
@@ -277,15 +367,38 @@ class PacerService:
         with self._lock:
             counters = self._windows.counters.as_dict()
             jobs = len(self._decisions)
+            series = self._windows.series
             requests = self._requests
-        receiver = self._otlp.receiver if self._otlp else None
+        otlp_refused = self.otlp_refused()
+        http_refused = self.http_refused()
         return {
             "jobs": jobs,
+            "series": series,
             "otlp_requests": requests,
-            "otlp_requests_undecodable": receiver.requests_undecodable if receiver else 0,
-            "otlp_requests_failed": receiver.requests_failed if receiver else 0,
+            "otlp_requests_unauthenticated": otlp_refused[REFUSED_UNAUTHENTICATED],
+            "otlp_requests_undecodable": otlp_refused[REFUSED_UNDECODABLE],
+            "otlp_requests_failed": otlp_refused[REFUSED_INGEST_FAILED],
             **counters,
+            "http_connections": self._http.connections if self._http else 0,
+            **{f"http_refused_{reason}": n for reason, n in http_refused.items()},
         }
+
+    def otlp_refused(self) -> dict[str, int]:
+        """OTLP requests refused, by reason (none reached the windows)."""
+        if self._otlp is None:
+            return dict.fromkeys(OTLP_REFUSED_REASONS, 0)
+        return self._otlp.receiver.refused.snapshot()
+
+    def http_refused(self) -> dict[str, int]:
+        """HTTP requests and connections refused or closed early, by reason."""
+        if self._http is None:
+            return dict.fromkeys(HTTP_REFUSED_REASONS, 0)
+        return self._http.refused.snapshot()
+
+    def points_rejected(self) -> dict[str, int]:
+        """Data points dropped, by reason."""
+        with self._lock:
+            return self._windows.counters.rejected()
 
     def _decisions_snapshot(self) -> dict[str, dict[str, Any]]:
         with self._lock:
@@ -314,6 +427,25 @@ class PacerService:
             unit="1",
             description="Pacing decisions computed (one per job per tick)",
         )
+        # The same numbers as /healthz, read when the metrics are collected.
+        meter.create_observable_counter(
+            semconv.METRIC_PACER_OTLP_REFUSED,
+            callbacks=[lambda options: _by_reason(self.otlp_refused())],
+            unit="1",
+            description="OTLP export requests refused, by reason",
+        )
+        meter.create_observable_counter(
+            semconv.METRIC_PACER_POINTS_REJECTED,
+            callbacks=[lambda options: _by_reason(self.points_rejected())],
+            unit="1",
+            description="Data points received and dropped, by reason",
+        )
+        meter.create_observable_counter(
+            semconv.METRIC_PACER_HTTP_REFUSED,
+            callbacks=[lambda options: _by_reason(self.http_refused())],
+            unit="1",
+            description="HTTP requests refused or connections closed early, by reason",
+        )
 
     def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
         return [
@@ -331,6 +463,10 @@ class PacerService:
         return observations
 
 
+def _by_reason(counts: Mapping[str, int]) -> list[Observation]:
+    return [Observation(n, {semconv.REASON: reason}) for reason, n in counts.items()]
+
+
 def _build_meter_provider(config: PacerConfig) -> Any:
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -342,8 +478,10 @@ def _build_meter_provider(config: PacerConfig) -> Any:
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
     # The exporter retries and logs on its own thread; an unreachable endpoint costs log lines,
-    # never the service.
-    exporter = OTLPMetricExporter(endpoint=config.metrics_endpoint, insecure=True, timeout=5)
+    # never the service. It reads OTEL_EXPORTER_OTLP_(METRICS_)HEADERS (an authorization header
+    # for a Collector that requires one) and, for an https:// endpoint, ..._CERTIFICATE.
+    insecure = not config.metrics_endpoint.startswith("https://")
+    exporter = OTLPMetricExporter(endpoint=config.metrics_endpoint, insecure=insecure, timeout=5)
     reader = PeriodicExportingMetricReader(
         exporter,
         export_interval_millis=config.metrics_interval_s * 1000,

@@ -8,9 +8,14 @@ evicted): the new point is taken as the delta since its own start. Deltas are st
 time the pacer received them, not with the producer's timestamps, because window arithmetic
 against another host's clock would inherit its offset.
 
-Memory is bounded: observations older than the window are dropped at every tick, series and
-jobs that stop reporting are forgotten after ``job_timeout_s``, and a job may hold at most
-``max_ranks_per_job`` ranks (more are counted and ignored).
+Memory is bounded, whatever clients send: observations older than the window are dropped at
+every tick, series and jobs that stop reporting are forgotten after ``job_timeout_s``, and
+points beyond ``max_jobs`` jobs, ``max_ranks_per_job`` ranks or ``max_series_per_job`` series
+in a job, or ``max_series`` series in all, are counted and dropped. A series costs a fixed
+size whatever its attributes (it is keyed by a digest of them), the only client text kept is
+the job id (at most :data:`~skewtrace.pacer._limits.MAX_VALUE_LENGTH` characters; longer ones
+are refused, as over HTTP), and deltas of one rank received within ``window_s / 16`` of each
+other are merged, so a rank holds a bounded number of them however often points arrive.
 
 Not thread-safe by itself; :class:`skewtrace.pacer.service.PacerService` holds a lock around
 it.
@@ -18,6 +23,7 @@ it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -27,6 +33,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
+from skewtrace.pacer._limits import MAX_VALUE_LENGTH
 from skewtrace.pacer.policy import JobWindow, RankWindow
 
 AGGREGATION_TEMPORALITY_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
@@ -53,25 +60,50 @@ class IngestCounters:
     points_unknown_metric: int = 0
     points_invalid: int = 0
     """Missing job or rank, wrong type, NaN or negative sums, unsupported temporality."""
-    points_over_limit: int = 0
-    """Ranks beyond ``max_ranks_per_job`` or jobs beyond ``max_jobs``."""
+    points_too_long: int = 0
+    """A job id or rank longer than ``MAX_VALUE_LENGTH`` characters."""
+    points_over_job_limit: int = 0
+    """Points of jobs beyond ``max_jobs``."""
+    points_over_rank_limit: int = 0
+    """Points of ranks beyond ``max_ranks_per_job``."""
+    points_over_series_limit: int = 0
+    """Points of series beyond ``max_series_per_job`` (or ``max_series`` in all)."""
     resets: int = 0
     """Cumulative series that restarted (start time changed or count went down)."""
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
 
+    def rejected(self) -> dict[str, int]:
+        """Points dropped (and reported back as rejected), by reason."""
+        return {
+            REJECTED_INVALID: self.points_invalid,
+            REJECTED_TOO_LONG: self.points_too_long,
+            REJECTED_JOB_LIMIT: self.points_over_job_limit,
+            REJECTED_RANK_LIMIT: self.points_over_rank_limit,
+            REJECTED_SERIES_LIMIT: self.points_over_series_limit,
+        }
 
-@dataclass
-class _Cumulative:
-    start_time_unix_nano: int
-    count: int
-    total: float
-    near_zero: int
+
+REJECTED_INVALID = "invalid"
+REJECTED_TOO_LONG = "too_long"
+REJECTED_JOB_LIMIT = "job_limit"
+REJECTED_RANK_LIMIT = "rank_limit"
+REJECTED_SERIES_LIMIT = "series_limit"
+
+
+@dataclass(slots=True)
+class _Series:
+    """One series' last point (cumulative temporality; zeros for delta) and when it came."""
+
     seen_at: float
+    start_time_unix_nano: int = 0
+    count: int = 0
+    total: float = 0.0
+    near_zero: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Delta:
     received_at: float
     kind: str
@@ -88,9 +120,14 @@ class _JobState:
     rank_last_seen: dict[int, float] = field(default_factory=dict)
     decisions: deque[tuple[float, Mapping[int, float]]] = field(default_factory=deque)
     """(time, delays) of every published decision still relevant to the window."""
+    series: dict[_SeriesKey, _Series] = field(default_factory=dict)
 
 
-_SeriesKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
+_SeriesKey = tuple[str, int, bytes]
+"""(kind, rank, digest of all the point's and resource's attributes)."""
+
+# Deltas of one rank and kind received closer together than window_s / this are merged.
+_DELTAS_PER_WINDOW = 16
 
 NEAR_ZERO_S = 0.001
 """A first histogram bucket bounded at or below this counts collectives that did not wait."""
@@ -107,6 +144,8 @@ class JobWindows:
         rank_timeout_s: float | None = None,
         max_jobs: int = 1024,
         max_ranks_per_job: int = 65536,
+        max_series_per_job: int = 262144,
+        max_series: int = 1048576,
     ) -> None:
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s!r}")
@@ -117,9 +156,17 @@ class JobWindows:
         self.rank_timeout_s = window_s if rank_timeout_s is None else rank_timeout_s
         self.max_jobs = max_jobs
         self.max_ranks_per_job = max_ranks_per_job
+        self.max_series_per_job = max_series_per_job
+        self.max_series = max_series
         self.counters = IngestCounters()
         self._jobs: dict[str, _JobState] = {}
-        self._cumulative: dict[_SeriesKey, _Cumulative] = {}
+        self._series = 0
+        self._merge_s = window_s / _DELTAS_PER_WINDOW
+
+    @property
+    def series(self) -> int:
+        """Series tracked now, in all jobs."""
+        return self._series
 
     # ----------------------------------------------------------------- ingest
 
@@ -155,13 +202,12 @@ class JobWindows:
         temporality = metric.histogram.aggregation_temporality
         rejected = 0
         for point in metric.histogram.data_points:
-            if not self._ingest_point(metric.name, kind, temporality, point, resource_attrs, now):
+            if not self._ingest_point(kind, temporality, point, resource_attrs, now):
                 rejected += 1
         return rejected
 
     def _ingest_point(
         self,
-        name: str,
         kind: str,
         temporality: int,
         point: metrics_pb2.HistogramDataPoint,
@@ -170,7 +216,11 @@ class JobWindows:
     ) -> bool:
         attrs = {**resource_attrs, **_attributes(point.attributes)}
         job_id = attrs.get(semconv.JOB_ID, "")
-        rank = _parse_rank(attrs.get(semconv.RANK))
+        rank_text = attrs.get(semconv.RANK)
+        if len(job_id) > MAX_VALUE_LENGTH or len(rank_text or "") > MAX_VALUE_LENGTH:
+            self.counters.points_too_long += 1
+            return False
+        rank = _parse_rank(rank_text)
         total = point.sum if point.HasField("sum") else 0.0
         if (
             not job_id
@@ -183,31 +233,47 @@ class JobWindows:
             self.counters.points_invalid += 1
             return False
         job = self._jobs.get(job_id)
-        if job is None:
-            if len(self._jobs) >= self.max_jobs:
-                self.counters.points_over_limit += 1
-                return False
-            job = self._jobs[job_id] = _JobState(last_seen=now)
-        if rank not in job.deltas and len(job.deltas) >= self.max_ranks_per_job:
-            self.counters.points_over_limit += 1
+        if job is None and len(self._jobs) >= self.max_jobs:
+            self.counters.points_over_job_limit += 1
             return False
+        if job is not None and rank not in job.deltas and len(job.deltas) >= self.max_ranks_per_job:
+            self.counters.points_over_rank_limit += 1
+            return False
+        key: _SeriesKey = (kind, rank, _digest(attrs))
+        series = job.series.get(key) if job is not None else None
+        if series is None and (
+            self._series >= self.max_series
+            or (job is not None and len(job.series) >= self.max_series_per_job)
+        ):
+            self.counters.points_over_series_limit += 1
+            return False
+        if job is None:
+            job = self._jobs[job_id] = _JobState(last_seen=now)
+        known = series is not None
+        if series is None:
+            series = job.series[key] = _Series(seen_at=now)
+            self._series += 1
+        series.seen_at = now
 
         count, delta_total = int(point.count), float(total)
         near_zero = _near_zero_count(point)
         if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
-            key: _SeriesKey = (name, job_id, rank, tuple(sorted(attrs.items())))
-            last = self._cumulative.get(key)
-            self._cumulative[key] = _Cumulative(
-                point.start_time_unix_nano, count, total, near_zero, now
-            )
-            if last is not None and last.start_time_unix_nano == point.start_time_unix_nano:
-                if count < last.count or total < last.total - 1e-12 or near_zero < last.near_zero:
+            if known and series.start_time_unix_nano == point.start_time_unix_nano:
+                if (
+                    count < series.count
+                    or total < series.total - 1e-12
+                    or near_zero < series.near_zero
+                ):
                     self.counters.resets += 1
+                    count, delta_total, near_zero = _reset(series, point, total, near_zero)
                 else:
-                    count, delta_total = count - last.count, total - last.total
-                    near_zero -= last.near_zero
-            elif last is not None:
-                self.counters.resets += 1
+                    delta = count - series.count, total - series.total, near_zero - series.near_zero
+                    _reset(series, point, total, near_zero)
+                    count, delta_total, near_zero = delta
+            else:
+                if known:
+                    self.counters.resets += 1
+                count, delta_total, near_zero = _reset(series, point, total, near_zero)
         job.last_seen = now
         self.counters.points_accepted += 1
         if count == 0:
@@ -215,10 +281,29 @@ class JobWindows:
             # not count as "still reporting".
             return True
         job.rank_last_seen[rank] = now
-        job.deltas.setdefault(rank, deque()).append(
-            _Delta(now, kind, count, delta_total, min(near_zero, count))
+        self._add_delta(
+            job.deltas.setdefault(rank, deque()),
+            _Delta(now, kind, count, delta_total, min(near_zero, count)),
         )
         return True
+
+    def _add_delta(self, deltas: deque[_Delta], delta: _Delta) -> None:
+        """Append, or merge into the same kind's latest delta when it is that recent."""
+        for index in range(len(deltas) - 1, max(-1, len(deltas) - 1 - len(_RANK_METRICS)), -1):
+            previous = deltas[index]
+            if previous.kind != delta.kind:
+                continue
+            if delta.received_at - previous.received_at < self._merge_s:
+                deltas[index] = _Delta(
+                    previous.received_at,
+                    delta.kind,
+                    previous.count + delta.count,
+                    previous.total + delta.total,
+                    previous.near_zero + delta.near_zero,
+                )
+                return
+            break
+        deltas.append(delta)
 
     # ----------------------------------------------------------------- windows
 
@@ -283,8 +368,12 @@ class JobWindows:
         start = now - self.window_s
         forgotten = [j for j, s in self._jobs.items() if now - s.last_seen > self.job_timeout_s]
         for job_id in forgotten:
-            del self._jobs[job_id]
+            self._series -= len(self._jobs.pop(job_id).series)
         for job in self._jobs.values():
+            stale = [k for k, c in job.series.items() if now - c.seen_at > self.job_timeout_s]
+            for key in stale:
+                del job.series[key]
+            self._series -= len(stale)
             for rank in list(job.deltas):
                 deltas = job.deltas[rank]
                 while deltas and deltas[0].received_at < start:
@@ -295,10 +384,24 @@ class JobWindows:
             # Keep the last decision before the window start: it was in force at the start.
             while len(job.decisions) > 1 and job.decisions[1][0] <= start:
                 job.decisions.popleft()
-        stale = [k for k, c in self._cumulative.items() if now - c.seen_at > self.job_timeout_s]
-        for key in stale:
-            del self._cumulative[key]
         return forgotten
+
+
+def _reset(
+    series: _Series, point: metrics_pb2.HistogramDataPoint, total: float, near_zero: int
+) -> tuple[int, float, int]:
+    """Make ``point`` the series' last cumulative point; returns it as (count, sum, near zero)."""
+    series.start_time_unix_nano = point.start_time_unix_nano
+    series.count, series.total, series.near_zero = int(point.count), total, near_zero
+    return series.count, total, near_zero
+
+
+def _digest(attrs: Mapping[str, str]) -> bytes:
+    """A fixed-size identity of an attribute set (length-prefixed, so it is unambiguous)."""
+    h = hashlib.blake2b(digest_size=16)
+    for key, value in sorted(attrs.items()):
+        h.update(f"{len(key)}:{key}{len(value)}:{value}".encode("utf-8", "surrogateescape"))
+    return h.digest()
 
 
 def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:

@@ -446,4 +446,16 @@ const (
 	// MetricPacingDecisions is skewtrace.pacing.decisions (counter, 1): Pacing decisions computed
 	// (one per job per tick)
 	MetricPacingDecisions = "skewtrace.pacing.decisions"
+
+	// MetricPacerOTLPRefused is skewtrace.pacer.otlp.requests.refused (counter, 1): OTLP export
+	// requests the pacer refused; none of their points was used.
+	MetricPacerOTLPRefused = "skewtrace.pacer.otlp.requests.refused"
+
+	// MetricPacerPointsRejected is skewtrace.pacer.points.rejected (counter, 1): Data points the
+	// pacer received and dropped (reported back as rejected).
+	MetricPacerPointsRejected = "skewtrace.pacer.points.rejected"
+
+	// MetricPacerHTTPRefused is skewtrace.pacer.http.requests.refused (counter, 1): HTTP requests
+	// the pacer refused and connections it closed early.
+	MetricPacerHTTPRefused = "skewtrace.pacer.http.requests.refused"
 )
