@@ -193,6 +193,13 @@ STRAGGLER_DOMAIN = "training.straggler.domain"
 BARRIER_MISSING_RANKS = "training.barrier.missing_ranks"
 #: training.barrier.missing (string): the missing ranks, comma separated
 BARRIER_MISSING = "training.barrier.missing"
+#: training.barrier.released (string): why a collective was released before every member arrived
+#: (on incomplete collectives only)
+BARRIER_RELEASED = "training.barrier.released"
+#: training.barrier.unjoined (string): on a collective span the processor forwarded without a
+#: join: why (`missing:<key>`, `mistyped:<key>`, `oversized:<key>`, `duplicate`, `late_arrival`,
+#: ...); a connector behind it does not join it again
+BARRIER_UNJOINED = "training.barrier.unjoined"
 
 # Values of training.straggler.cause.
 #: its `dataloader.fetch` took longer than its peers' median by enough to explain the lateness
@@ -203,6 +210,18 @@ CAUSE_COMPUTE = "compute"
 CAUSE_NETWORK = "network"
 #: no phase explains the rank's excess own work, or the rank never arrived
 CAUSE_UNKNOWN = "unknown"
+
+# Values of training.barrier.released.
+#: `wait_timeout` passed and the missing ranks had fallen silent (or `max_wait` passed):
+#: evidence of missing ranks, counted in `training.rank.missing`
+RELEASED_TIMEOUT = "timeout"
+#: a memory bound (`max_pending`, `max_buffered_spans`) forced it out early
+RELEASED_EVICTED = "evicted"
+#: the collector was stopping
+RELEASED_SHUTDOWN = "shutdown"
+#: it began within `startup_grace` after the collector started: its missing members may have
+#: gone to the instance before a restart; not counted as incomplete or missing
+RELEASED_PARTIAL = "partial"
 
 # Attributes of the train.step.summary span and its events.
 #: training.step.duration (float s): the job's step time on the analysis' timeline: from the

@@ -275,6 +275,16 @@ const (
 
 	// attrBarrierMissing is training.barrier.missing (string): the missing ranks, comma separated
 	attrBarrierMissing = "training.barrier.missing"
+
+	// attrBarrierReleased is training.barrier.released (string): why a collective was released
+	// before every member arrived (on incomplete collectives only)
+	attrBarrierReleased = "training.barrier.released"
+
+	// attrBarrierUnjoined is training.barrier.unjoined (string): on a collective span the
+	// processor forwarded without a join: why (`missing:<key>`, `mistyped:<key>`,
+	// `oversized:<key>`, `duplicate`, `late_arrival`, ...); a connector behind it does not join it
+	// again
+	attrBarrierUnjoined = "training.barrier.unjoined"
 )
 
 // Values of training.straggler.cause.
@@ -294,6 +304,25 @@ const (
 	// causeUnknown is "unknown": no phase explains the rank's excess own work, or the rank never
 	// arrived
 	causeUnknown = "unknown"
+)
+
+// Values of training.barrier.released.
+const (
+	// releasedTimeout is "timeout": `wait_timeout` passed and the missing ranks had fallen silent
+	// (or `max_wait` passed): evidence of missing ranks, counted in `training.rank.missing`
+	releasedTimeout = "timeout"
+
+	// releasedEvicted is "evicted": a memory bound (`max_pending`, `max_buffered_spans`) forced it
+	// out early
+	releasedEvicted = "evicted"
+
+	// releasedShutdown is "shutdown": the collector was stopping
+	releasedShutdown = "shutdown"
+
+	// releasedPartial is "partial": it began within `startup_grace` after the collector started:
+	// its missing members may have gone to the instance before a restart; not counted as
+	// incomplete or missing
+	releasedPartial = "partial"
 )
 
 // Attributes of the train.step.summary span and its events.

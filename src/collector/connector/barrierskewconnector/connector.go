@@ -139,7 +139,7 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 	rss := td.ResourceSpans()
 	c.resources = c.resources[:0]
 	for i := range rss.Len() {
-		c.resources = append(c.resources, spanio.ParseResource(rss.At(i).Resource()))
+		c.resources = append(c.resources, spanio.ParseResource(rss.At(i).Resource(), c.cfg.MaxAttributeLength))
 	}
 	forEachSpan(rss, func(i int, span ptrace.Span) {
 		kind, phase := spanio.Classify(span.Name())
@@ -167,6 +167,12 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 	c.scratch = c.scratch[:0]
 	forEachSpan(rss, func(i int, span ptrace.Span) {
 		if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective {
+			return
+		}
+		if spanio.Unjoined(span) {
+			// The processor forwarded it without a join (malformed, duplicate, late): joining
+			// it here would open a collective that never completes.
+			c.passedThrough++
 			return
 		}
 		res := &c.resources[i]
@@ -214,6 +220,7 @@ func (c *barrierSkewConnector) observeAnnotated(
 			skew:         ann.Skew,
 			missingRanks: ann.MissingRanks,
 			missing:      ann.Missing,
+			released:     ann.Released,
 			skewRef:      ref,
 		})
 	}
@@ -254,6 +261,9 @@ func (c *barrierSkewConnector) observeReleased(now time.Time) {
 			skew:         r.Skew,
 			missingRanks: r.MissingRanks,
 			missing:      r.Missing,
+		}
+		if r.MissingRanks > 0 {
+			col.released = r.Reason.String()
 		}
 		lastArrival := -1
 		for i := range r.Members {

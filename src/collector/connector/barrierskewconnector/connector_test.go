@@ -48,6 +48,8 @@ type harness struct {
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	cfg := createDefaultConfig()
+	// Steady state: not just after a (re)start (see startup_grace).
+	cfg.StartupGrace = 0
 	// Flushes are driven by the test unless it asks for the ticker.
 	cfg.MetricsFlushInterval = time.Hour
 	if mutate != nil {
@@ -370,21 +372,38 @@ func TestMissingRanksFromAnnotations(t *testing.T) {
 	h := newHarness(t, nil)
 	procSink := new(consumertest.TracesSink)
 	procFactory := barrierskewprocessor.NewFactory()
+	procCfg := procFactory.CreateDefaultConfig().(*barrierskewprocessor.Config)
+	procCfg.WaitTimeout, procCfg.MaxWait, procCfg.StartupGrace = 50*time.Millisecond,
+		50*time.Millisecond, 0
+	procCfg.ReleaseInterval = 10 * time.Millisecond
 	proc, err := procFactory.CreateTraces(context.Background(),
-		processortest.NewNopSettings(procFactory.Type()), procFactory.CreateDefaultConfig(),
-		procSink)
+		processortest.NewNopSettings(procFactory.Type()), procCfg, procSink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranks := fixture.Ranks(4)
-	b := fixture.NewBatch()
-	for _, r := range []fixture.Rank{ranks[0], ranks[2]} {
-		b.AddCollective(r, fixture.Collective{PGSize: 4, Seq: 9, Step: 2, TrueEnd: trueEnd,
-			Duration: time.Millisecond})
-	}
-	if err := proc.ConsumeTraces(context.Background(), b.Traces); err != nil {
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
+	ranks := fixture.Ranks(4)
+	add := func(seq int64) {
+		b := fixture.NewBatch()
+		for _, r := range []fixture.Rank{ranks[0], ranks[2]} {
+			b.AddCollective(r, fixture.Collective{PGSize: 4, Seq: seq, Step: 2,
+				TrueEnd: trueEnd, Duration: time.Millisecond})
+		}
+		if err := proc.ConsumeTraces(context.Background(), b.Traces); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Collective 9 times out with ranks 1 and 3 never heard from: they are missing.
+	add(9)
+	deadline := time.Now().Add(5 * time.Second)
+	for procSink.SpanCount() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Collective 10 is still pending when the processor stops: a shutdown says nothing
+	// about who was missing.
+	add(10)
 	if err := proc.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -522,5 +541,37 @@ func TestConcurrentConsumersAndFlushTicker(t *testing.T) {
 	skew := findMetric(t, md, semconv.MetricBarrierSkew).Histogram().DataPoints().At(0)
 	if skew.Count() != 80 {
 		t.Errorf("skew count %d, want 80 collectives", skew.Count())
+	}
+}
+
+// TestSpansTheProcessorDidNotJoinAreNotJoinedAgain: a member that arrived after its
+// collective was released (or a duplicate) comes out of the processor marked unjoined; the
+// connector must not open a collective for it that never completes and then counts the
+// members that did arrive as missing.
+func TestSpansTheProcessorDidNotJoinAreNotJoinedAgain(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.WaitTimeout, c.MaxWait = time.Second, time.Second })
+	b := fixture.NewBatch()
+	late := b.AddCollective(fixture.Ranks(4)[3], fixture.Collective{PGSize: 4, Seq: 9, Step: 2,
+		TrueEnd: trueEnd, Duration: time.Millisecond})
+	late.Attributes().PutStr(semconv.AttrBarrierUnjoined, "late_arrival")
+	h.consume(t, b.Traces)
+	h.clock.Advance(5 * time.Second)
+	if err := h.conn.flush(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.conn.engine.Stats(); s.Accepted != 0 || s.ReleasedIncomplete != 0 {
+		t.Errorf("the unjoined span was joined again: %+v", s)
+	}
+	for _, md := range h.sink.AllMetrics() {
+		rms := md.ResourceMetrics()
+		for i := range rms.Len() {
+			ms := rms.At(i).ScopeMetrics().At(0).Metrics()
+			for j := range ms.Len() {
+				if n := ms.At(j).Name(); n == semconv.MetricRankMissing ||
+					n == semconv.MetricCollectiveIncomplete {
+					t.Errorf("%s emitted for a span that was only late", n)
+				}
+			}
+		}
 	}
 }

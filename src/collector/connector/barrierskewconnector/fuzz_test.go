@@ -22,6 +22,8 @@ func FuzzConnectorNeverPanics(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		batches, _ := fixture.FuzzBatches(data)
 		cfg := createDefaultConfig()
+		// Steady state: not just after a (re)start (see startup_grace).
+		cfg.StartupGrace = 0
 		cfg.MaxPending = 3
 		cfg.MaxBufferedSpans = 8
 		cfg.MaxSeries = 16

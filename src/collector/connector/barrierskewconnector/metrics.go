@@ -177,6 +177,8 @@ type collective struct {
 	missingRanks int
 	// missing names the ranks that never arrived (as far as known).
 	missing []int
+	// released is why an incomplete collective was released ("" when complete or not said).
+	released string
 	// skewRef is the span the skew exemplar points at (the last arrival's).
 	skewRef spanRef
 }
@@ -196,11 +198,19 @@ func (a *aggregator) observeCollective(now time.Time, c collective) {
 	newCounter := func() *incompleteCounter {
 		return &incompleteCounter{start: pcommon.NewTimestampFromTime(now)}
 	}
-	if c.missingRanks > 0 {
+	// A shutdown or a partial release (just after a start) is not evidence that a member
+	// was missing; an eviction is incomplete but says nothing of who; only a timeout names
+	// missing ranks. A processor that did not say (older) is taken at its word.
+	released := c.released
+	if c.missingRanks > 0 && released != semconv.ReleasedShutdown &&
+		released != semconv.ReleasedPartial {
 		if ctr := lookup(a, a.incomplete, c.key, newCounter); ctr != nil {
 			ctr.count++
 			ctr.updated = now
 		}
+	}
+	if released != "" && released != semconv.ReleasedTimeout {
+		return
 	}
 	for _, rank := range c.missing {
 		if ctr := lookup(a, a.missing, missingKey{job: c.key.job, rank: rank},

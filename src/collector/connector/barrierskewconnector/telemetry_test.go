@@ -22,6 +22,8 @@ func TestOwnTelemetry(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	cfg := createDefaultConfig()
+	// Steady state: not just after a (re)start (see startup_grace).
+	cfg.StartupGrace = 0
 	cfg.MetricsFlushInterval = time.Hour
 	cfg.WaitTimeout = time.Second
 	cfg.MaxSeries = 2
@@ -82,8 +84,14 @@ func TestOwnTelemetry(t *testing.T) {
 	}
 	metadatatest.AssertEqualConnectorBarrierskewSeriesDropped(t, tel, one(dropped), ignore)
 
-	// Past wait_timeout the flush releases collective 1 incomplete.
+	// Rank 3 delivered spans a moment ago (step 0): alive, collective 1 waits on for it; once
+	// it has been silent past wait_timeout the flush releases collective 1 incomplete.
 	clock.Advance(time.Second)
+	if err := conn.flush(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	metadatatest.AssertEqualConnectorBarrierskewPendingCollectives(t, tel, one(1), ignore)
+	clock.Advance(time.Second + time.Millisecond)
 	if err := conn.flush(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}

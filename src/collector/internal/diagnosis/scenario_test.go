@@ -27,7 +27,7 @@ func feed(t *testing.T, e *join.Engine[int], td ptrace.Traces) {
 	rss := td.ResourceSpans()
 	for pass := range 2 {
 		for i := range rss.Len() {
-			res := spanio.ParseResource(rss.At(i).Resource())
+			res := spanio.ParseResource(rss.At(i).Resource(), 256)
 			spans := rss.At(i).ScopeSpans().At(0).Spans()
 			for k := range spans.Len() {
 				span := spans.At(k)

@@ -21,6 +21,19 @@ type Config struct {
 	// MaxBufferedSpans bounds the collective spans held across all pending collectives; when
 	// full the oldest collectives are released and counted as evicted. Default 262144.
 	MaxBufferedSpans int `mapstructure:"max_buffered_spans"`
+	// MaxWait is how long past its first arrival a collective may wait for members whose
+	// rank is still delivering spans (a backlog after an outage, a lagging exporter): a
+	// late-delivered member is not a missing one. Default 30s; at least wait_timeout.
+	MaxWait time.Duration `mapstructure:"max_wait"`
+	// StartupGrace: collectives that begin within this long after the component started
+	// wait up to max_wait, and those released incomplete then are "partial" (their missing
+	// members may have gone to the instance before a restart), not counted as missing.
+	// Default 30s; 0 disables.
+	StartupGrace time.Duration `mapstructure:"startup_grace"`
+	// MaxAttributeLength bounds the string attributes the join keeps and turns into metric
+	// labels (job id, host, switch, NIC, group, op); a span with a longer one is malformed.
+	// Default 256.
+	MaxAttributeLength int `mapstructure:"max_attribute_length"`
 
 	diagnosis.Config `mapstructure:",squash"`
 }
@@ -28,10 +41,13 @@ type Config struct {
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
 	return Config{
-		WaitTimeout:      5 * time.Second,
-		MaxPending:       4096,
-		MaxBufferedSpans: 262144,
-		Config:           diagnosis.DefaultConfig(),
+		WaitTimeout:        5 * time.Second,
+		MaxPending:         4096,
+		MaxBufferedSpans:   262144,
+		MaxWait:            30 * time.Second,
+		StartupGrace:       30 * time.Second,
+		MaxAttributeLength: 256,
+		Config:             diagnosis.DefaultConfig(),
 	}
 }
 
@@ -48,6 +64,17 @@ func (c *Config) Check() error {
 	}
 	if c.MaxBufferedSpans <= 0 {
 		errs = append(errs, fmt.Errorf("max_buffered_spans must be > 0, got %d", c.MaxBufferedSpans))
+	}
+	if c.MaxWait < c.WaitTimeout {
+		errs = append(errs, fmt.Errorf("max_wait must be >= wait_timeout=%s, got %s",
+			c.WaitTimeout, c.MaxWait))
+	}
+	if c.StartupGrace < 0 {
+		errs = append(errs, fmt.Errorf("startup_grace must be >= 0, got %s", c.StartupGrace))
+	}
+	if c.MaxAttributeLength < 1 {
+		errs = append(errs, fmt.Errorf("max_attribute_length must be >= 1, got %d",
+			c.MaxAttributeLength))
 	}
 	errs = append(errs, c.Config.Check())
 	return errors.Join(errs...)

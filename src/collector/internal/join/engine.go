@@ -19,14 +19,13 @@ const MaxMissingNamed = 256
 // recycleLimit bounds the free lists; beyond it released objects go to the GC.
 const recycleLimit = 1024
 
-// Member slices start at preallocMembers and grow with arrivals, so that memory follows the
-// spans actually buffered (max_buffered_spans), not the pg_size a span claims. The free lists
-// hold at most recycleMembersBudget members' worth of slices in total (about 3 MB), and
-// rank bitsets past recycleMaxSeenWords (ranks >= 65536) are left to the GC.
+// Member slices start at preallocMembers and grow with arrivals, and the set of ranks seen
+// grows with the members too (rankSet), so that memory follows the spans actually buffered
+// (max_buffered_spans), not the pg_size or the rank numbers a span claims. The free lists
+// hold at most recycleMembersBudget members' worth of slices in total (about 3 MB).
 const (
 	preallocMembers      = 64
 	recycleMembersBudget = 1 << 14
-	recycleMaxSeenWords  = 1024
 )
 
 type releasedAt struct {
@@ -46,24 +45,16 @@ type pending[R any] struct {
 	pgSize     int
 	bytes      int64
 	p2p        bool
+	opened     int64
 	deadline   int64
 	members    []Member[R]
-	seen       []uint64
+	seen       rankSet
 	prev, next *pending[R]
 }
 
-func (p *pending[R]) has(rank int) bool {
-	word := rank >> 6
-	return word < len(p.seen) && p.seen[word]&(1<<(uint(rank)&63)) != 0
-}
+func (p *pending[R]) has(rank int) bool { return p.seen.has(rank) }
 
-func (p *pending[R]) mark(rank int) {
-	word := rank >> 6
-	if word >= len(p.seen) {
-		p.seen = append(p.seen, make([]uint64, word+1-len(p.seen))...)
-	}
-	p.seen[word] |= 1 << (uint(rank) & 63)
-}
+func (p *pending[R]) mark(rank int) { p.seen.add(rank) }
 
 // Engine joins collective spans across ranks. See the package comment.
 type Engine[R any] struct {
@@ -86,6 +77,11 @@ type Engine[R any] struct {
 	recentPos  int
 
 	analysis *diagnosis.Analyzer
+	// startedAt and lastSeen tell a member that is late from one that is missing: a rank
+	// that delivered any span within wait_timeout is alive, and collectives wait for it up to
+	// max_wait; so do collectives that began within startup_grace.
+	startedAt int64
+	lastSeen  map[liveKey]int64
 	// groupMembers are the ranks of each non-default group's last complete collective, used
 	// to name the missing ranks of an incomplete one.
 	groupMembers map[groupRef][]int
@@ -112,7 +108,27 @@ func New[R any](cfg Config, clock Clock) *Engine[R] {
 		recentRing:   make([]releasedKey, recentSize),
 		analysis:     diagnosis.New(cfg.Config),
 		groupMembers: make(map[groupRef][]int),
+		startedAt:    clock.Now().UnixNano(),
+		lastSeen:     make(map[liveKey]int64),
 	}
+}
+
+type liveKey struct {
+	job  string
+	rank int32
+}
+
+// maxLiveRanks bounds the ranks whose last delivery is remembered; past it the memory starts
+// over (ranks then count as silent until they deliver again).
+const maxLiveRanks = 1 << 18
+
+// touch records that a rank of a job delivered a span now.
+func (e *Engine[R]) touch(job string, rank int, now int64) {
+	k := liveKey{job: job, rank: int32(rank)}
+	if _, ok := e.lastSeen[k]; !ok && len(e.lastSeen) >= maxLiveRanks {
+		clear(e.lastSeen)
+	}
+	e.lastSeen[k] = now
 }
 
 // Stats returns the engine's counters.
@@ -138,6 +154,8 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 		(a.PG == semconv.DefaultPG && a.Rank >= a.PGSize) {
 		return e.reject(RejectedRankOutOfGroup), out
 	}
+	now := e.clock.Now().UnixNano()
+	e.touch(a.Job, a.Rank, now)
 	p, ok := e.pending[a.Key]
 	if ok {
 		if a.PGSize != p.pgSize {
@@ -148,8 +166,9 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 		}
 	} else {
 		if released, ok := e.recent[a.Key]; ok {
-			if released.step == a.Step &&
-				e.clock.Now().UnixNano()-released.at <= 2*int64(e.cfg.WaitTimeout) {
+			// A member of a released collective: late, not a new collective (unless the job
+			// restarted under the same id, at another step, or long after).
+			if released.step == a.Step && now-released.at <= e.lateWindow() {
 				return e.reject(RejectedLate), out
 			}
 			delete(e.recent, a.Key)
@@ -212,12 +231,20 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 	p.bytes = a.Bytes
 	p.p2p = a.P2P
 	now := e.clock.Now()
-	p.deadline = now.UnixNano() + int64(e.cfg.WaitTimeout)
+	p.opened = now.UnixNano()
+	p.deadline = p.opened + int64(e.cfg.WaitTimeout)
 	e.analysis.NotePending(a.Job, a.Step, now)
 	if p.members == nil {
 		p.members = make([]Member[R], 0, min(a.PGSize, preallocMembers))
 	}
 	e.pending[a.Key] = p
+	e.appendPending(p)
+	return p
+}
+
+// appendPending puts p at the newest end of the pending list (deadline order: every
+// deadline there is at most now + wait_timeout).
+func (e *Engine[R]) appendPending(p *pending[R]) {
 	p.prev = e.newest
 	p.next = nil
 	if e.newest != nil {
@@ -226,7 +253,43 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 		e.oldest = p
 	}
 	e.newest = p
-	return p
+}
+
+// lateWindow is how long a released collective's key is remembered as released for its
+// step: its late members are rejected as late within it.
+func (e *Engine[R]) lateWindow() int64 {
+	return max(2*int64(e.cfg.WaitTimeout), int64(e.cfg.MaxWait))
+}
+
+// keepWaiting reports whether a collective past its deadline should wait on: it is younger
+// than max_wait, and either the component started less than startup_grace ago (its ranks
+// may not have delivered their backlog yet) or one of its missing ranks delivered a span
+// within wait_timeout (alive, only behind).
+func (e *Engine[R]) keepWaiting(p *pending[R], now int64) bool {
+	if now-p.opened >= int64(e.cfg.MaxWait) {
+		return false
+	}
+	if now-e.startedAt < int64(e.cfg.StartupGrace) {
+		return true
+	}
+	alive := func(rank int) bool {
+		seen, ok := e.lastSeen[liveKey{job: p.key.Job, rank: int32(rank)}]
+		return ok && now-seen <= int64(e.cfg.WaitTimeout)
+	}
+	if p.key.PG == semconv.DefaultPG && !p.p2p {
+		for rank := 0; rank < p.pgSize; rank++ {
+			if !p.has(rank) && alive(rank) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, rank := range e.groupMembers[groupRef{job: p.key.Job, pg: p.key.PG}] {
+		if !p.has(rank) && alive(rank) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Engine[R]) unlink(p *pending[R]) {
@@ -243,11 +306,25 @@ func (e *Engine[R]) unlink(p *pending[R]) {
 	p.prev, p.next = nil, nil
 }
 
-// Expire releases the collectives whose wait_timeout has passed, appending them to out.
+// Expire releases the collectives whose wait_timeout has passed, appending them to out; a
+// collective whose missing members are alive (or that began within startup_grace) waits
+// another wait_timeout, up to max_wait.
 func (e *Engine[R]) Expire(out []*Released[R]) []*Released[R] {
 	now := e.clock.Now().UnixNano()
 	for e.oldest != nil && e.oldest.deadline <= now {
-		out = append(out, e.release(e.oldest, ReleasedTimeout))
+		p := e.oldest
+		if e.keepWaiting(p, now) {
+			e.unlink(p)
+			p.deadline = now + int64(e.cfg.WaitTimeout)
+			e.appendPending(p)
+			e.stats.Extended++
+			continue
+		}
+		reason := ReleasedTimeout
+		if p.opened-e.startedAt < int64(e.cfg.StartupGrace) {
+			reason = ReleasedPartial
+		}
+		out = append(out, e.release(p, reason))
 	}
 	return out
 }
@@ -341,9 +418,9 @@ func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
 	e.observe(r, p.bytes)
 	e.judge(r, lateIdx, p.bytes)
 
-	if len(e.freePending) < recycleLimit && len(p.seen) <= recycleMaxSeenWords &&
+	if len(e.freePending) < recycleLimit &&
 		e.freeMembers+cap(p.members) <= recycleMembersBudget {
-		clear(p.seen)
+		p.seen.reset()
 		e.freeMembers += cap(p.members)
 		e.freePending = append(e.freePending, p)
 	}
@@ -421,6 +498,7 @@ func (e *Engine[R]) AddPhase(ph Phase) {
 	if ph.Rank < 0 || ph.Rank >= MaxRanks {
 		return
 	}
+	e.touch(ph.Job, ph.Rank, e.clock.Now().UnixNano())
 	e.analysis.ObservePhase(ph.Job, ph.Step, ph.Rank, ph.Kind, ph.StartUnixNano, ph.EndUnixNano)
 }
 
@@ -468,8 +546,10 @@ func (e *Engine[R]) observe(r *Released[R], bytes int64) {
 		Bytes:        bytes,
 		PGSize:       r.PGSize,
 		P2P:          r.P2P,
-		Missing:      r.Missing,
 		MissingRanks: r.MissingRanks,
+	}
+	if r.Reason.CountsAsMissing() {
+		c.Missing = r.Missing
 	}
 	e.analysis.ObserveCollective(&c, true, e.clock.Now())
 	for i := range r.Members {

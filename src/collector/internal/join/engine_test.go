@@ -16,6 +16,8 @@ func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 func newTestEngine(t *testing.T, mutate func(*Config)) (*Engine[int], *fakeClock) {
 	t.Helper()
 	cfg := DefaultConfig()
+	// Steady state unless a test says otherwise: not just after a (re)start.
+	cfg.StartupGrace = 0
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -201,15 +203,76 @@ func TestSubgroupMissingRanksFromEarlierCollectives(t *testing.T) {
 	// A group never seen complete can only give the count.
 	addAll(t, e, arrival("tp9", 2, 0, 3, 5*time.Millisecond, base, 0))
 	clock.Advance(time.Second)
+	// Ranks 5 and 7 delivered spans a wait_timeout ago: alive, tp1 waits on for them.
 	out := e.Expire(nil)
-	if len(out) != 2 {
-		t.Fatalf("want 2 releases, got %d", len(out))
+	if len(out) != 1 || out[0].PG != "tp9" || out[0].MissingRanks != 1 || len(out[0].Missing) != 0 {
+		t.Fatalf("want tp9 released missing 1 unnamed rank, got %+v", out)
 	}
-	if out[0].MissingRanks != 2 || fmt.Sprint(out[0].Missing) != "[5 7]" {
-		t.Errorf("tp1: missing %d %v, want 2 [5 7]", out[0].MissingRanks, out[0].Missing)
+	clock.Advance(time.Second + time.Millisecond)
+	out = e.Expire(nil)
+	if len(out) != 1 || out[0].MissingRanks != 2 || fmt.Sprint(out[0].Missing) != "[5 7]" {
+		t.Fatalf("tp1: want missing 2 [5 7] once they fell silent, got %+v", out)
 	}
-	if out[1].MissingRanks != 1 || len(out[1].Missing) != 0 {
-		t.Errorf("tp9: missing %d %v, want 1 []", out[1].MissingRanks, out[1].Missing)
+}
+
+func TestLateDeliveredBacklogIsNotMissing(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) {
+		c.WaitTimeout, c.MaxWait = time.Second, 10*time.Second
+	})
+	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0))
+	// Rank 1 is behind (a backlog after an outage) but keeps delivering earlier spans.
+	for range 5 {
+		clock.Advance(900 * time.Millisecond)
+		e.AddPhase(Phase{Job: "job", Step: 0, Rank: 1, Kind: 1, StartUnixNano: base,
+			EndUnixNano: base + 1})
+		if out := e.Expire(nil); len(out) != 0 {
+			t.Fatalf("released while rank 1 was still delivering: %+v", out[0])
+		}
+	}
+	out := addAll(t, e, arrival("default", 2, 0, 1, time.Millisecond, base, 0))
+	if len(out) != 1 || !out[0].Complete() {
+		t.Fatalf("the backlog's member did not complete its collective: %+v", out)
+	}
+	if s := e.Stats(); s.ReleasedIncomplete != 0 || s.Extended == 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestAliveButAbsentMemberWaitsAtMostMaxWait(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) {
+		c.WaitTimeout, c.MaxWait = time.Second, 3*time.Second
+	})
+	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0))
+	var out []*Released[int]
+	for i := 0; i < 10 && len(out) == 0; i++ {
+		clock.Advance(500 * time.Millisecond)
+		// Rank 1 stays alive (its phases keep coming) but never sends this collective.
+		e.AddPhase(Phase{Job: "job", Step: 9, Rank: 1, Kind: 1, StartUnixNano: base,
+			EndUnixNano: base + 1})
+		out = e.Expire(out)
+	}
+	if len(out) != 1 || out[0].Reason != ReleasedTimeout || fmt.Sprint(out[0].Missing) != "[1]" {
+		t.Fatalf("want a timeout release naming rank 1, got %+v", out)
+	}
+}
+
+func TestJustAfterAStartAnIncompleteCollectiveIsPartial(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) {
+		c.WaitTimeout, c.MaxWait, c.StartupGrace = time.Second, 2*time.Second, 10*time.Second
+	})
+	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0))
+	clock.Advance(3 * time.Second)
+	out := e.Expire(nil)
+	if len(out) != 1 || out[0].Reason != ReleasedPartial || out[0].Reason.CountsAsMissing() {
+		t.Fatalf("want a partial release that counts nobody missing, got %+v", out)
+	}
+	// After the grace, the same silence is a missing rank.
+	clock.Advance(10 * time.Second)
+	addAll(t, e, arrival("default", 2, 1, 0, time.Millisecond, base, 0))
+	clock.Advance(3 * time.Second)
+	out = e.Expire(nil)
+	if len(out) != 1 || out[0].Reason != ReleasedTimeout || !out[0].Reason.CountsAsMissing() {
+		t.Fatalf("want a timeout release after the grace, got %+v", out)
 	}
 }
 
@@ -325,7 +388,9 @@ func TestDrainReleasesEverything(t *testing.T) {
 }
 
 func TestRestartedJobJoinsAgainUnderTheSameID(t *testing.T) {
-	e, clock := newTestEngine(t, func(c *Config) { c.WaitTimeout = time.Second })
+	e, clock := newTestEngine(t, func(c *Config) {
+		c.WaitTimeout, c.MaxWait = time.Second, 2*time.Second
+	})
 	addAll(t, e, arrival("default", 2, 0, 0, time.Millisecond, base, 0),
 		arrival("default", 2, 0, 1, time.Millisecond, base, 0))
 	// A duplicate of the same step soon after the release is a late arrival.
@@ -341,7 +406,7 @@ func TestRestartedJobJoinsAgainUnderTheSameID(t *testing.T) {
 	if out := addAll(t, e, restarted(0), restarted(1)); len(out) != 1 || !out[0].Complete() {
 		t.Fatalf("restarted job's collective not joined: %+v", out)
 	}
-	// Long after wait_timeout the same (step, seq) is a new collective too.
+	// Long after max_wait the same (step, seq) is a new collective too.
 	clock.Advance(3 * time.Second)
 	if out := addAll(t, e, restarted(0), restarted(1)); len(out) != 1 {
 		t.Fatalf("same key long after release not joined: %+v", out)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
 
 // Clock gives the engine its notion of now (a fake clock in tests).
@@ -90,6 +91,12 @@ type Member[R any] struct {
 	Ref     R
 }
 
+// CountsAsMissing reports whether an incomplete collective released for this reason is
+// evidence that its missing members never arrived (their ranks counted missing): only a
+// timeout is; an eviction (a memory bound), a shutdown or a partial release after a start
+// is not.
+func (r ReleaseReason) CountsAsMissing() bool { return r == ReleasedTimeout }
+
 // ReleaseReason says why a collective left the pending set.
 type ReleaseReason uint8
 
@@ -102,6 +109,10 @@ const (
 	ReleasedEvicted
 	// ReleasedShutdown: the component is stopping.
 	ReleasedShutdown
+	// ReleasedPartial: wait_timeout (and max_wait) passed for a collective that began within
+	// startup_grace: its missing members may have gone to the instance before a restart, so
+	// it is not evidence of a missing rank.
+	ReleasedPartial
 )
 
 func (r ReleaseReason) String() string {
@@ -109,11 +120,13 @@ func (r ReleaseReason) String() string {
 	case ReleasedComplete:
 		return "complete"
 	case ReleasedTimeout:
-		return "timeout"
+		return semconv.ReleasedTimeout
 	case ReleasedEvicted:
-		return "evicted"
+		return semconv.ReleasedEvicted
+	case ReleasedPartial:
+		return semconv.ReleasedPartial
 	default:
-		return "shutdown"
+		return semconv.ReleasedShutdown
 	}
 }
 
@@ -200,7 +213,10 @@ type Stats struct {
 	// ReleasedIncomplete counts timeouts, evictions and shutdown releases with members missing.
 	ReleasedIncomplete int64
 	Evicted            int64
-	Rejected           [RejectedLate + 1]int64
+	// Extended counts deadlines moved because a collective's missing members were alive
+	// (or the component had just started).
+	Extended int64
+	Rejected [RejectedLate + 1]int64
 	// Analysis are the step analysis' counters.
 	Analysis diagnosis.Stats
 }

@@ -276,6 +276,16 @@ const (
 
 	// AttrBarrierMissing is training.barrier.missing (string): the missing ranks, comma separated
 	AttrBarrierMissing = "training.barrier.missing"
+
+	// AttrBarrierReleased is training.barrier.released (string): why a collective was released
+	// before every member arrived (on incomplete collectives only)
+	AttrBarrierReleased = "training.barrier.released"
+
+	// AttrBarrierUnjoined is training.barrier.unjoined (string): on a collective span the
+	// processor forwarded without a join: why (`missing:<key>`, `mistyped:<key>`,
+	// `oversized:<key>`, `duplicate`, `late_arrival`, ...); a connector behind it does not join it
+	// again
+	AttrBarrierUnjoined = "training.barrier.unjoined"
 )
 
 // Values of training.straggler.cause.
@@ -295,6 +305,25 @@ const (
 	// CauseUnknown is "unknown": no phase explains the rank's excess own work, or the rank never
 	// arrived
 	CauseUnknown = "unknown"
+)
+
+// Values of training.barrier.released.
+const (
+	// ReleasedTimeout is "timeout": `wait_timeout` passed and the missing ranks had fallen silent
+	// (or `max_wait` passed): evidence of missing ranks, counted in `training.rank.missing`
+	ReleasedTimeout = "timeout"
+
+	// ReleasedEvicted is "evicted": a memory bound (`max_pending`, `max_buffered_spans`) forced it
+	// out early
+	ReleasedEvicted = "evicted"
+
+	// ReleasedShutdown is "shutdown": the collector was stopping
+	ReleasedShutdown = "shutdown"
+
+	// ReleasedPartial is "partial": it began within `startup_grace` after the collector started:
+	// its missing members may have gone to the instance before a restart; not counted as
+	// incomplete or missing
+	ReleasedPartial = "partial"
 )
 
 // Attributes of the train.step.summary span and its events.

@@ -57,14 +57,18 @@ type Resource struct {
 	WorldSize int
 	join.Topology
 	Reason string
+	// maxLen bounds the strings read from its spans too (join.Config.MaxAttributeLength).
+	maxLen int
 }
 
 // ParseResource reads a rank's resource. Integers may be strings because
-// OTEL_RESOURCE_ATTRIBUTES can only carry strings.
-func ParseResource(res pcommon.Resource) Resource {
+// OTEL_RESOURCE_ATTRIBUTES can only carry strings. A string attribute the join keeps (and
+// turns into metric labels) longer than maxLen makes the resource malformed
+// ("oversized:<key>").
+func ParseResource(res pcommon.Resource, maxLen int) Resource {
 	attrs := res.Attributes()
-	var r Resource
-	job, reason := stringAttr(attrs, semconv.AttrJobID, true)
+	r := Resource{maxLen: maxLen}
+	job, reason := stringAttr(attrs, semconv.AttrJobID, true, maxLen)
 	if reason != "" {
 		r.Reason = reason
 	}
@@ -79,21 +83,36 @@ func ParseResource(res pcommon.Resource) Resource {
 		r.Reason = reason
 	}
 	r.WorldSize = int(world)
-	r.Host, _ = stringAttr(attrs, semconv.AttrHostName, false)
-	r.Switch = topologyName(attrs, semconv.AttrSwitch)
-	r.NIC = topologyName(attrs, semconv.AttrNIC)
+	host, reason := stringAttr(attrs, semconv.AttrHostName, false, maxLen)
+	if reason != "" && r.Reason == "" {
+		r.Reason = reason
+	}
+	r.Host = host
+	for _, t := range []struct {
+		key string
+		dst *string
+	}{{semconv.AttrSwitch, &r.Switch}, {semconv.AttrNIC, &r.NIC}} {
+		name, reason := topologyName(attrs, t.key, maxLen)
+		if reason != "" && r.Reason == "" {
+			r.Reason = reason
+		}
+		*t.dst = name
+	}
 	return r
 }
 
-func topologyName(attrs pcommon.Map, key string) string {
+func topologyName(attrs pcommon.Map, key string, maxLen int) (string, string) {
 	v, ok := attrs.Get(key)
 	if !ok || v.Type() != pcommon.ValueTypeStr || v.Str() == "" {
-		return semconv.UnknownTopology
+		return semconv.UnknownTopology, ""
 	}
-	return v.Str()
+	if len(v.Str()) > maxLen {
+		return "", "oversized:" + key
+	}
+	return v.Str(), ""
 }
 
-func stringAttr(attrs pcommon.Map, key string, required bool) (string, string) {
+func stringAttr(attrs pcommon.Map, key string, required bool, maxLen int) (string, string) {
 	v, ok := attrs.Get(key)
 	if !ok {
 		if required {
@@ -103,6 +122,9 @@ func stringAttr(attrs pcommon.Map, key string, required bool) (string, string) {
 	}
 	if v.Type() != pcommon.ValueTypeStr || (required && v.Str() == "") {
 		return "", "mistyped:" + key
+	}
+	if len(v.Str()) > maxLen {
+		return "", "oversized:" + key
 	}
 	return v.Str(), ""
 }
@@ -147,7 +169,7 @@ func ParseCollective[R any](span ptrace.Span, res *Resource, a *join.Arrival[R])
 		return res.Reason
 	}
 	attrs := span.Attributes()
-	pg, reason := stringAttr(attrs, semconv.AttrCollectivePG, true)
+	pg, reason := stringAttr(attrs, semconv.AttrCollectivePG, true, res.maxLen)
 	if reason != "" {
 		return reason
 	}
@@ -166,9 +188,15 @@ func ParseCollective[R any](span ptrace.Span, res *Resource, a *join.Arrival[R])
 	if pgSize < 1 || pgSize > join.MaxRanks {
 		return "pg_size_mismatch"
 	}
-	op, _ := stringAttr(attrs, semconv.AttrCollectiveOp, false)
+	op, reason := stringAttr(attrs, semconv.AttrCollectiveOp, false, res.maxLen)
+	if reason != "" {
+		return reason
+	}
 	if op == "" {
 		op = strings.TrimPrefix(span.Name(), semconv.SpanCollectivePrefix)
+		if len(op) > res.maxLen {
+			return "oversized:span.name"
+		}
 	}
 	p2p, role := false, diagnosis.RoleCollective
 	if op == semconv.OpSend || op == semconv.OpRecv {
@@ -277,7 +305,20 @@ func Annotate[R any](span ptrace.Span, r *join.Released[R], m *join.Member[R]) {
 	if r.MissingRanks > 0 {
 		attrs.PutInt(semconv.AttrBarrierMissingRanks, int64(r.MissingRanks))
 		attrs.PutStr(semconv.AttrBarrierMissing, FormatRanks(r.Missing))
+		attrs.PutStr(semconv.AttrBarrierReleased, r.Reason.String())
 	}
+}
+
+// MarkUnjoined records on a collective span the processor forwards without a join (malformed
+// or rejected) why, so that a connector behind it does not join it a second time.
+func MarkUnjoined(span ptrace.Span, reason string) {
+	span.Attributes().PutStr(semconv.AttrBarrierUnjoined, reason)
+}
+
+// Unjoined reports whether the processor forwarded this span without a join.
+func Unjoined(span ptrace.Span) bool {
+	_, ok := span.Attributes().Get(semconv.AttrBarrierUnjoined)
+	return ok
 }
 
 // FormatRanks joins ranks with commas.
@@ -303,6 +344,9 @@ type Annotations struct {
 	MissingRanks int
 	// Missing are the ranks named in training.barrier.missing (unparsable entries skipped).
 	Missing []int
+	// Released is why an incomplete collective was released ("" when complete, or from a
+	// processor that did not say).
+	Released string
 }
 
 // ReadAnnotations reads what Annotate wrote. Missing or mistyped figures read as 0.
@@ -336,6 +380,9 @@ func ReadAnnotations(span ptrace.Span) Annotations {
 	}
 	if v, ok := attrs.Get(semconv.AttrBarrierMissing); ok && v.Type() == pcommon.ValueTypeStr {
 		a.Missing = ParseRanks(v.Str())
+	}
+	if v, ok := attrs.Get(semconv.AttrBarrierReleased); ok && v.Type() == pcommon.ValueTypeStr {
+		a.Released = v.Str()
 	}
 	return a
 }

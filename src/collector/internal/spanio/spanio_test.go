@@ -2,6 +2,7 @@ package spanio
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -34,23 +35,24 @@ func TestParseResourceAcceptsStringIntegersFromEnv(t *testing.T) {
 	res.Attributes().PutStr(semconv.AttrJobID, "j")
 	res.Attributes().PutStr(semconv.AttrRank, "12")
 	res.Attributes().PutStr(semconv.AttrWorldSize, "16")
-	r := ParseResource(res)
+	r := ParseResource(res, 256)
 	if r.Reason != "" || r.Rank != 12 || r.WorldSize != 16 || r.Switch != semconv.UnknownTopology {
 		t.Errorf("parsed %+v", r)
 	}
 	res.Attributes().PutStr(semconv.AttrRank, "twelve")
-	if r := ParseResource(res); r.Reason != "mistyped:training.rank" {
+	if r := ParseResource(res, 256); r.Reason != "mistyped:training.rank" {
 		t.Errorf("reason %q", r.Reason)
 	}
 	res.Attributes().Remove(semconv.AttrJobID)
-	if r := ParseResource(res); r.Reason != "missing:training.job.id" {
+	if r := ParseResource(res, 256); r.Reason != "missing:training.job.id" {
 		t.Errorf("reason %q", r.Reason)
 	}
 }
 
 func TestAnnotateThenReadBack(t *testing.T) {
 	span := ptrace.NewSpan()
-	r := &join.Released[int]{Skew: 0.02, Transfer: 0.001, MissingRanks: 2, Missing: []int{3, 5}}
+	r := &join.Released[int]{Skew: 0.02, Transfer: 0.001, MissingRanks: 2, Missing: []int{3, 5},
+		Reason: join.ReleasedTimeout}
 	m := &join.Member[int]{Lateness: 0.02, Wait: 0, ClockOffset: -1.5,
 		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, Domain: "switch:leaf1"}
 	Annotate(span, r, m)
@@ -60,7 +62,7 @@ func TestAnnotateThenReadBack(t *testing.T) {
 	got := ReadAnnotations(span)
 	want := Annotations{Skew: 0.02, Lateness: 0.02, ClockOffset: -1.5,
 		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, MissingRanks: 2,
-		Missing: []int{3, 5}}
+		Missing: []int{3, 5}, Released: semconv.ReleasedTimeout}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("read back %+v, want %+v", got, want)
 	}
@@ -81,5 +83,51 @@ func TestAnnotateThenReadBack(t *testing.T) {
 	Annotate(unchanged, &join.Released[int]{}, &join.Member[int]{Verdict: join.VerdictUnchanged})
 	if _, ok := unchanged.Attributes().Get(semconv.AttrStraggler); ok {
 		t.Errorf("unchanged verdict wrote training.straggler")
+	}
+}
+
+func TestOversizedAttributesAreMalformed(t *testing.T) {
+	huge := strings.Repeat("x", 257)
+	for _, key := range []string{semconv.AttrJobID, semconv.AttrHostName, semconv.AttrSwitch,
+		semconv.AttrNIC} {
+		res := pcommon.NewResource()
+		res.Attributes().PutStr(semconv.AttrJobID, "j")
+		res.Attributes().PutInt(semconv.AttrRank, 1)
+		res.Attributes().PutStr(key, huge)
+		if r := ParseResource(res, 256); r.Reason != "oversized:"+key {
+			t.Errorf("%s of 257 bytes: reason %q", key, r.Reason)
+		}
+		res.Attributes().PutStr(key, huge[:256])
+		if r := ParseResource(res, 256); r.Reason != "" {
+			t.Errorf("%s of 256 bytes: reason %q", key, r.Reason)
+		}
+	}
+	res := pcommon.NewResource()
+	res.Attributes().PutStr(semconv.AttrJobID, "j")
+	res.Attributes().PutInt(semconv.AttrRank, 1)
+	r := ParseResource(res, 256)
+	for _, key := range []string{semconv.AttrCollectivePG, semconv.AttrCollectiveOp} {
+		span := ptrace.NewSpan()
+		span.SetName("collective.all_reduce")
+		span.Attributes().PutStr(semconv.AttrCollectivePG, "g")
+		span.Attributes().PutInt(semconv.AttrCollectiveSeq, 1)
+		span.Attributes().PutInt(semconv.AttrCollectivePGSize, 2)
+		span.Attributes().PutInt(semconv.AttrStep, 1)
+		span.Attributes().PutStr(key, huge)
+		var a join.Arrival[int]
+		if reason := ParseCollective(span, &r, &a); reason != "oversized:"+key {
+			t.Errorf("%s of 257 bytes: reason %q", key, reason)
+		}
+	}
+}
+
+func TestUnjoinedMark(t *testing.T) {
+	span := ptrace.NewSpan()
+	if Unjoined(span) {
+		t.Fatal("fresh span marked")
+	}
+	MarkUnjoined(span, "late_arrival")
+	if !Unjoined(span) || IsAnnotated(span) {
+		t.Fatal("mark not read back, or read as a join")
 	}
 }

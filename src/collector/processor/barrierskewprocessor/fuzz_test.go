@@ -23,6 +23,8 @@ func FuzzProcessorForwardsEverySpanOnce(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		batches, spansIn := fixture.FuzzBatches(data)
 		cfg := createDefaultConfig()
+		// Steady state: not just after a (re)start (see startup_grace).
+		cfg.StartupGrace = 0
 		cfg.MaxPending = 3
 		cfg.MaxBufferedSpans = 8
 		cfg.WaitTimeout = time.Second

@@ -35,6 +35,8 @@ type fillResult struct {
 // live heap once the bounds are reached and again after twice as many collectives.
 func fill(t testing.TB, ranks, maxPending int) fillResult {
 	cfg := createDefaultConfig()
+	// Steady state: not just after a (re)start (see startup_grace).
+	cfg.StartupGrace = 0
 	cfg.MaxPending = maxPending
 	cfg.MaxBufferedSpans = maxPending * ranks
 	cfg.WaitTimeout = time.Hour

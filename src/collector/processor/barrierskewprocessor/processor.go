@@ -169,7 +169,7 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 	rss := td.ResourceSpans()
 	p.resources = p.resources[:0]
 	for i := range rss.Len() {
-		p.resources = append(p.resources, spanio.ParseResource(rss.At(i).Resource()))
+		p.resources = append(p.resources, spanio.ParseResource(rss.At(i).Resource(), p.cfg.MaxAttributeLength))
 	}
 	// Phases first, so that a step's phases in this batch are known when its collectives
 	// in the same batch complete.
@@ -231,6 +231,7 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 	var a join.Arrival[member]
 	if reason := spanio.ParseCollective(span, res, &a); reason != "" {
 		p.malformed[reason]++
+		spanio.MarkUnjoined(span, reason)
 		return false
 	}
 	held := ptrace.NewSpan()
@@ -241,6 +242,7 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 	if outcome != join.Accepted {
 		// Counted by the engine's rejection stats; the span goes back where it was.
 		held.MoveTo(span)
+		spanio.MarkUnjoined(span, outcome.Reason())
 		return false
 	}
 	return true

@@ -48,6 +48,8 @@ type harness struct {
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	cfg := createDefaultConfig()
+	// Steady state: not just after a (re)start (see startup_grace).
+	cfg.StartupGrace = 0
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -650,5 +652,32 @@ func TestConcurrentRanksAndTicker(t *testing.T) {
 		if _, ok := s.Span.Attributes().Get(semconv.AttrBarrierSkew); !ok {
 			t.Fatalf("collective span not annotated")
 		}
+	}
+}
+
+func TestRejectedAndMalformedSpansAreMarkedUnjoined(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(2)
+	b := fixture.NewBatch()
+	collective(b, ranks, 0, nil)
+	h.consume(t, b)
+	// A duplicate of rank 0 after the release, and a span without its group.
+	b = fixture.NewBatch()
+	b.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: 0, Step: 0, TrueEnd: trueEnd,
+		Duration: time.Millisecond})
+	noPG := b.AddCollective(ranks[1], fixture.Collective{PGSize: 2, Seq: 5, Step: 0,
+		TrueEnd: trueEnd, Duration: time.Millisecond})
+	noPG.Attributes().Remove(semconv.AttrCollectivePG)
+	h.consume(t, b)
+	reasons := map[string]int{}
+	for _, s := range h.collectives() {
+		if v, ok := s.Span.Attributes().Get(semconv.AttrBarrierUnjoined); ok {
+			reasons[v.Str()]++
+		}
+	}
+	want := map[string]int{"late_arrival": 1, "missing:" + semconv.AttrCollectivePG: 1}
+	if len(reasons) != len(want) || reasons["late_arrival"] != 1 ||
+		reasons["missing:"+semconv.AttrCollectivePG] != 1 {
+		t.Errorf("unjoined marks %v, want %v", reasons, want)
 	}
 }
