@@ -343,7 +343,10 @@ PROM_SPANS_EXPORTED = "skewtrace_spans_exported_total"
 PROM_SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
 
 # Data point attributes of the training process's own metrics.
-#: reason (string): why events were dropped: `buffer_full` (`skewtrace.events.dropped`)
+#: reason (string): why the counted items were dropped, refused or rejected; the values depend
+#: on the metric: `buffer_full` on `skewtrace.events.dropped`, and those in the notes of
+#: `skewtrace.pacer.otlp.requests.refused`, `skewtrace.pacer.points.rejected` and
+#: `skewtrace.pacer.http.requests.refused`
 REASON = "reason"
 
 # Metrics from the pacer.

@@ -145,7 +145,8 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 		kind, phase := spanio.Classify(span.Name())
 		if kind == spanio.KindOther && spanio.IsSummary(span) {
 			// The processor analyzed this step: its verdicts become the flag metrics.
-			if res, ok := spanio.ReadSummary(span, rss.At(i).Resource()); ok {
+			if res, ok := spanio.ReadSummary(span, rss.At(i).Resource(),
+				c.cfg.MaxAttributeLength); ok {
 				c.agg.observeStepResult(now, &res)
 			}
 			return

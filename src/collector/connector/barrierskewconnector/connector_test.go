@@ -3,6 +3,7 @@ package barrierskewconnector
 import (
 	"context"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -573,5 +574,52 @@ func TestSpansTheProcessorDidNotJoinAreNotJoinedAgain(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestSeriesOfAtMostMaxJobsJobs(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxJobs = 2 })
+	for j, job := range []string{"a", "b", "c"} {
+		ranks := fixture.Ranks(2)
+		for i := range ranks {
+			ranks[i].Job = job
+		}
+		h.clock.Advance(time.Second)
+		h.consume(t, stepBatch(ranks, int64(j), -1, "", 0))
+	}
+	md := h.flush(t)
+	jobs := map[string]bool{}
+	points := findMetric(t, md, semconv.MetricRankLateness).Histogram().DataPoints()
+	for i := range points.Len() {
+		jobs[attrs(points.At(i).Attributes())[semconv.AttrJobID].(string)] = true
+	}
+	if len(jobs) != 2 || jobs["a"] {
+		t.Errorf("series of jobs %v, want b and c (a reported least recently)", jobs)
+	}
+	if h.conn.agg.jobsForgotten != 1 {
+		t.Errorf("jobs forgotten %d, want 1", h.conn.agg.jobsForgotten)
+	}
+}
+
+func TestSummaryEventsWithOversizedOrUnknownValuesAreIgnored(t *testing.T) {
+	h := newHarness(t, nil)
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr(semconv.AttrJobID, "victim")
+	span := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	span.SetName(semconv.SpanStepSummary)
+	span.Attributes().PutInt(semconv.AttrStep, 1)
+	for i, ev := range []struct{ host, cause string }{
+		{strings.Repeat("h", 1<<20), semconv.CauseCompute}, {"node1", "made-up"},
+	} {
+		e := span.Events().AppendEmpty()
+		e.SetName(semconv.EventStraggler)
+		e.Attributes().PutInt(semconv.AttrRank, int64(i))
+		e.Attributes().PutStr(semconv.AttrHostName, ev.host)
+		e.Attributes().PutStr(semconv.AttrStragglerCause, ev.cause)
+	}
+	h.consume(t, td)
+	if n := len(h.conn.agg.stragglers); n != 0 {
+		t.Errorf("%d straggler series from events that should have been ignored", n)
 	}
 }

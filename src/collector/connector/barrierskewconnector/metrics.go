@@ -38,6 +38,31 @@ type suspectKey struct {
 	diagnosis.Suspect
 }
 
+// jobName keys the per-job gauges.
+type jobName string
+
+func (k collectiveKey) jobOf() string { return k.job }
+func (k rankKey) jobOf() string       { return k.job }
+func (k missingKey) jobOf() string    { return k.job }
+func (k hostKey) jobOf() string       { return k.job }
+func (k suspectKey) jobOf() string    { return k.job }
+func (k jobName) jobOf() string       { return string(k) }
+
+// seriesKey is a series key that says which job it belongs to.
+type seriesKey interface {
+	comparable
+	jobOf() string
+}
+
+// jobSeries is what the aggregator knows of one job's series: when the job last reported,
+// how much it has reported, and how to forget each of its series (so a job can be dropped
+// whole).
+type jobSeries struct {
+	lastUsed     time.Time
+	observations int64
+	forget       []func()
+}
+
 type exemplar struct {
 	traceID pcommon.TraceID
 	spanID  pcommon.SpanID
@@ -104,12 +129,18 @@ type aggregator struct {
 	stepDuration map[rankKey]*histogram
 	stragglers   map[rankKey]*rankStraggler
 	suspects     map[suspectKey]*suspectGauge
-	jobs         map[string]*jobGauge
+	jobs         map[jobName]*jobGauge
 	incomplete   map[collectiveKey]*incompleteCounter
 	missing      map[missingKey]*incompleteCounter
 	offsets      map[hostKey]*offsetGauge
+	// byJob indexes every series by job, bounded by max_jobs: a new job beyond it makes the
+	// job that reported least forget its series (counted in jobsForgotten).
+	byJob map[string]*jobSeries
 
 	seriesDropped int64
+	jobsForgotten int64
+	// now is the time of the observation being recorded (for the jobs' recency).
+	now time.Time
 }
 
 func newAggregator(cfg *Config) *aggregator {
@@ -121,16 +152,19 @@ func newAggregator(cfg *Config) *aggregator {
 		stepDuration: make(map[rankKey]*histogram),
 		stragglers:   make(map[rankKey]*rankStraggler),
 		suspects:     make(map[suspectKey]*suspectGauge),
-		jobs:         make(map[string]*jobGauge),
+		jobs:         make(map[jobName]*jobGauge),
+		byJob:        make(map[string]*jobSeries),
 		incomplete:   make(map[collectiveKey]*incompleteCounter),
 		missing:      make(map[missingKey]*incompleteCounter),
 		offsets:      make(map[hostKey]*offsetGauge),
 	}
 }
 
-// lookup returns the series for key, creating it within max_series (nil when full).
-func lookup[K comparable, V any](a *aggregator, m map[K]*V, key K, create func() *V) *V {
+// lookup returns the series for key, creating it within max_series (nil when full) and
+// within max_jobs (the series of the job that reported least are forgotten to make room).
+func lookup[K seriesKey, V any](a *aggregator, m map[K]*V, key K, create func() *V) *V {
 	if v, ok := m[key]; ok {
+		a.touchJob(key.jobOf(), nil)
 		return v
 	}
 	if len(m) >= a.cfg.MaxSeries {
@@ -139,7 +173,44 @@ func lookup[K comparable, V any](a *aggregator, m map[K]*V, key K, create func()
 	}
 	v := create()
 	m[key] = v
+	a.touchJob(key.jobOf(), func() { delete(m, key) })
 	return v
+}
+
+// touchJob marks a job as reporting now, registering forget for a new series of it; a job
+// new beyond max_jobs first makes the one that reported least forget its series.
+func (a *aggregator) touchJob(job string, forget func()) {
+	js := a.byJob[job]
+	if js == nil {
+		if len(a.byJob) >= a.cfg.MaxJobs {
+			a.forgetOldestJob()
+		}
+		js = &jobSeries{}
+		a.byJob[job] = js
+	}
+	js.lastUsed = a.now
+	js.observations++
+	if forget != nil {
+		js.forget = append(js.forget, forget)
+	}
+}
+
+// forgetOldestJob forgets the series of the job that reported least (the least recently among
+// equals): a job that keeps training keeps its series however many one-off job ids arrive.
+func (a *aggregator) forgetOldestJob() {
+	var victim string
+	var least *jobSeries
+	for job, js := range a.byJob {
+		if least == nil || js.observations < least.observations ||
+			(js.observations == least.observations && js.lastUsed.Before(least.lastUsed)) {
+			victim, least = job, js
+		}
+	}
+	for _, forget := range least.forget {
+		forget()
+	}
+	delete(a.byJob, victim)
+	a.jobsForgotten++
 }
 
 func (a *aggregator) newHistogram(now time.Time) *histogram {
@@ -193,6 +264,7 @@ type memberObservation struct {
 }
 
 func (a *aggregator) observeCollective(now time.Time, c collective) {
+	a.now = now
 	a.observe(lookup(a, a.skew, c.key, func() *histogram { return a.newHistogram(now) }),
 		now, c.skew, c.skewRef)
 	newCounter := func() *incompleteCounter {
@@ -222,6 +294,7 @@ func (a *aggregator) observeCollective(now time.Time, c collective) {
 }
 
 func (a *aggregator) observeMember(now time.Time, m memberObservation) {
+	a.now = now
 	newHist := func() *histogram { return a.newHistogram(now) }
 	a.observe(lookup(a, a.lateness, m.rank, newHist), now, m.lateness, m.ref)
 	a.observe(lookup(a, a.wait, m.rank, newHist), now, m.wait, m.ref)
@@ -238,7 +311,8 @@ func (a *aggregator) observeMember(now time.Time, m memberObservation) {
 // cost), its suspects, and its what-if slowdown. A step older than the job's last one
 // applied (a summary that arrived late) changes nothing.
 func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult) {
-	g := lookup(a, a.jobs, res.Job, func() *jobGauge { return &jobGauge{step: -1} })
+	a.now = now
+	g := lookup(a, a.jobs, jobName(res.Job), func() *jobGauge { return &jobGauge{step: -1} })
 	if g == nil {
 		return
 	}
@@ -310,6 +384,7 @@ func (a *aggregator) setStraggler(now time.Time, s *rankStraggler, f *diagnosis.
 }
 
 func (a *aggregator) observeStep(now time.Time, rank rankKey, duration float64, ref spanRef) {
+	a.now = now
 	a.observe(lookup(a, a.stepDuration, rank, func() *histogram { return a.newHistogram(now) }),
 		now, duration, ref)
 }
@@ -333,6 +408,11 @@ func (a *aggregator) expire(now time.Time) {
 	expireMap(a.stragglers, cutoff, func(s *rankStraggler) time.Time { return s.updated })
 	expireMap(a.suspects, cutoff, func(g *suspectGauge) time.Time { return g.updated })
 	expireMap(a.jobs, cutoff, func(g *jobGauge) time.Time { return g.updated })
+	for job, js := range a.byJob {
+		if js.lastUsed.Before(cutoff) {
+			delete(a.byJob, job)
+		}
+	}
 	expireMap(a.incomplete, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
 	expireMap(a.missing, cutoff, func(c *incompleteCounter) time.Time { return c.updated })
 	expireMap(a.offsets, cutoff, func(g *offsetGauge) time.Time { return g.updated })
@@ -458,9 +538,9 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			"at their references (moving average; 1 when nothing holds it up).")
 		m.SetUnit("1")
 		points := m.SetEmptyGauge().DataPoints()
-		for _, job := range sortedKeys(a.jobs, func(x, y string) bool { return x < y }) {
+		for _, job := range sortedKeys(a.jobs, func(x, y jobName) bool { return x < y }) {
 			dp := points.AppendEmpty()
-			dp.Attributes().PutStr(semconv.AttrJobID, job)
+			dp.Attributes().PutStr(semconv.AttrJobID, string(job))
 			dp.SetTimestamp(ts)
 			dp.SetDoubleValue(a.jobs[job].slowdown)
 		}

@@ -30,6 +30,8 @@ func newTelemetry(
 		StepsForced:         tb.RegisterConnectorBarrierskewStepsForcedCallback,
 		SpansLate:           tb.RegisterConnectorBarrierskewSpansLateForAnalysisCallback,
 		StepModelBreaks:     tb.RegisterConnectorBarrierskewStepModelBreaksCallback,
+		CollectivesExtended: tb.RegisterConnectorBarrierskewCollectivesExtendedCallback,
+		JobsForgotten:       tb.RegisterConnectorBarrierskewJobsForgottenCallback,
 		SeriesDropped:       tb.RegisterConnectorBarrierskewSeriesDroppedCallback,
 	}, read)
 	if err != nil {
@@ -49,5 +51,6 @@ func (c *barrierSkewConnector) snapshot() selftel.Snapshot {
 		Malformed:     selftel.CountRejected(stats, c.malformed),
 		PassedThrough: c.passedThrough,
 		SeriesDropped: c.agg.seriesDropped,
+		JobsForgotten: c.agg.jobsForgotten,
 	}
 }

@@ -71,6 +71,9 @@ type jobState struct {
 	ranks    map[int32]*track
 	suspects map[string]*suspectTrack
 	slowdown ewma
+	// activity counts the collectives observed: past max_jobs the job with the least goes,
+	// so a training job keeps its state however many one-off job ids arrive.
+	activity int64
 }
 
 type ewma struct {
@@ -143,14 +146,14 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		return j
 	}
 	if len(a.jobs) >= a.cfg.MaxJobs {
-		var lruName string
-		lru := int64(1<<63 - 1)
-		for n, j := range a.jobs {
-			if j.lastUsed < lru {
-				lru, lruName = j.lastUsed, n
+		var victim *jobState
+		for _, j := range a.jobs {
+			if victim == nil || j.activity < victim.activity ||
+				(j.activity == victim.activity && j.lastUsed < victim.lastUsed) {
+				victim = j
 			}
 		}
-		a.dropJob(lruName)
+		a.dropJob(victim.name)
 	}
 	j := &jobState{
 		name:           name,
@@ -225,6 +228,7 @@ func (a *Analyzer) ObserveCollective(c *Collective, wasPending bool, now time.Ti
 	if sd == nil {
 		return
 	}
+	j.activity++
 	if wasPending && sd.pending > 0 {
 		sd.pending--
 	}

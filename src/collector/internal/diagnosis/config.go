@@ -50,8 +50,9 @@ type Config struct {
 	// as slow (tiny collectives slowed by scheduling noise do not point at a link).
 	// Default 1ms.
 	MinTransferExcess time.Duration `mapstructure:"min_transfer_excess"`
-	// MaxJobs bounds the jobs with analysis state; the least recently seen is forgotten.
-	// Default 64.
+	// MaxJobs bounds the jobs with analysis state (and, in the connector, the jobs with metric
+	// series); past it the job with the least activity is forgotten, so a training job keeps
+	// its state however many one-off job ids arrive. Default 64.
 	MaxJobs int `mapstructure:"max_jobs"`
 }
 

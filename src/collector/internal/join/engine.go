@@ -81,7 +81,8 @@ type Engine[R any] struct {
 	// that delivered any span within wait_timeout is alive, and collectives wait for it up to
 	// max_wait; so do collectives that began within startup_grace.
 	startedAt int64
-	lastSeen  map[liveKey]int64
+	lastSeen  map[string]map[int32]int64
+	liveRanks int
 	// groupMembers are the ranks of each non-default group's last complete collective, used
 	// to name the missing ranks of an incomplete one.
 	groupMembers map[groupRef][]int
@@ -109,26 +110,35 @@ func New[R any](cfg Config, clock Clock) *Engine[R] {
 		analysis:     diagnosis.New(cfg.Config),
 		groupMembers: make(map[groupRef][]int),
 		startedAt:    clock.Now().UnixNano(),
-		lastSeen:     make(map[liveKey]int64),
+		lastSeen:     make(map[string]map[int32]int64),
 	}
 }
 
-type liveKey struct {
-	job  string
-	rank int32
-}
-
-// maxLiveRanks bounds the ranks whose last delivery is remembered; past it the memory starts
-// over (ranks then count as silent until they deliver again).
+// maxLiveRanks bounds the (job, rank) pairs whose last delivery is remembered; past it the
+// memory starts over (ranks then count as silent until they deliver again).
 const maxLiveRanks = 1 << 18
 
 // touch records that a rank of a job delivered a span now.
 func (e *Engine[R]) touch(job string, rank int, now int64) {
-	k := liveKey{job: job, rank: int32(rank)}
-	if _, ok := e.lastSeen[k]; !ok && len(e.lastSeen) >= maxLiveRanks {
-		clear(e.lastSeen)
+	ranks := e.lastSeen[job]
+	if ranks == nil {
+		if e.liveRanks >= maxLiveRanks {
+			clear(e.lastSeen)
+			e.liveRanks = 0
+		}
+		ranks = make(map[int32]int64)
+		e.lastSeen[job] = ranks
 	}
-	e.lastSeen[k] = now
+	if _, ok := ranks[int32(rank)]; !ok {
+		if e.liveRanks >= maxLiveRanks {
+			clear(e.lastSeen)
+			e.liveRanks = 0
+			ranks = make(map[int32]int64)
+			e.lastSeen[job] = ranks
+		}
+		e.liveRanks++
+	}
+	ranks[int32(rank)] = now
 }
 
 // Stats returns the engine's counters.
@@ -272,13 +282,16 @@ func (e *Engine[R]) keepWaiting(p *pending[R], now int64) bool {
 	if now-e.startedAt < int64(e.cfg.StartupGrace) {
 		return true
 	}
+	live := e.lastSeen[p.key.Job]
 	alive := func(rank int) bool {
-		seen, ok := e.lastSeen[liveKey{job: p.key.Job, rank: int32(rank)}]
+		seen, ok := live[int32(rank)]
 		return ok && now-seen <= int64(e.cfg.WaitTimeout)
 	}
 	if p.key.PG == semconv.DefaultPG && !p.p2p {
-		for rank := 0; rank < p.pgSize; rank++ {
-			if !p.has(rank) && alive(rank) {
+		// The ranks that delivered anything, not every rank below pg_size (which a span
+		// may claim to be a million).
+		for rank, seen := range live {
+			if int(rank) < p.pgSize && now-seen <= int64(e.cfg.WaitTimeout) && !p.has(int(rank)) {
 				return true
 			}
 		}

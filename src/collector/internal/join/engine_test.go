@@ -412,3 +412,22 @@ func TestRestartedJobJoinsAgainUnderTheSameID(t *testing.T) {
 		t.Fatalf("same key long after release not joined: %+v", out)
 	}
 }
+
+// TestHugeClaimedGroupExpiresQuickly: spans claiming a group of a million ranks must not make
+// each expiry walk a million ranks (the processor's lock is held meanwhile).
+func TestHugeClaimedGroupExpiresQuickly(t *testing.T) {
+	e, clock := newTestEngine(t, func(c *Config) { c.WaitTimeout, c.MaxWait = time.Second, time.Second })
+	for seq := range int64(4096) {
+		a := arrival("default", MaxRanks-1, seq, 0, time.Millisecond, base, 0)
+		addAll(t, e, a)
+	}
+	clock.Advance(2 * time.Second)
+	start := time.Now()
+	out := e.Expire(nil)
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("expiring 4096 collectives of a claimed million ranks took %s", elapsed)
+	}
+	if len(out) != 4096 {
+		t.Errorf("released %d of 4096", len(out))
+	}
+}

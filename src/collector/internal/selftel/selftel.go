@@ -26,6 +26,9 @@ type Snapshot struct {
 	// SeriesDropped counts data points not recorded because max_series was reached
 	// (connector only).
 	SeriesDropped int64
+	// JobsForgotten counts jobs whose series were forgotten to stay within max_jobs
+	// (connector only).
+	JobsForgotten int64
 }
 
 // Register is one generated TelemetryBuilder.Register<Metric>Callback method.
@@ -47,7 +50,9 @@ type Callbacks struct {
 	StepsForced         Register
 	SpansLate           Register
 	StepModelBreaks     Register
+	CollectivesExtended Register
 	SeriesDropped       Register
+	JobsForgotten       Register
 }
 
 // Attribute keys of the metrics, as declared under `attributes:` in metadata.yaml.
@@ -102,10 +107,16 @@ func Observe(cb Callbacks, read func() Snapshot) error {
 		cb.StepsForced(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.StepsForced })),
 		cb.SpansLate(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.LateSpans })),
 		cb.StepModelBreaks(counter(func(s *Snapshot) int64 { return s.Engine.Analysis.ModelBreaks })),
+		cb.CollectivesExtended(counter(func(s *Snapshot) int64 { return s.Engine.Extended })),
 	}
 	if cb.SeriesDropped != nil {
 		errs = append(errs, cb.SeriesDropped(counter(func(s *Snapshot) int64 {
 			return s.SeriesDropped
+		})))
+	}
+	if cb.JobsForgotten != nil {
+		errs = append(errs, cb.JobsForgotten(counter(func(s *Snapshot) int64 {
+			return s.JobsForgotten
 		})))
 	}
 	return errors.Join(errs...)

@@ -458,8 +458,10 @@ const (
 
 // Data point attributes of the training process's own metrics.
 const (
-	// AttrReason is reason (string): why events were dropped: `buffer_full`
-	// (`skewtrace.events.dropped`)
+	// AttrReason is reason (string): why the counted items were dropped, refused or rejected; the
+	// values depend on the metric: `buffer_full` on `skewtrace.events.dropped`, and those in the
+	// notes of `skewtrace.pacer.otlp.requests.refused`, `skewtrace.pacer.points.rejected` and
+	// `skewtrace.pacer.http.requests.refused`
 	AttrReason = "reason"
 )
 

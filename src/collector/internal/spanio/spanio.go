@@ -309,6 +309,23 @@ func Annotate[R any](span ptrace.Span, r *join.Released[R], m *join.Member[R]) {
 	}
 }
 
+// annotationKeys are the attributes only the barrierskew processor writes.
+var annotationKeys = map[string]bool{
+	semconv.AttrBarrierSkew: true, semconv.AttrBarrierLateness: true,
+	semconv.AttrBarrierWait: true, semconv.AttrBarrierTransfer: true,
+	semconv.AttrClockOffset: true, semconv.AttrCollectiveSlowdown: true,
+	semconv.AttrStraggler: true, semconv.AttrStragglerCause: true,
+	semconv.AttrStragglerDomain: true, semconv.AttrBarrierMissingRanks: true,
+	semconv.AttrBarrierMissing: true, semconv.AttrBarrierReleased: true,
+	semconv.AttrBarrierUnjoined: true,
+}
+
+// StripAnnotations removes from a span every attribute the processor writes (a span that
+// arrives with them claims figures nobody measured).
+func StripAnnotations(span ptrace.Span) {
+	span.Attributes().RemoveIf(func(k string, _ pcommon.Value) bool { return annotationKeys[k] })
+}
+
 // MarkUnjoined records on a collective span the processor forwards without a join (malformed
 // or rejected) why, so that a connector behind it does not join it a second time.
 func MarkUnjoined(span ptrace.Span, reason string) {

@@ -126,11 +126,14 @@ func putSuspect(a pcommon.Map, s diagnosis.Suspect) {
 func IsSummary(span ptrace.Span) bool { return span.Name() == semconv.SpanStepSummary }
 
 // ReadSummary reads what AppendSummary wrote (the job from the resource). Missing or
-// mistyped fields read as zero values; ok is false when the span cannot be a summary.
-func ReadSummary(span ptrace.Span, res pcommon.Resource) (diagnosis.StepResult, bool) {
+// mistyped fields read as zero values; ok is false when the span cannot be a summary. A
+// string longer than maxLen, a cause that is not one of the four, or a rank out of range
+// makes its event (or, for the job id, the summary) unreadable: the values become metric
+// labels.
+func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.StepResult, bool) {
 	var out diagnosis.StepResult
 	job, ok := res.Attributes().Get(semconv.AttrJobID)
-	if !ok || job.Type() != pcommon.ValueTypeStr || job.Str() == "" {
+	if !ok || job.Type() != pcommon.ValueTypeStr || job.Str() == "" || len(job.Str()) > maxLen {
 		return out, false
 	}
 	out.Job = job.Str()
@@ -148,6 +151,9 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource) (diagnosis.StepResult, 
 	for i := range events.Len() {
 		ev := events.At(i)
 		a := ev.Attributes()
+		if !boundedEvent(a, maxLen) {
+			continue
+		}
 		switch ev.Name() {
 		case semconv.EventRootCause:
 			rc := diagnosis.RootCause{Rank: -1, Cause: str(a, semconv.AttrStragglerCause)}
@@ -185,6 +191,27 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource) (diagnosis.StepResult, 
 		}
 	}
 	return out, true
+}
+
+// boundedEvent reports whether every string of an event is at most maxLen long and its cause,
+// if any, is a known one.
+func boundedEvent(a pcommon.Map, maxLen int) bool {
+	ok := true
+	a.Range(func(_ string, v pcommon.Value) bool {
+		if v.Type() == pcommon.ValueTypeStr && len(v.Str()) > maxLen {
+			ok = false
+		}
+		return ok
+	})
+	if !ok {
+		return false
+	}
+	switch str(a, semconv.AttrStragglerCause) {
+	case "", semconv.CauseData, semconv.CauseCompute, semconv.CauseNetwork, semconv.CauseUnknown:
+		return true
+	default:
+		return false
+	}
 }
 
 func double(a pcommon.Map, key string) float64 {

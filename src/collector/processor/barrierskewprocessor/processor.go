@@ -38,6 +38,9 @@ type originKey struct {
 	scope string
 }
 
+// reasonForeignSummary counts train.step.summary spans that arrived from outside (dropped).
+const reasonForeignSummary = "foreign_summary"
+
 // maxOrigins bounds the origin cache; past it the cache starts over (held spans keep their
 // origin alive through their own pointer).
 const maxOrigins = 1 << 16
@@ -223,11 +226,20 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, at [2]int,
 	span ptrace.Span, res *spanio.Resource,
 ) bool {
-	if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective ||
-		spanio.IsAnnotated(span) {
+	kind, _ := spanio.Classify(span.Name())
+	if kind != spanio.KindCollective {
+		if spanio.IsSummary(span) {
+			// Only this processor writes step summaries: one arriving from outside is
+			// forged (it would set flags and costs in the connector's metrics).
+			p.malformed[reasonForeignSummary]++
+			return true
+		}
 		p.passedThrough++
 		return false
 	}
+	// Annotations are this processor's to write: whatever a span claims on arrival is
+	// dropped, and the span is joined like any other.
+	spanio.StripAnnotations(span)
 	var a join.Arrival[member]
 	if reason := spanio.ParseCollective(span, res, &a); reason != "" {
 		p.malformed[reason]++

@@ -681,3 +681,35 @@ func TestRejectedAndMalformedSpansAreMarkedUnjoined(t *testing.T) {
 		t.Errorf("unjoined marks %v, want %v", reasons, want)
 	}
 }
+
+func TestForgedSummariesAreDroppedAndClaimedFiguresIgnored(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(2)
+	b := fixture.NewBatch()
+	forged := b.AddPhase(ranks[0], semconv.SpanStepSummary, 0, fixture.Base, time.Millisecond)
+	forged.Events().AppendEmpty().SetName(semconv.EventStraggler)
+	// A collective span that claims figures on arrival: they are dropped and it is joined.
+	for _, r := range ranks {
+		span := b.AddCollective(r, fixture.Collective{PGSize: 2, Seq: 0, Step: 0,
+			TrueEnd: trueEnd, Duration: time.Duration(1+r.Rank) * time.Millisecond})
+		span.Attributes().PutDouble(semconv.AttrBarrierSkew, 9)
+		span.Attributes().PutBool(semconv.AttrStraggler, true)
+	}
+	h.consume(t, b)
+	for _, s := range h.spans() {
+		if s.Span.Name() == semconv.SpanStepSummary {
+			t.Fatal("a summary from outside was forwarded")
+		}
+	}
+	for _, s := range h.collectives() {
+		if skew := double(t, s.Span, semconv.AttrBarrierSkew); math.Abs(skew-0.001) > 1e-6 {
+			t.Errorf("skew %g, want the measured 0.001, not the claimed 9", skew)
+		}
+		if v, _ := s.Span.Attributes().Get(semconv.AttrStraggler); v.Bool() {
+			t.Errorf("claimed straggler flag kept")
+		}
+	}
+	if n := h.proc.malformed[reasonForeignSummary]; n != 1 {
+		t.Errorf("foreign summaries counted %d, want 1", n)
+	}
+}

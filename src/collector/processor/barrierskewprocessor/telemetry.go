@@ -30,6 +30,7 @@ func newTelemetry(
 		StepsForced:         tb.RegisterProcessorBarrierskewStepsForcedCallback,
 		SpansLate:           tb.RegisterProcessorBarrierskewSpansLateForAnalysisCallback,
 		StepModelBreaks:     tb.RegisterProcessorBarrierskewStepModelBreaksCallback,
+		CollectivesExtended: tb.RegisterProcessorBarrierskewCollectivesExtendedCallback,
 	}, read)
 	if err != nil {
 		tb.Shutdown()

@@ -30,7 +30,9 @@ type TelemetryBuilder struct {
 	registrations                            []metric.Registration
 	ConnectorBarrierskewBufferedSpans        metric.Int64ObservableGauge
 	ConnectorBarrierskewCollectivesEvicted   metric.Int64ObservableCounter
+	ConnectorBarrierskewCollectivesExtended  metric.Int64ObservableCounter
 	ConnectorBarrierskewCollectivesReleased  metric.Int64ObservableCounter
+	ConnectorBarrierskewJobsForgotten        metric.Int64ObservableCounter
 	ConnectorBarrierskewOpenSteps            metric.Int64ObservableGauge
 	ConnectorBarrierskewPendingCollectives   metric.Int64ObservableGauge
 	ConnectorBarrierskewPhaseEntries         metric.Int64ObservableGauge
@@ -85,12 +87,42 @@ func (builder *TelemetryBuilder) RegisterConnectorBarrierskewCollectivesEvictedC
 	return nil
 }
 
+// RegisterConnectorBarrierskewCollectivesExtendedCallback sets callback for observable ConnectorBarrierskewCollectivesExtended metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewCollectivesExtendedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewCollectivesExtended, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewCollectivesExtended)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterConnectorBarrierskewCollectivesReleasedCallback sets callback for observable ConnectorBarrierskewCollectivesReleased metric.
 func (builder *TelemetryBuilder) RegisterConnectorBarrierskewCollectivesReleasedCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewCollectivesReleased, obs: o})
 		return nil
 	}, builder.ConnectorBarrierskewCollectivesReleased)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterConnectorBarrierskewJobsForgottenCallback sets callback for observable ConnectorBarrierskewJobsForgotten metric.
+func (builder *TelemetryBuilder) RegisterConnectorBarrierskewJobsForgottenCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ConnectorBarrierskewJobsForgotten, obs: o})
+		return nil
+	}, builder.ConnectorBarrierskewJobsForgotten)
 	if err != nil {
 		return err
 	}
@@ -305,10 +337,22 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{collectives}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewCollectivesExtended, err = builder.meter.Int64ObservableCounter(
+		"otelcol_connector_barrierskew_collectives_extended",
+		metric.WithDescription("Deadlines of pending collectives moved because a missing member's rank was still delivering spans (or the component had just started). [Alpha]"),
+		metric.WithUnit("{collectives}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ConnectorBarrierskewCollectivesReleased, err = builder.meter.Int64ObservableCounter(
 		"otelcol_connector_barrierskew_collectives_released",
 		metric.WithDescription("Collectives of the connector's own join released, by outcome (complete, incomplete). [Alpha]"),
 		metric.WithUnit("{collectives}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ConnectorBarrierskewJobsForgotten, err = builder.meter.Int64ObservableCounter(
+		"otelcol_connector_barrierskew_jobs_forgotten",
+		metric.WithDescription("Jobs whose series were forgotten to keep at most max_jobs jobs' series (the least recently reporting one goes). [Alpha]"),
+		metric.WithUnit("{jobs}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ConnectorBarrierskewOpenSteps, err = builder.meter.Int64ObservableGauge(

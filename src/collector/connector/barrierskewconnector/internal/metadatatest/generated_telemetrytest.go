@@ -51,6 +51,22 @@ func AssertEqualConnectorBarrierskewCollectivesEvicted(t *testing.T, tt *compone
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualConnectorBarrierskewCollectivesExtended(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_collectives_extended",
+		Description: "Deadlines of pending collectives moved because a missing member's rank was still delivering spans (or the component had just started). [Alpha]",
+		Unit:        "{collectives}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_collectives_extended")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualConnectorBarrierskewCollectivesReleased(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_connector_barrierskew_collectives_released",
@@ -63,6 +79,22 @@ func AssertEqualConnectorBarrierskewCollectivesReleased(t *testing.T, tt *compon
 		},
 	}
 	got, err := tt.GetMetric("otelcol_connector_barrierskew_collectives_released")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualConnectorBarrierskewJobsForgotten(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_connector_barrierskew_jobs_forgotten",
+		Description: "Jobs whose series were forgotten to keep at most max_jobs jobs' series (the least recently reporting one goes). [Alpha]",
+		Unit:        "{jobs}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_connector_barrierskew_jobs_forgotten")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

@@ -30,6 +30,7 @@ type TelemetryBuilder struct {
 	registrations                            []metric.Registration
 	ProcessorBarrierskewBufferedSpans        metric.Int64ObservableGauge
 	ProcessorBarrierskewCollectivesEvicted   metric.Int64ObservableCounter
+	ProcessorBarrierskewCollectivesExtended  metric.Int64ObservableCounter
 	ProcessorBarrierskewCollectivesReleased  metric.Int64ObservableCounter
 	ProcessorBarrierskewOpenSteps            metric.Int64ObservableGauge
 	ProcessorBarrierskewPendingCollectives   metric.Int64ObservableGauge
@@ -75,6 +76,21 @@ func (builder *TelemetryBuilder) RegisterProcessorBarrierskewCollectivesEvictedC
 		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewCollectivesEvicted, obs: o})
 		return nil
 	}, builder.ProcessorBarrierskewCollectivesEvicted)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterProcessorBarrierskewCollectivesExtendedCallback sets callback for observable ProcessorBarrierskewCollectivesExtended metric.
+func (builder *TelemetryBuilder) RegisterProcessorBarrierskewCollectivesExtendedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ProcessorBarrierskewCollectivesExtended, obs: o})
+		return nil
+	}, builder.ProcessorBarrierskewCollectivesExtended)
 	if err != nil {
 		return err
 	}
@@ -286,6 +302,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ProcessorBarrierskewCollectivesEvicted, err = builder.meter.Int64ObservableCounter(
 		"otelcol_processor_barrierskew_collectives_evicted",
 		metric.WithDescription("Collectives released early because max_pending or max_buffered_spans was reached. [Alpha]"),
+		metric.WithUnit("{collectives}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ProcessorBarrierskewCollectivesExtended, err = builder.meter.Int64ObservableCounter(
+		"otelcol_processor_barrierskew_collectives_extended",
+		metric.WithDescription("Deadlines of pending collectives moved because a missing member's rank was still delivering spans (or the component had just started). [Alpha]"),
 		metric.WithUnit("{collectives}"),
 	)
 	errs = errors.Join(errs, err)
