@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.samples import Sample
 
-from skewtrace.demo import Sample, parse_prometheus_text
+from skewtrace.cluster.metrics import parse_prometheus_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "collector-config"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from skewtrace import _resources
-from skewtrace.demo import parse_prometheus_text, summarize
+from skewtrace.cluster.metrics import parse_prometheus_text, summarize
 
 
 @pytest.mark.slow

@@ -1,12 +1,21 @@
-"""``skewtrace demo``: the whole pipeline on one machine, end to end.
+"""``skewtrace demo``: the main job. A multi-node training job on an emulated leaf/spine
+fabric, with faults injected, diagnosed and paced live by the real Collector and pacer.
 
-Starts ``otelcol-skewtrace`` with ``collector-config/otelcol.yaml`` and a ``skewtrace pacer``
-on free local ports, runs ``examples/train_ddp.py`` (4 gloo ranks, one of them made late on
-purpose) against them, then reads the Collector's Prometheus endpoint and prints what an
-operator would look at: barrier skew, each rank's lateness and wait, the straggler verdict and
-its cause. Every part is the real one; nothing is simulated but the straggler itself.
+1. Builds the cluster (:mod:`skewtrace.cluster.fabric`): a network namespace per node behind
+   leaf switches and a rate-limited spine, a Slurm ``topology.conf`` for it, and an
+   operations namespace for the Collector and the pacer. Without root or namespaces it runs
+   the same job over loopback (:mod:`skewtrace.cluster.loopback`) and says so.
+2. Runs ``examples/train_2d.py`` (pipeline x data parallel, gloo over TCP between the nodes:
+   several process groups) with the chosen faults (:mod:`skewtrace.cluster.scenarios`), once
+   with pacing off and once with it on, showing a live view (:mod:`skewtrace.cluster.live`).
+3. Prints what was injected, what skewtrace concluded and how fast, iteration-time CV and
+   throughput with pacing off and on; writes an HTML report and a JSON summary; says where
+   the traces and metrics are and what to query.
 
-It runs the same from a checkout and from a ``pip install``: the config and the example come
+Everything it creates (namespaces, links, qdiscs, processes) is removed on the way out, also
+on Ctrl-C or a failure; a run after a killed one first removes what that one left.
+
+It runs the same from a checkout and from a ``pip install``: the configs and the example come
 with the package, and the collector binary is found or, with Go installed, built
 (:mod:`skewtrace._resources` says where it looks and where it builds).
 """
@@ -15,158 +24,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import socket
-import subprocess
+import signal
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from prometheus_client.openmetrics.parser import (
-    text_string_to_metric_families as openmetrics_families,
-)
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
+from rich.console import Console
 
 from skewtrace import _resources, semconv
 from skewtrace._options import warn_deprecated
+from skewtrace.cluster import fabric as fabric_mod
+from skewtrace.cluster import netns
+from skewtrace.cluster.fabric import Fabric, FabricSpec
+from skewtrace.cluster.job import JobFailed, JobPlan, finish, run_job
+from skewtrace.cluster.live import LiveView
+from skewtrace.cluster.loopback import Loopback
+from skewtrace.cluster.metrics import RankReport, parse_prometheus_text, summarize
+from skewtrace.cluster.outcome import evaluate, read_verdicts
+from skewtrace.cluster.scenarios import PRESETS, Fault
+from skewtrace.cluster.services import ServiceError, Services
+from skewtrace.cluster.summary import Summary, injected, summarize_run
+
+__all__ = ["RankReport", "parse_prometheus_text", "run_demo", "summarize"]
 
 COLLECTOR_CONFIG = "collector-config/otelcol.yaml"
 FILE_EXPORT_CONFIG = "collector-config/file-export.yaml"
-EXAMPLE = "examples/train_ddp.py"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def parse_prometheus_text(text: str) -> list[Sample]:
-    """The samples of a Prometheus text or OpenMetrics page (``prometheus_client``'s parsers:
-    label values unescaped, exemplars kept on the OpenMetrics samples)."""
-    is_openmetrics = text.rstrip().endswith("# EOF")
-    families = (openmetrics_families if is_openmetrics else text_string_to_metric_families)(text)
-    return [sample for family in families for sample in family.samples]
-
-
-@dataclass
-class RankReport:
-    rank: int
-    host: str = ""
-    switch: str = ""
-    nic: str = ""
-    lateness_mean: float = math.nan
-    wait_mean: float = math.nan
-    step_mean: float = math.nan
-    straggler: bool = False
-    cause: str = ""
-    cost: float = 0.0
-    """Seconds per step the flagged rank costs the job (what-if)."""
-
-
-def summarize(samples: list[Sample], job_id: str) -> tuple[dict[int, RankReport], dict[str, float]]:
-    """Per-rank lateness/wait/step means, verdicts and costs, plus job-wide figures: skew, the
-    what-if slowdown, and ``suspect:<kind>:<name>`` = 1 for each suspected part of the fabric."""
-    ranks: dict[int, RankReport] = {}
-    sums: dict[tuple[str, int], float] = {}
-    counts: dict[tuple[str, int], float] = {}
-    job: dict[str, float] = {}
-    label = semconv.prometheus_label
-    rank_label, job_label = label(semconv.RANK), label(semconv.JOB_ID)
-    per_rank = (semconv.PROM_RANK_LATENESS, semconv.PROM_RANK_WAIT, semconv.PROM_STEP_DURATION)
-    for s in samples:
-        if s.labels.get(job_label) not in (None, job_id):
-            continue
-        if s.name == semconv.PROM_BARRIER_SKEW + "_sum":
-            job["skew_sum"] = job.get("skew_sum", 0.0) + s.value
-        elif s.name == semconv.PROM_BARRIER_SKEW + "_count":
-            job["collectives"] = job.get("collectives", 0.0) + s.value
-        elif s.name == semconv.PROM_COLLECTIVE_INCOMPLETE:
-            job["incomplete"] = job.get("incomplete", 0.0) + s.value
-        elif s.name == semconv.PROM_JOB_SLOWDOWN:
-            job["slowdown"] = s.value
-        elif s.name == semconv.PROM_FABRIC_SUSPECT and s.value >= 1:
-            kind = s.labels.get(label(semconv.SUSPECT_KIND), "")
-            name = s.labels.get(label(semconv.SUSPECT_NAME), "")
-            host = s.labels.get(label(semconv.HOST_NAME), "")
-            job[f"suspect:{kind}:{host + '/' if host else ''}{name}"] = 1.0
-        if rank_label not in s.labels:
-            continue
-        rank = int(s.labels[rank_label])
-        report = ranks.setdefault(rank, RankReport(rank))
-        report.host = s.labels.get(label(semconv.HOST_NAME), report.host)
-        report.switch = s.labels.get(label(semconv.SWITCH), report.switch)
-        report.nic = s.labels.get(label(semconv.NIC), report.nic)
-        for metric in per_rank:
-            if s.name == metric + "_sum":
-                sums[(metric, rank)] = sums.get((metric, rank), 0.0) + s.value
-            elif s.name == metric + "_count":
-                counts[(metric, rank)] = counts.get((metric, rank), 0.0) + s.value
-        if s.name == semconv.PROM_STRAGGLER and s.value >= 1:
-            report.straggler = True
-            report.cause = s.labels.get(label(semconv.STRAGGLER_CAUSE), "")
-        elif s.name == semconv.PROM_RANK_COST:
-            report.cost = s.value
-    for (metric, rank), total in sums.items():
-        n = counts.get((metric, rank), 0.0)
-        mean = total / n if n else math.nan
-        report = ranks[rank]
-        if metric == semconv.PROM_RANK_LATENESS:
-            report.lateness_mean = mean
-        elif metric == semconv.PROM_RANK_WAIT:
-            report.wait_mean = mean
-        else:
-            report.step_mean = mean
-    return ranks, job
-
-
-@contextmanager
-def _process(
-    cmd: list[str], env: Mapping[str, str], log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"{proc.args!r} exited ({proc.returncode}); see {log}:\n"
-                + log.read_text(errors="replace")[-3000:]
-            )
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s; see {log}")
-
-
-def _scrape(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return str(resp.read().decode())
+EXAMPLE = "examples/train_2d.py"
+DEFAULT_FABRIC_SCENARIO = "nic:node2:60@15:45"
+DEFAULT_LOOPBACK_SCENARIO = "compute:2:0.04@10"
 
 
 class DemoError(Exception):
@@ -202,131 +91,172 @@ def _input(given: str | None, shipped: str, what: str) -> Path:
     return found
 
 
+def _cluster(args: argparse.Namespace, spec: FabricSpec, console: Console) -> Fabric | Loopback:
+    if args.fabric == "loopback":
+        return Loopback(spec)
+    reason = netns.unavailable_reason()
+    if reason is None:
+        removed = fabric_mod.remove_stale()
+        if removed:
+            console.print(f"removed {len(removed)} namespaces an earlier, killed run left")
+        return Fabric(spec)
+    if args.fabric == "netns":
+        raise DemoError(f"--fabric netns: network namespaces cannot be used here: {reason}")
+    console.print(
+        f"[yellow]No emulated fabric ({reason}): running the job on loopback, on one host; "
+        "only faults of the ranks' own work (compute, data, jitter, hetero) can be shown."
+        "[/yellow]"
+    )
+    return Loopback(spec)
+
+
+def _faults(args: argparse.Namespace, cluster: Fabric | Loopback) -> list[Fault]:
+    texts = args.scenario or [
+        DEFAULT_FABRIC_SCENARIO if cluster.emulates_network else DEFAULT_LOOPBACK_SCENARIO
+    ]
+    faults = []
+    for text in texts:
+        try:
+            fault = Fault.parse(text)
+            fault.check(cluster)
+        except ValueError as exc:
+            raise DemoError(f"--scenario {exc}") from None
+        if fault.end is not None and fault.end > args.steps:
+            raise DemoError(f"--scenario {fault}: ends after the last step ({args.steps})")
+        faults.append(fault)
+    return faults
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    console = Console(highlight=False)
     try:
-        config = _input(args.collector_config, COLLECTOR_CONFIG, "the collector config")
+        spec = FabricSpec(
+            leaves=args.leaves,
+            nodes_per_leaf=args.nodes_per_leaf,
+            ranks_per_node=args.ranks_per_node,
+            nic_mbit=args.nic_mbit,
+            uplink_mbit=args.uplink_mbit,
+        )
+        configs = [_input(args.collector_config, COLLECTOR_CONFIG, "the collector config")]
+        file_export = configs[0].with_name(Path(FILE_EXPORT_CONFIG).name)
+        if not file_export.is_file():
+            raise DemoError(f"{file_export} (the file export overlay) is missing")
+        configs.append(file_export)
         example = _input(args.example, EXAMPLE, "the example training script")
         otelcol = _otelcol(args, os.environ)
-    except DemoError as exc:
+        cluster = _cluster(args, spec, console)
+        faults = _faults(args, cluster)
+    except (DemoError, ValueError) as exc:
         print(f"skewtrace demo: {exc}", file=sys.stderr)
         return 2
-    ports = {
-        name: _free_port()
-        for name in ("otlp_grpc", "otlp_http", "prom", "health", "own", "pacer_grpc", "pacer_http")
-    }
-    job_id = args.job_id or f"demo-{os.getpid()}"
-    workdir = Path(tempfile.mkdtemp(prefix="skewtrace-demo-"))
-    env = dict(os.environ)
-    env.update(
-        {
-            "SKEWTRACE_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{ports['otlp_grpc']}",
-            "SKEWTRACE_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['otlp_http']}",
-            "SKEWTRACE_PROMETHEUS_ENDPOINT": f"127.0.0.1:{ports['prom']}",
-            "SKEWTRACE_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
-            "SKEWTRACE_OTELCOL_METRICS_PORT": str(ports["own"]),
-            "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{ports['pacer_grpc']}",
-            "SKEWTRACE_FILE_EXPORT_PATH": str(workdir / "spans.jsonl"),
-        }
-    )
-    collector_cmd = [str(otelcol), "--config", str(config)]
-    file_export = config.with_name(Path(FILE_EXPORT_CONFIG).name)
-    if file_export.is_file():
-        collector_cmd += ["--config", str(file_export)]
-    pacer_cmd = [
-        sys.executable,
-        "-m",
-        "skewtrace.cli",
-        "pacer",
-        "--otlp-grpc",
-        f"127.0.0.1:{ports['pacer_grpc']}",
-        "--http",
-        f"127.0.0.1:{ports['pacer_http']}",
-    ]
-    train_env = dict(env)
-    train_env.update(
-        {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['otlp_grpc']}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "SKEWTRACE_JOB_ID": job_id,
-        }
-    )
-    if args.pacing:
-        train_env["SKEWTRACE_PACER_URL"] = f"http://127.0.0.1:{ports['pacer_http']}"
-    train_cmd = [
-        sys.executable,
-        str(example),
-        "--nprocs",
-        str(args.nprocs),
-        "--steps",
-        str(args.steps),
-        "--job-id",
-        job_id,
-        "--straggler",
-        args.straggler,
-    ]
-    print(f"skewtrace demo: job {job_id}, logs and spans in {workdir}")
-    print(f"  collector: {otelcol} --config {config}")
-    with (
-        _process(collector_cmd, env, workdir / "otelcol.log") as collector,
-        _process(pacer_cmd, env, workdir / "pacer.log") as pacer,
-    ):
-        _wait_http_ok(
-            f"http://127.0.0.1:{ports['health']}/", 60, collector, workdir / "otelcol.log"
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="skewtrace-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = args.job_id or f"demo-{os.getpid()}"
+    pacing = {"off": [False], "on": [True], "both": [False, True]}[args.pacing]
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(
+            args, console, cluster, faults, example, otelcol, configs, workdir, base, pacing
         )
-        _wait_http_ok(
-            f"http://127.0.0.1:{ports['pacer_http']}/healthz", 30, pacer, workdir / "pacer.log"
-        )
+    except KeyboardInterrupt:
         print(
-            f"  collector up (OTLP 127.0.0.1:{ports['otlp_grpc']}, "
-            f"metrics http://127.0.0.1:{ports['prom']}/metrics); pacer up"
+            "skewtrace demo: interrupted; everything it started is being removed", file=sys.stderr
         )
-        print(f"  training: {' '.join(train_cmd[1:])}")
-        train = subprocess.run(
-            train_cmd,
-            env=train_env,
-            capture_output=True,
-            text=True,
-            timeout=args.timeout_s,
-            check=False,
-        )
-        (workdir / "train.log").write_text(train.stdout + train.stderr)
-        if train.returncode != 0:
-            print(
-                f"skewtrace demo: training failed ({train.returncode}):\n{train.stderr[-3000:]}",
-                file=sys.stderr,
-            )
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(
+    args: argparse.Namespace,
+    console: Console,
+    cluster: Fabric | Loopback,
+    faults: list[Fault],
+    example: Path,
+    otelcol: Path,
+    configs: list[Path],
+    workdir: Path,
+    base: str,
+    pacing: list[bool],
+) -> int:
+    console.print(f"skewtrace demo: {cluster.describe()}")
+    console.print(f"  logs, spans and the report in {workdir}")
+    for fault in faults:
+        console.print(f"  injecting {fault}: {fault.describe(cluster)}")
+    env: dict[str, str] = {}
+    script_args = ["--pp", str(args.leaves)]
+    with cluster:
+        if isinstance(cluster, Fabric):
+            topology = cluster.write_topology_conf(workdir / "topology.conf")
+            env["SKEWTRACE_TOPOLOGY"] = str(topology)
+            console.print(f"  Slurm topology for the ranks: {topology}")
+        try:
+            services_cm = Services(cluster, otelcol, configs, workdir, env=dict(os.environ))
+            with services_cm as services:
+                where = (
+                    f"operations namespace {cluster.driver_netns}"
+                    if cluster.driver_netns
+                    else "loopback"
+                )
+                console.print(f"  collector and pacer up ({where})")
+                runs = []
+                for paced in pacing:
+                    label = "pacing on" if paced else "pacing off"
+                    plan = JobPlan(
+                        job_id=f"{base}-{'paced' if paced else 'unpaced'}",
+                        script=example,
+                        steps=args.steps,
+                        faults=tuple(faults),
+                        pacing=paced,
+                        script_args=tuple(script_args),
+                        timeout_s=args.timeout_s,
+                        env=tuple(env.items()),
+                    )
+                    console.print(f"\n[bold]{label}[/bold]: job {plan.job_id}, {args.steps} steps")
+                    with LiveView(console, paced, title=f"{plan.job_id} ({label})") as view:
+                        result = run_job(
+                            cluster, services, plan, workdir / plan.job_id,
+                            on_tick=None if args.quiet else view.update,
+                        )  # fmt: skip
+                    finish(services, result, args.settle_s)
+                    verdicts = read_verdicts(services.spans_path, plan.job_id)
+                    outcome = evaluate(result, verdicts, cluster)
+                    runs.append(summarize_run(label, result, outcome))
+        except (ServiceError, JobFailed) as exc:
+            print(f"skewtrace demo: {exc}", file=sys.stderr)
             return 1
-        # The ranks flush at exit; the connector publishes every second.
-        time.sleep(args.settle_s)
-        samples = parse_prometheus_text(_scrape(f"http://127.0.0.1:{ports['prom']}/metrics"))
-        pacing = (
-            _scrape(f"http://127.0.0.1:{ports['pacer_http']}/v1/pacing?job={job_id}")
-            if args.pacing
-            else ""
+        summary = Summary(
+            cluster.describe(), injected(faults, cluster, [r.result for r in runs]), runs
         )
-    ranks, job = summarize(samples, job_id)
-    _print_report(job_id, ranks, job, train.stdout, pacing)
-    if not ranks:
-        print(
-            f"skewtrace demo: the collector reported no ranks; see the logs in {workdir}",
-            file=sys.stderr,
-        )
+    console.print("\n[bold]summary[/bold]")
+    for line in summary.lines():
+        console.print(line, highlight=False)
+    _print_final(console, runs[-1].result.final, runs[-1].result.final_job)
+    (workdir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
+    report = _write_report(workdir, summary, services_cm.spans_path, runs)
+    console.print("")
+    for line in _where(workdir, report, [r.result.plan.job_id for r in runs]):
+        console.print(line, highlight=False, soft_wrap=True)
+    if not any(r.result.final for r in runs):
+        print(f"skewtrace demo: the collector reported no ranks; see {workdir}", file=sys.stderr)
         return 1
     return 0
 
 
-def _print_report(
-    job_id: str, ranks: dict[int, RankReport], job: dict[str, float], train_stdout: str, pacing: str
-) -> None:
+def _print_final(console: Console, ranks: dict[int, RankReport], job: dict[str, float]) -> None:
     collectives = job.get("collectives", 0.0)
-    mean_skew = job.get("skew_sum", 0.0) / collectives if collectives else math.nan
-    print(
-        f"\njob {job_id}: {collectives:.0f} collectives joined across ranks, "
+    mean_skew = job.get("skew_sum", 0.0) / collectives if collectives else float("nan")
+    console.print(
+        f"\nlast run, whole job: {collectives:.0f} collectives joined across ranks, "
         f"mean barrier skew {mean_skew * 1e3:.1f} ms, "
         f"{job.get('incomplete', 0.0):.0f} released incomplete"
     )
-    print(
-        f"{'rank':>4}  {'host':<14} {'switch':<10} {'nic':<8} {'step ms':>8} "
+    console.print(
+        f"{'rank':>4}  {'host':<10} {'switch':<8} {'nic':<6} {'step ms':>8} "
         f"{'late ms':>8} {'wait ms':>8}  verdict"
     )
     for rank in sorted(ranks):
@@ -334,35 +264,51 @@ def _print_report(
         verdict = "ok"
         if r.straggler:
             verdict = f"STRAGGLER ({r.cause}), costs {r.cost * 1e3:.1f} ms per step"
-        print(
-            f"{rank:>4}  {r.host[:14]:<14} {r.switch[:10]:<10} {r.nic[:8]:<8} "
+        console.print(
+            f"{rank:>4}  {r.host[:10]:<10} {r.switch[:8]:<8} {r.nic[:6]:<6} "
             f"{r.step_mean * 1e3:>8.1f} {r.lateness_mean * 1e3:>8.1f} "
-            f"{r.wait_mean * 1e3:>8.1f}  {verdict}"
-        )
-    slowdown = job.get("slowdown")
-    if slowdown and slowdown > 1:
-        print(
-            f"what-if: steps would be {(1 - 1 / slowdown) * 100:.0f}% shorter with the flagged "
-            f"ranks' own work at their peers' median (slowdown {slowdown:.2f})"
+            f"{r.wait_mean * 1e3:>8.1f}  {verdict}",
+            highlight=False,
         )
     for key in sorted(k for k in job if k.startswith("suspect:")):
         _, kind, name = key.split(":", 2)
-        print(f"suspected {kind}: {name}")
-    for line in train_stdout.splitlines():
-        if '"step_stats"' in line:
-            try:
-                stats = json.loads(line)
-            except ValueError:
-                continue
-            if stats.get("rank") == 0:
-                print(f"training (rank 0, from the script itself): {line}")
-    if pacing:
-        print(f"pacer decision: {pacing}")
+        console.print(f"suspected {kind}: {name}")
+
+
+def _write_report(workdir: Path, summary: Summary, spans: Path, runs: list[Any]) -> Path | None:
+    return None
+
+
+def _where(workdir: Path, report: Path | None, jobs: list[str]) -> list[str]:
+    job = jobs[-1]
+    sel = f'{semconv.prometheus_label(semconv.JOB_ID)}="{job}"'
+    job_attr, summary = semconv.JOB_ID, semconv.SPAN_STEP_SUMMARY
+    skew = semconv.PROM_BARRIER_SKEW
+    lines = [
+        f"spans (OTLP JSON, every rank's and the step summaries): {workdir / 'spans.jsonl'}",
+        f"summary: {workdir / 'summary.json'}",
+    ]
+    if report is not None:
+        lines.append(f"report: {report}  (open it in a browser)")
+    lines += [
+        "in Grafana/Tempo and Prometheus (docs/viewing.md; `docker compose up` in grafana/):",
+        f'  TraceQL, the verdicts:   {{ resource.{job_attr} = "{job}" && name = "{summary}" }}',
+        f'  TraceQL, late ranks:     {{ resource.{job_attr} = "{job}" && '
+        f"span.{semconv.STRAGGLER} = true }}",
+        f"  PromQL, who is flagged:  {semconv.PROM_STRAGGLER}{{{sel}}} == 1",
+        f"  PromQL, what it costs:   {semconv.PROM_RANK_COST}{{{sel}}}",
+        f"  PromQL, fabric suspects: {semconv.PROM_FABRIC_SUSPECT}{{{sel}}} == 1",
+        f"  PromQL, skew p90:        histogram_quantile(0.9, sum by (le) "
+        f"(rate({skew}_bucket{{{sel}}}[1m])))",
+    ]
+    return lines
 
 
 def add_parser(subparsers: Any) -> None:
     demo = subparsers.add_parser(
-        "demo", help="run the collector, the pacer and a 4-rank job with a straggler, end to end"
+        "demo",
+        help="the main job: a multi-node job on an emulated leaf/spine fabric with faults, "
+        "diagnosed and paced live by the real collector and pacer",
     )
     demo.add_argument(
         "--otelcol",
@@ -384,15 +330,42 @@ def add_parser(subparsers: Any) -> None:
         metavar="PATH",
         help=f"the training script (default: the package's {EXAMPLE})",
     )
-    demo.add_argument("--nprocs", type=int, default=4)
-    demo.add_argument("--steps", type=int, default=80)
+    presets = ", ".join(f"{k} ({v})" for k, v in PRESETS.items())
     demo.add_argument(
-        "--straggler",
-        default="2:compute:0.04",
-        help="RANK:KIND:AMOUNT, KIND compute|data|sleep (default 2:compute:0.04)",
+        "--scenario",
+        action="append",
+        default=None,
+        metavar="FAULT",
+        help="a fault to inject, KIND:TARGET:AMOUNT[@START[:END]] or a preset; repeat to "
+        "combine. Kinds: compute/data RANK:SECONDS, jitter RANKS:SECONDS, hetero NODE:FACTOR, "
+        "rack SWITCH:SECONDS, nic NODE:MBIT, uplink SWITCH:MBIT. Presets: "
+        f"{presets}. Default: {DEFAULT_FABRIC_SCENARIO} on the fabric, "
+        f"{DEFAULT_LOOPBACK_SCENARIO} on loopback",
     )
-    demo.add_argument("--pacing", action="store_true", help="let the ranks poll the pacer")
-    demo.add_argument("--job-id", default=None)
+    demo.add_argument(
+        "--fabric",
+        choices=("auto", "netns", "loopback"),
+        default="auto",
+        help="netns: the emulated leaf/spine fabric (root, iproute2); loopback: every rank on "
+        "this host; auto (default): the fabric where it can be built",
+    )
+    demo.add_argument("--leaves", type=int, default=3, help="leaf switches (default 3)")
+    demo.add_argument("--nodes-per-leaf", type=int, default=2, help="(default 2)")
+    demo.add_argument("--ranks-per-node", type=int, default=1, help="(default 1)")
+    demo.add_argument("--nic-mbit", type=float, default=800.0, help="NIC rate (default 800)")
+    demo.add_argument(
+        "--uplink-mbit", type=float, default=800.0, help="each leaf's uplink rate (default 800)"
+    )
+    demo.add_argument("--steps", type=int, default=60, help="steps per run (default 60)")
+    demo.add_argument(
+        "--pacing",
+        choices=("off", "on", "both"),
+        default="both",
+        help="run with pacing off, on, or both one after the other (default both)",
+    )
+    demo.add_argument("--job-id", default=None, help="prefix of the runs' job ids")
+    demo.add_argument("--workdir", default=None, help="where logs, spans and the report go")
+    demo.add_argument("--quiet", action="store_true", help="no live view")
     _duration(demo, "--settle", 4.0, "wait after training for the last spans and metrics")
     _duration(demo, "--timeout", 600.0, "give up on the training run after this long")
     demo.set_defaults(run=run_demo)

@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -76,8 +77,10 @@ type jobState struct {
 	activity int64
 }
 
+// ewma is an exponentially weighted mean and mean absolute deviation.
 type ewma struct {
 	mean    float64
+	dev     float64
 	samples int
 }
 
@@ -85,6 +88,7 @@ func (e *ewma) add(v, alpha float64) {
 	if e.samples == 0 {
 		e.mean = v
 	} else {
+		e.dev += alpha * (math.Abs(v-e.mean) - e.dev)
 		e.mean += alpha * (v - e.mean)
 	}
 	e.samples++

@@ -28,6 +28,17 @@ const maxAmbiguous = 2
 // maxCover bounds the suspects located in one step (independent slow links).
 const maxCover = 4
 
+// transferNoiseK: a slow transfer exceeds its reference by at least this many mean absolute
+// deviations of the transfers it was learned from (on a busy host a small message's
+// transfer varies by milliseconds; that is not a slow link).
+const transferNoiseK = 4
+
+// healthyBytesRatio: a transfer is healthy evidence against a link only if it moved at least
+// 1/healthyBytesRatio of the bytes of the smallest slow transfer of the step. A link that lost
+// bandwidth delays large messages and hardly small ones (a 4-byte all-reduce of a loss, a
+// message that fits in a socket buffer): they cannot clear it.
+const healthyBytesRatio = 4
+
 // groupKey is a process group's collectives of one shape.
 type groupKey struct {
 	pg    string
@@ -60,6 +71,7 @@ type linkScratch struct {
 	hasRef  []bool
 	// per group (pg id)
 	groupSlow, groupHealthy, groupSeen []bool
+	groupDoubt                         []bool
 	groupColl                          []int32 // a collective of the group in the step
 	elements                           map[string]int32
 	elemName                           []Suspect
@@ -152,9 +164,11 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 			continue
 		}
 		ref := math.Inf(1)
+		noise := 0.0
 		if b := j.groupBaselines[groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}]; b != nil &&
 			b.samples >= minBaselineSamples {
 			ref = b.mean
+			noise = b.dev
 		}
 		key := l.classOf[c]
 		fromPeers := false
@@ -164,6 +178,7 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 		}
 		if b := j.classBaselines[key]; b != nil && b.samples >= minClassSamples {
 			ref = min(ref, b.mean)
+			noise = max(noise, b.dev)
 			fromPeers = true
 		}
 		if math.IsInf(ref, 1) {
@@ -174,7 +189,7 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 		l.hasRef[c] = true
 		excess := t - ref
 		switch {
-		case t >= a.cfg.NetworkFactor*ref && excess >= minExcess:
+		case t >= a.cfg.NetworkFactor*ref && excess >= max(minExcess, transferNoiseK*noise):
 			l.slow[c] = true
 		case fromPeers && (t <= healthyFactor*ref || excess < minExcess):
 			// Only a comparison with other groups says healthy: a group's own history
@@ -278,10 +293,18 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 	l.groupColl = grow(l.groupColl, nGroups)
 	clear(l.groupSlow)
 	clear(l.groupSeen)
-	for g := range nGroups {
-		l.groupHealthy[g] = true
-	}
+	clear(l.groupHealthy)
+	l.groupDoubt = grow(l.groupDoubt, nGroups)
+	clear(l.groupDoubt)
 	anySlow := false
+	slowBytes := int64(math.MaxInt64)
+	for c := range sd.colls {
+		if l.hasRef[c] && l.slow[c] {
+			slowBytes = min(slowBytes, sd.colls[c].bytes)
+		}
+	}
+	// A group is healthy evidence when one of its transfers large enough to show the slow
+	// links was healthy and none of those was in between (neither healthy nor slow).
 	for c := range sd.colls {
 		if !l.hasRef[c] {
 			continue
@@ -289,13 +312,19 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 		g := m.pgID[c]
 		l.groupSeen[g] = true
 		l.groupColl[g] = int32(c)
-		if l.slow[c] {
+		large := sd.colls[c].bytes*healthyBytesRatio >= slowBytes
+		switch {
+		case l.slow[c]:
 			l.groupSlow[g] = true
 			anySlow = true
+		case large && l.healthy[c]:
+			l.groupHealthy[g] = true
+		case large:
+			l.groupDoubt[g] = true
 		}
-		if !l.healthy[c] {
-			l.groupHealthy[g] = false
-		}
+	}
+	for g := range nGroups {
+		l.groupHealthy[g] = l.groupHealthy[g] && !l.groupDoubt[g]
 	}
 	if !anySlow {
 		return nil

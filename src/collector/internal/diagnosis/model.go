@@ -147,6 +147,17 @@ func (m *model) reset(sd *stepData) {
 	m.classOf = grow(m.classOf, nRanks)
 }
 
+// asyncWaitSlack is how soon after an asynchronous span's end a blocking launch must follow
+// for the rank to be taken as having waited for it: 2 ms or a tenth of the launch's gap from
+// its other reference, whichever is more (a launch long after the end was the rank's work).
+func asyncWaitSlack(gap int64) int64 {
+	return max(2_000_000, gap/10)
+}
+
+// asyncEndLag is how long after the launch it let through an asynchronous span's recorded
+// end may be (its completion callback runs after the waiter is woken).
+const asyncEndLag = 2_000_000
+
 func cmpInt64(x, y int64) int {
 	if x < y {
 		return -1
@@ -186,9 +197,16 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 				// Blocking spans that ended before this launch: the rank waited for the
 				// latest of them. An asynchronous span's end is not waited for mid-step (a
 				// DDP bucket's launch does not wait for the previous bucket).
+				asyncMaxEnd, asyncMaxPos := int64(math.MinInt64), int32(-1)
 				kept := outstanding[:0]
 				for _, q := range outstanding {
-					if qo := &sd.ops[m.order[q]]; qo.end <= op.start {
+					qo := &sd.ops[m.order[q]]
+					// An asynchronous span ends when its completion callback runs, which
+					// can be a little after the wait that let the rank go on.
+					if qo.async && qo.end <= op.start+asyncEndLag && qo.end > asyncMaxEnd {
+						asyncMaxEnd, asyncMaxPos = qo.end, q
+					}
+					if qo.end <= op.start {
 						if !qo.async && qo.end > doneMaxEnd {
 							doneMaxEnd, doneMaxPos = qo.end, q
 						}
@@ -201,6 +219,18 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 				if doneMaxPos >= 0 && doneMaxEnd > ref {
 					ref = doneMaxEnd
 					m.depEnd[p] = doneMaxPos
+				}
+				// A span launched right after an asynchronous one completed waited for it
+				// (DDP's backward returns once its last bucket is reduced, then the next
+				// stage's gradient is sent): the time before is waiting, not the rank's own
+				// work. Not a collective of the same group: DDP's next bucket is launched
+				// when its gradients are ready, whenever the previous one ends.
+				if asyncMaxPos >= 0 && asyncMaxEnd > ref &&
+					op.start-asyncMaxEnd <= asyncWaitSlack(max(0, op.start-ref)) &&
+					!(op.async && sd.colls[m.opColl[m.order[asyncMaxPos]]].pg ==
+						sd.colls[m.opColl[m.order[p]]].pg) {
+					ref = asyncMaxEnd
+					m.depEnd[p] = asyncMaxPos
 				}
 			}
 			outstanding = append(outstanding, p)

@@ -1,0 +1,136 @@
+"""Linux network namespaces, links and qdiscs through ``ip`` and ``tc``, and entering a
+namespace from one thread.
+
+Everything here shells out to iproute2 (``ip``, ``tc``) as a person would, so a failure
+reads like the command that failed. :func:`entered` switches only the calling thread into
+a namespace (``setns(2)``): sockets opened inside the block stay in that namespace, and the
+rest of the process (a live view's refresh thread, say) stays where it was.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+NETNS_DIR = Path("/run/netns")
+CLONE_NEWNET = 0x40000000
+
+
+class NetnsError(RuntimeError):
+    """An ``ip``/``tc`` command failed, or namespaces cannot be used here."""
+
+
+def run(args: Sequence[str], *, check: bool = True, timeout_s: float = 20.0) -> str:
+    """Run one command; on failure raise :class:`NetnsError` with the command and stderr."""
+    try:
+        proc = subprocess.run(
+            list(args), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NetnsError(f"{' '.join(args)}: {exc}") from None
+    if check and proc.returncode != 0:
+        raise NetnsError(f"{' '.join(args)}: {proc.stderr.strip() or proc.returncode}")
+    return proc.stdout
+
+
+def unavailable_reason() -> str | None:
+    """Why namespaces cannot be used on this machine (``None`` when they can): not root,
+    no ``ip``/``tc``, or the kernel refuses a namespace, a veth pair or a tbf qdisc."""
+    if os.geteuid() != 0:
+        return "not running as root"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} (iproute2) is not installed"
+    probe = f"stprobe{os.getpid()}"
+    try:
+        run(["ip", "netns", "add", probe])
+        try:
+            run(["ip", "-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb"])
+            run(["ip", "-n", probe, "link", "add", "br0", "type", "bridge"])
+            run(["tc", "-n", probe, "qdisc", "add", "dev", "pa", "root", "tbf", "rate",
+                 "10mbit", "burst", "32kb", "latency", "50ms"])  # fmt: skip
+        finally:
+            run(["ip", "netns", "del", probe], check=False)
+    except NetnsError as exc:
+        return f"the kernel refused a namespace, veth, bridge or tbf qdisc ({exc})"
+    return None
+
+
+def list_namespaces() -> list[str]:
+    out = run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def add_namespace(name: str) -> None:
+    run(["ip", "netns", "add", name])
+    run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+
+def delete_namespace(name: str) -> None:
+    """Delete a namespace (its interfaces go with it; veth peers elsewhere too)."""
+    run(["ip", "netns", "del", name], check=False)
+
+
+def pids_in(name: str) -> list[int]:
+    out = run(["ip", "netns", "pids", name], check=False)
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+@contextmanager
+def entered(name: str) -> Iterator[None]:
+    """Run the block's socket calls in namespace ``name`` (this thread only)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    original = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(NETNS_DIR / name, os.O_RDONLY)
+        try:
+            if libc.setns(target, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise NetnsError(f"setns({name}): {os.strerror(err)}")
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            if libc.setns(original, CLONE_NEWNET) != 0:  # pragma: no cover - kernel refusal
+                err = ctypes.get_errno()
+                raise NetnsError(f"setns back from {name}: {os.strerror(err)}")
+    finally:
+        os.close(original)
+
+
+def tbf_args(rate_mbit: float) -> list[str]:
+    """A token bucket at ``rate_mbit``: a burst of a few packets (at least a 4 ms worth, as
+    tbf needs rate/HZ) and up to 50 ms of queue before drops, like a switch port buffer."""
+    rate_bytes = rate_mbit * 1e6 / 8
+    burst = max(16 * 1024, int(rate_bytes * 0.004))
+    return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", "50ms"]
+
+
+def set_rate(namespace: str, device: str, rate_mbit: float | None) -> None:
+    """Shape ``device``'s egress to ``rate_mbit`` (``None``: remove the shaping)."""
+    if rate_mbit is None:
+        run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"], check=False)
+        return
+    run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", *tbf_args(rate_mbit)])
+
+
+def qdisc_stats(namespace: str, device: str) -> dict[str, int]:
+    """Sent bytes, drops and overlimits of ``device``'s root qdisc (zeros when none)."""
+    out = run(["tc", "-n", namespace, "-s", "qdisc", "show", "dev", device], check=False)
+    stats = {"bytes": 0, "packets": 0, "dropped": 0, "overlimits": 0}
+    words = out.replace(",", " ").replace("(", " ").replace(")", " ").split()
+    for i, word in enumerate(words[:-1]):
+        if word == "Sent" and words[i + 1].isdigit():
+            stats["bytes"] = int(words[i + 1])
+            if i + 3 < len(words) and words[i + 3].isdigit():
+                stats["packets"] = int(words[i + 3])
+        elif word in ("dropped", "overlimits") and words[i + 1].isdigit():
+            stats[word] = int(words[i + 1])
+    return stats

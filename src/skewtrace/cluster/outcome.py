@@ -1,0 +1,242 @@
+"""Did skewtrace conclude the right thing, and how fast: a run's verdicts against its faults.
+
+The verdicts are the Collector's own, per step: the ``train.step.summary`` spans in the file
+export (flags after the processor's hysteresis and the suspected parts of the fabric). The
+faults say what should be concluded at each step (:func:`~skewtrace.cluster.scenarios.expected_at`).
+A run is cut into phases where the set of active faults is constant; for each phase with
+something to find:
+
+- the step at which the expected verdict first held, counted from the phase's first step
+  (for a network fault, the step the link was really switched at), and the wall time from
+  the onset until the Collector's *metrics* showed it (what a person or the pacer sees);
+- whether it still held at the phase's last step;
+- after a fault ends, how many steps until its flags cleared.
+
+A false flag is a rank flagged at a step where no active fault explains it, outside a grace
+of ``clear_grace`` steps after a fault that involved it ended (the Collector clears a flag
+after a few clean steps, by design).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skewtrace import semconv
+from skewtrace.cluster.job import JobResult
+from skewtrace.cluster.scenarios import Expected, Fault, Placement, expected_at
+
+
+@dataclass
+class StepVerdict:
+    step: int
+    flagged: dict[int, str] = field(default_factory=dict)
+    suspects: set[str] = field(default_factory=set)
+    costs: dict[int, float] = field(default_factory=dict)
+    slowdown: float = math.nan
+
+    def matches(self, expected: Expected) -> bool:
+        if expected.quiet:
+            return not self.flagged and not self.suspects
+        return self.flagged == expected.flagged and expected.suspects <= self.suspects
+
+
+def _attributes(kvs: list[dict[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for kv in kvs:
+        value = kv.get("value")
+        if not isinstance(value, dict) or not value:
+            continue
+        kind, raw = next(iter(value.items()))
+        if kind in ("intValue",):
+            out[str(kv.get("key"))] = int(str(raw))
+        elif kind == "doubleValue":
+            out[str(kv.get("key"))] = float(str(raw))
+        else:
+            out[str(kv.get("key"))] = raw
+    return out
+
+
+def _summary_spans(path: Path) -> Iterator[tuple[dict[str, object], dict[str, object], list]]:
+    try:
+        f = path.open()
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            if semconv.SPAN_STEP_SUMMARY not in line:
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            for rs in data.get("resourceSpans", []):
+                resource = _attributes(rs.get("resource", {}).get("attributes", []))
+                for ss in rs.get("scopeSpans", []):
+                    for span in ss.get("spans", []):
+                        if span.get("name") == semconv.SPAN_STEP_SUMMARY:
+                            attrs = _attributes(span.get("attributes", []))
+                            yield resource, attrs, span.get("events", [])
+
+
+def read_verdicts(spans_path: Path, job_id: str) -> dict[int, StepVerdict]:
+    """The Collector's verdict after each analysed step of ``job_id``."""
+    out: dict[int, StepVerdict] = {}
+    for resource, attrs, events in _summary_spans(spans_path):
+        if resource.get(semconv.JOB_ID) != job_id or semconv.STEP not in attrs:
+            continue
+        step = int(str(attrs[semconv.STEP]))
+        v = StepVerdict(step, slowdown=float(str(attrs.get("training.job.slowdown", "nan"))))
+        for event in events:
+            ev = _attributes(event.get("attributes", []))
+            if event.get("name") == "training.straggler" and semconv.RANK in ev:
+                rank = int(str(ev[semconv.RANK]))
+                v.flagged[rank] = str(ev.get(semconv.STRAGGLER_CAUSE, ""))
+                v.costs[rank] = float(str(ev.get("training.rank.cost", 0.0)))
+            elif event.get("name") == "training.fabric.suspect":
+                v.suspects.add(str(ev.get(semconv.STRAGGLER_DOMAIN, "")))
+        out[step] = v
+    return out
+
+
+@dataclass
+class Phase:
+    """Steps [first, last] with one set of active faults."""
+
+    first: int
+    last: int
+    expected: Expected
+    onset_step: int
+    onset_t: float
+    flag_step: int | None = None
+    flag_seconds: float | None = None
+    """Onset to the first scrape of the Collector's metrics that showed the verdict."""
+    held_at_end: bool = False
+    concluded: str = ""
+
+    @property
+    def steps_to_flag(self) -> int | None:
+        return None if self.flag_step is None else self.flag_step - self.onset_step
+
+
+@dataclass
+class Clearing:
+    fault: Fault
+    end_step: int
+    clear_step: int | None
+
+    @property
+    def steps_to_clear(self) -> int | None:
+        return None if self.clear_step is None else self.clear_step - self.end_step
+
+
+@dataclass
+class Outcome:
+    faults: list[Fault]
+    phases: list[Phase]
+    clearings: list[Clearing]
+    false_flags: dict[int, int]
+    """Rank -> steps at which it was flagged with nothing to explain it."""
+    steps_analysed: int
+
+    @property
+    def right(self) -> bool:
+        """Every phase with something to find found it and still held at its end, and
+        nothing was flagged that should not have been."""
+        return not self.false_flags and all(
+            p.held_at_end for p in self.phases if not p.expected.quiet
+        )
+
+
+def _describe(v: StepVerdict) -> str:
+    if not v.flagged and not v.suspects:
+        return "nothing flagged"
+    parts = [
+        f"rank {r} {cause} ({v.costs.get(r, 0.0) * 1e3:.1f} ms/step)"
+        for r, cause in sorted(v.flagged.items())
+    ]
+    return ", ".join(parts + sorted(v.suspects))
+
+
+def _onset(result: JobResult, faults: Sequence[Fault], step: int) -> tuple[int, float]:
+    """The step a phase really began at (a network fault switched late begins later) and
+    its wall time."""
+    actual = step
+    for fault in faults:
+        if fault.needs_network and fault.active(step):
+            switched = result.switched.get(f"{fault} on")
+            if switched is not None and fault.start == step:
+                actual = max(actual, switched[0])
+    return actual, result.step_start(actual)
+
+
+def evaluate(
+    result: JobResult,
+    verdicts: dict[int, StepVerdict],
+    where: Placement,
+    *,
+    clear_grace: int = 6,
+) -> Outcome:
+    faults = list(result.plan.faults)
+    steps = sorted(verdicts)
+    phases: list[Phase] = []
+    for step in steps:
+        exp = expected_at(faults, step, where)
+        if phases and phases[-1].expected == exp:
+            phases[-1].last = step
+            continue
+        onset_step, onset_t = _onset(result, faults, step)
+        phases.append(Phase(step, step, exp, onset_step, onset_t))
+    for phase in phases:
+        if phase.expected.quiet:
+            continue
+        for step in range(phase.onset_step, phase.last + 1):
+            v = verdicts.get(step)
+            if v is not None and v.matches(phase.expected):
+                phase.flag_step = step
+                break
+        last = verdicts[phase.last]
+        phase.held_at_end = last.matches(phase.expected)
+        phase.concluded = _describe(last)
+        for obs in result.observations:
+            if obs.t < phase.onset_t or obs.step > phase.last + 2:
+                continue
+            seen = StepVerdict(obs.step, dict(obs.flagged), set(obs.suspects))
+            if seen.matches(phase.expected):
+                phase.flag_seconds = obs.t - phase.onset_t
+                break
+    clearings = []
+    for fault in faults:
+        if fault.end is None or fault.kind == "jitter" or fault.end > (steps[-1] if steps else 0):
+            continue
+        end = fault.end
+        switched = result.switched.get(f"{fault} off")
+        if switched is not None:
+            end = max(end, switched[0])
+        ranks = set(fault.expected(where).flagged)
+        suspects = set(fault.expected(where).suspects)
+        clear = None
+        for step in steps:
+            if step < end:
+                continue
+            v = verdicts[step]
+            still = (ranks & set(v.flagged)) or (suspects & v.suspects)
+            if still:
+                clear = None
+            elif clear is None:
+                clear = step
+        clearings.append(Clearing(fault, end, clear))
+    false_flags: dict[int, int] = {}
+    for step in steps:
+        window = range(max(0, step - clear_grace), step + 1)
+        explained: set[int] = set()
+        for s in window:
+            exp = expected_at(faults, s, where)
+            explained |= set(exp.flagged) | set(exp.allowed)
+        for rank in verdicts[step].flagged:
+            if rank not in explained:
+                false_flags[rank] = false_flags.get(rank, 0) + 1
+    return Outcome(faults, phases, clearings, false_flags, len(steps))

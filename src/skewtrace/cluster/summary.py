@@ -1,0 +1,153 @@
+"""The end-of-run summary: what was injected, what skewtrace concluded and how fast, and the
+job's iteration-time CV and throughput with pacing off and on. Every figure comes from the
+runs (their verdicts, progress and the ranks' own step statistics), none from the faults'
+definitions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from skewtrace.cluster.job import JobResult, job_figures
+from skewtrace.cluster.outcome import Clearing, Outcome
+from skewtrace.cluster.scenarios import Placement
+
+
+@dataclass
+class RunSummary:
+    label: str
+    """``pacing off`` / ``pacing on``."""
+    result: JobResult
+    outcome: Outcome
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Summary:
+    cluster: str
+    injected: list[str]
+    runs: list[RunSummary]
+
+    def lines(self) -> list[str]:
+        out = [f"cluster: {self.cluster}", "injected:"]
+        out += [f"  - {line}" for line in self.injected] or ["  - nothing"]
+        for run in self.runs:
+            out.append(f"{run.label} (job {run.result.plan.job_id}):")
+            out += [f"  {line}" for line in conclusions(run.outcome)]
+        figures = [r for r in self.runs if r.figures]
+        if figures:
+            out.append("iteration time and throughput (the ranks' own measurements):")
+            for run in figures:
+                f = run.figures
+                out.append(
+                    f"  {run.label:<11} mean {f.get('step_time_mean_s', math.nan) * 1e3:6.1f} ms"
+                    f"  CV {f.get('step_time_cv', math.nan):.3f}"
+                    f"  throughput {f.get('throughput', math.nan):8.1f} samples/s"
+                )
+            if len(figures) == 2:
+                a, b = figures[0].figures, figures[1].figures
+                if a.get("throughput") and b.get("throughput"):
+                    change = (b["throughput"] / a["throughput"] - 1) * 100
+                    out.append(
+                        f"  {figures[1].label} vs {figures[0].label}: throughput {change:+.1f}%, "
+                        f"CV {a.get('step_time_cv', math.nan):.3f} -> "
+                        f"{b.get('step_time_cv', math.nan):.3f}"
+                    )
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "injected": self.injected,
+            "runs": [
+                {
+                    "label": run.label,
+                    "job_id": run.result.plan.job_id,
+                    "right": run.outcome.right,
+                    "steps_analysed": run.outcome.steps_analysed,
+                    "phases": [
+                        {
+                            "steps": [p.first, p.last],
+                            "expected": p.expected.describe(),
+                            "concluded": p.concluded,
+                            "onset_step": p.onset_step,
+                            "flag_step": p.flag_step,
+                            "steps_to_flag": p.steps_to_flag,
+                            "seconds_to_flag": p.flag_seconds,
+                            "held_at_end": p.held_at_end,
+                        }
+                        for p in run.outcome.phases
+                    ],
+                    "clearings": [
+                        {
+                            "fault": str(c.fault),
+                            "end_step": c.end_step,
+                            "steps_to_clear": c.steps_to_clear,
+                        }
+                        for c in run.outcome.clearings
+                    ],
+                    "false_flags": {str(k): v for k, v in run.outcome.false_flags.items()},
+                    "figures": run.figures,
+                    "pacing": run.result.pacing,
+                }
+                for run in self.runs
+            ],
+        }
+
+
+def _clearing(c: Clearing) -> dict[str, Any]:
+    return {"fault": str(c.fault), "end_step": c.end_step, "steps_to_clear": c.steps_to_clear}
+
+
+def conclusions(outcome: Outcome) -> list[str]:
+    out = []
+    for p in outcome.phases:
+        span = f"steps {p.first}-{p.last}"
+        if p.expected.quiet:
+            if p.expected.allowed:
+                out.append(f"{span}: nothing to find beyond jitter")
+            continue
+        mark = "right" if p.held_at_end else "WRONG"
+        out.append(f"{span}: expected {p.expected.describe()}")
+        out.append(f"    concluded {p.concluded} [{mark}]")
+        if p.flag_step is None:
+            out.append("    never concluded within the phase")
+        else:
+            seconds = "" if p.flag_seconds is None else f", {p.flag_seconds:.1f} s"
+            out.append(
+                f"    {p.steps_to_flag} steps{seconds} from onset (step {p.onset_step}) "
+                f"to the verdict (step {p.flag_step})"
+            )
+    for c in outcome.clearings:
+        if c.steps_to_clear is None:
+            out.append(f"{c.fault} ended at step {c.end_step}; its flags did not clear")
+        else:
+            out.append(
+                f"{c.fault} ended at step {c.end_step}; cleared {c.steps_to_clear} steps later"
+            )
+    if outcome.false_flags:
+        shown = ", ".join(f"rank {r} at {n} steps" for r, n in sorted(outcome.false_flags.items()))
+        out.append(f"false flags: {shown}")
+    else:
+        out.append("false flags: none")
+    return out
+
+
+def summarize_run(label: str, result: JobResult, outcome: Outcome) -> RunSummary:
+    return RunSummary(label, result, outcome, job_figures(result.stats))
+
+
+def injected(faults: list[Any], where: Placement, results: list[JobResult]) -> list[str]:
+    out = []
+    for fault in faults:
+        line = f"{fault}: {fault.describe(where)}"
+        for result in results[:1]:
+            on = result.switched.get(f"{fault} on")
+            off = result.switched.get(f"{fault} off")
+            if on is not None:
+                line += f" (link switched at step {on[0]}"
+                line += f", restored at step {off[0]})" if off is not None else ")"
+        out.append(line)
+    return out
