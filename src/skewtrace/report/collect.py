@@ -482,8 +482,10 @@ def collect(
     requested step without spans.
     """
     path = Path(spans_path)
-    if not path.is_file():
+    if not path.exists():
         raise ReportError(f"{path}: no such file")
+    if not path.is_file():
+        raise ReportError(f"{path}: not a regular file")
     if path.stat().st_size == 0:
         raise ReportError(
             f"{path} is empty: no spans were written (is the Collector's file exporter on? "
