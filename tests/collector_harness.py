@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,9 @@ import pytest
 from prometheus_client.samples import Sample
 
 from skewtrace.cluster.metrics import parse_prometheus_text
+from skewtrace.report.spans import FileSpan as FileSpan
+from skewtrace.report.spans import iter_file_export as iter_file_export
+from skewtrace.report.spans import read_file_export as read_file_export
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "collector-config"
@@ -251,79 +254,9 @@ def find_samples(samples: Sequence[Sample], name: str, **labels: str) -> list[Sa
 
 # -- the file exporter's OTLP/JSON ----------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class FileSpan:
-    name: str
-    trace_id: str
-    span_id: str
-    start_ns: int
-    end_ns: int
-    attributes: dict[str, Any]
-    resource: dict[str, Any]
-    parent_span_id: str = ""
-    # {"name": ..., "attributes": {...}} per span event
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _json_value(value: dict[str, Any]) -> Any:
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "intValue" in value:
-        return int(value["intValue"])  # OTLP/JSON writes 64-bit ints as strings
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "arrayValue" in value:
-        return [_json_value(v) for v in value["arrayValue"].get("values", [])]
-    if "kvlistValue" in value:
-        return _json_attributes(value["kvlistValue"].get("values", []))
-    return None
-
-
-def _json_attributes(kvs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {kv["key"]: _json_value(kv.get("value", {})) for kv in kvs}
-
-
-def iter_file_export(path: Path) -> Iterator[FileSpan]:
-    """Spans of a file exporter output (format: json): one TracesData object per line.
-
-    A line still being written (no newline yet) is left for the next read.
-    """
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return
-    for line in text.splitlines(keepends=True):
-        if not line.endswith("\n") or not line.strip():
-            continue
-        data = json.loads(line)
-        for rs in data.get("resourceSpans", []):
-            resource = _json_attributes(rs.get("resource", {}).get("attributes", []))
-            for ss in rs.get("scopeSpans", []):
-                for span in ss.get("spans", []):
-                    yield FileSpan(
-                        name=span["name"],
-                        trace_id=span.get("traceId", ""),
-                        span_id=span.get("spanId", ""),
-                        start_ns=int(span.get("startTimeUnixNano", 0)),
-                        end_ns=int(span.get("endTimeUnixNano", 0)),
-                        attributes=_json_attributes(span.get("attributes", [])),
-                        resource=resource,
-                        parent_span_id=span.get("parentSpanId", ""),
-                        events=[
-                            {
-                                "name": ev.get("name", ""),
-                                "attributes": _json_attributes(ev.get("attributes", [])),
-                            }
-                            for ev in span.get("events", [])
-                        ],
-                    )
-
-
-def read_file_export(path: Path) -> list[FileSpan]:
-    return list(iter_file_export(path))
+# One reader of the format: the package's (skewtrace.report.spans), imported above. The
+# HTML report reads the same files. iter_file_export yields nothing while the file does not
+# exist and leaves a last line without its newline for the next read.
 
 
 # -- the Go load generator -------------------------------------------------------------------

@@ -4,6 +4,8 @@ Subcommands:
 
 - ``skewtrace pacer``: run the pacing controller (see ``docs/pacing.md``).
 - ``skewtrace demo``: the collector, the pacer and a 4-rank job with a straggler, end to end.
+- ``skewtrace report``: the HTML report of a run from the Collector's span file
+  (:mod:`skewtrace.report`).
 
 The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig` and
 :class:`~skewtrace.pacer.policy.PolicyParams`, with the docstring under each field as its help
@@ -45,6 +47,7 @@ from skewtrace._options import (
 )
 from skewtrace.pacer.policy import PolicyParams
 from skewtrace.pacer.service import PacerConfig
+from skewtrace.report import command as report_command
 
 ENV_PREFIX = "SKEWTRACE_PACER_"
 
@@ -235,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_pacer(subparsers)
     demo.add_parser(subparsers)
+    report_command.add_parser(subparsers)
     return parser
 
 
