@@ -47,14 +47,15 @@ from skewtrace.cluster.metrics import RankReport, parse_prometheus_text, summari
 from skewtrace.cluster.outcome import evaluate, read_verdicts
 from skewtrace.cluster.scenarios import PRESETS, Fault
 from skewtrace.cluster.services import ServiceError, Services
-from skewtrace.cluster.summary import Summary, injected, summarize_run
+from skewtrace.cluster.summary import RunSummary, Summary, conclusions, injected, summarize_run
+from skewtrace.report import InfoTable, ReportError, RunInfo, write_report
 
 __all__ = ["RankReport", "parse_prometheus_text", "run_demo", "summarize"]
 
 COLLECTOR_CONFIG = "collector-config/otelcol.yaml"
 FILE_EXPORT_CONFIG = "collector-config/file-export.yaml"
 EXAMPLE = "examples/train_2d.py"
-DEFAULT_FABRIC_SCENARIO = "nic:node2:60@15:45"
+DEFAULT_FABRIC_SCENARIO = "nic:node2:200@15:45"
 DEFAULT_LOOPBACK_SCENARIO = "compute:2:0.04@10"
 
 
@@ -237,9 +238,9 @@ def _run(
         console.print(line, highlight=False)
     _print_final(console, runs[-1].result.final, runs[-1].result.final_job)
     (workdir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
-    report = _write_report(workdir, summary, services_cm.spans_path, runs)
+    reports = _write_reports(workdir, summary, services_cm.spans_path)
     console.print("")
-    for line in _where(workdir, report, [r.result.plan.job_id for r in runs]):
+    for line in _where(workdir, reports, [r.result.plan.job_id for r in runs]):
         console.print(line, highlight=False, soft_wrap=True)
     if not any(r.result.final for r in runs):
         print(f"skewtrace demo: the collector reported no ranks; see {workdir}", file=sys.stderr)
@@ -275,11 +276,61 @@ def _print_final(console: Console, ranks: dict[int, RankReport], job: dict[str, 
         console.print(f"suspected {kind}: {name}")
 
 
-def _write_report(workdir: Path, summary: Summary, spans: Path, runs: list[Any]) -> Path | None:
-    return None
+def _write_reports(workdir: Path, summary: Summary, spans: Path) -> list[Path]:
+    """One HTML report per run, with the summary's figures beside the charts."""
+    figures = [
+        (
+            f"{run.label}: iteration time / CV / throughput",
+            f"{run.figures.get('step_time_mean_s', float('nan')) * 1e3:.1f} ms / "
+            f"{run.figures.get('step_time_cv', float('nan')):.3f} / "
+            f"{run.figures.get('throughput', float('nan')):.1f} samples/s",
+        )
+        for run in summary.runs
+        if run.figures
+    ]
+    out = []
+    for run in summary.runs:
+        info = RunInfo(
+            title=f"{run.label}: {summary.cluster}",
+            injected=summary.injected,
+            concluded=conclusions(run.outcome),
+            figures=figures,
+            tables=[_phase_table(run)],
+            notes=[f"job {run.result.plan.job_id}; logs in {run.result.logs}"],
+        )
+        path = workdir / f"report-{run.result.plan.job_id}.html"
+        try:
+            write_report(spans, path, job_id=run.result.plan.job_id, run_info=info)
+        except ReportError as exc:
+            print(f"skewtrace demo: no report for {run.label}: {exc}", file=sys.stderr)
+            continue
+        out.append(path)
+    return out
 
 
-def _where(workdir: Path, report: Path | None, jobs: list[str]) -> list[str]:
+def _phase_table(run: RunSummary) -> InfoTable:
+    rows = []
+    for p in run.outcome.phases:
+        if p.expected.quiet and not p.expected.allowed:
+            continue
+        rows.append(
+            [
+                f"{p.first}-{p.last}",
+                p.expected.describe(),
+                p.concluded or "nothing flagged",
+                "yes" if p.held_at_end or p.expected.quiet else "no",
+                "-" if p.steps_to_flag is None else str(p.steps_to_flag),
+                "-" if p.flag_seconds is None else f"{p.flag_seconds:.1f}",
+            ]
+        )
+    return InfoTable(
+        title="Expected and concluded",
+        columns=["steps", "expected", "concluded", "right", "steps to flag", "seconds to flag"],
+        rows=rows,
+    )
+
+
+def _where(workdir: Path, reports: list[Path], jobs: list[str]) -> list[str]:
     job = jobs[-1]
     sel = f'{semconv.prometheus_label(semconv.JOB_ID)}="{job}"'
     job_attr, summary = semconv.JOB_ID, semconv.SPAN_STEP_SUMMARY
@@ -288,8 +339,7 @@ def _where(workdir: Path, report: Path | None, jobs: list[str]) -> list[str]:
         f"spans (OTLP JSON, every rank's and the step summaries): {workdir / 'spans.jsonl'}",
         f"summary: {workdir / 'summary.json'}",
     ]
-    if report is not None:
-        lines.append(f"report: {report}  (open it in a browser)")
+    lines += [f"report: {report}  (open it in a browser)" for report in reports]
     lines += [
         "in Grafana/Tempo and Prometheus (docs/viewing.md; `docker compose up` in grafana/):",
         f'  TraceQL, the verdicts:   {{ resource.{job_attr} = "{job}" && name = "{summary}" }}',

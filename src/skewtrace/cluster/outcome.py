@@ -19,15 +19,15 @@ after a few clean steps, by design).
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from skewtrace import semconv
 from skewtrace.cluster.job import JobResult
 from skewtrace.cluster.scenarios import Expected, Fault, Placement, expected_at
+from skewtrace.report.spans import SpanFileReader
 
 
 @dataclass
@@ -44,59 +44,28 @@ class StepVerdict:
         return self.flagged == expected.flagged and expected.suspects <= self.suspects
 
 
-def _attributes(kvs: list[dict[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for kv in kvs:
-        value = kv.get("value")
-        if not isinstance(value, dict) or not value:
-            continue
-        kind, raw = next(iter(value.items()))
-        if kind in ("intValue",):
-            out[str(kv.get("key"))] = int(str(raw))
-        elif kind == "doubleValue":
-            out[str(kv.get("key"))] = float(str(raw))
-        else:
-            out[str(kv.get("key"))] = raw
-    return out
-
-
-def _summary_spans(path: Path) -> Iterator[tuple[dict[str, object], dict[str, object], list]]:
-    try:
-        f = path.open()
-    except FileNotFoundError:
-        return
-    with f:
-        for line in f:
-            if semconv.SPAN_STEP_SUMMARY not in line:
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            for rs in data.get("resourceSpans", []):
-                resource = _attributes(rs.get("resource", {}).get("attributes", []))
-                for ss in rs.get("scopeSpans", []):
-                    for span in ss.get("spans", []):
-                        if span.get("name") == semconv.SPAN_STEP_SUMMARY:
-                            attrs = _attributes(span.get("attributes", []))
-                            yield resource, attrs, span.get("events", [])
-
-
 def read_verdicts(spans_path: Path, job_id: str) -> dict[int, StepVerdict]:
     """The Collector's verdict after each analysed step of ``job_id``."""
     out: dict[int, StepVerdict] = {}
-    for resource, attrs, events in _summary_spans(spans_path):
-        if resource.get(semconv.JOB_ID) != job_id or semconv.STEP not in attrs:
+    reader = SpanFileReader(
+        spans_path, job=job_id, line_contains=semconv.SPAN_STEP_SUMMARY.encode()
+    )
+    try:
+        spans = [s for s in reader if s.name == semconv.SPAN_STEP_SUMMARY]
+    except FileNotFoundError:
+        return out
+    for span in spans:
+        if semconv.STEP not in span.attributes:
             continue
-        step = int(str(attrs[semconv.STEP]))
-        v = StepVerdict(step, slowdown=float(str(attrs.get("training.job.slowdown", "nan"))))
-        for event in events:
-            ev = _attributes(event.get("attributes", []))
-            if event.get("name") == "training.straggler" and semconv.RANK in ev:
-                rank = int(str(ev[semconv.RANK]))
+        step = int(span.attributes[semconv.STEP])
+        v = StepVerdict(step, slowdown=float(span.attributes.get(semconv.JOB_SLOWDOWN, "nan")))
+        for event in span.events:
+            ev = event.get("attributes", {})
+            if event.get("name") == semconv.EVENT_STRAGGLER and semconv.RANK in ev:
+                rank = int(ev[semconv.RANK])
                 v.flagged[rank] = str(ev.get(semconv.STRAGGLER_CAUSE, ""))
-                v.costs[rank] = float(str(ev.get("training.rank.cost", 0.0)))
-            elif event.get("name") == "training.fabric.suspect":
+                v.costs[rank] = float(ev.get(semconv.RANK_COST, 0.0))
+            elif event.get("name") == semconv.EVENT_SUSPECT:
                 v.suspects.add(str(ev.get(semconv.STRAGGLER_DOMAIN, "")))
         out[step] = v
     return out

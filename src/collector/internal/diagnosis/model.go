@@ -154,6 +154,18 @@ func asyncWaitSlack(gap int64) int64 {
 	return max(2_000_000, gap/10)
 }
 
+// delayWithin is how long the pacer held the rank between from and to (0 without an entry).
+func delayWithin(e *phaseEntry, from, to int64) int64 {
+	if e == nil {
+		return 0
+	}
+	iv, ok := e.get(PhaseDelay)
+	if !ok {
+		return 0
+	}
+	return min(iv.total, overlap(from, to, iv.start, iv.end))
+}
+
 // asyncEndLag is how long after the launch it let through an asynchronous span's recorded
 // end may be (its completion callback runs after the waiter is woken).
 const asyncEndLag = 2_000_000
@@ -186,6 +198,7 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 				ref = iv.start
 			}
 		}
+		cur, prev := a.phases.get(j.name, sd.step, rank), a.phases.get(j.name, sd.step-1, rank)
 		outstanding = outstanding[:0]
 		lastInPG = lastInPG[:0]
 		doneMaxEnd, doneMaxPos := int64(math.MinInt64), int32(-1)
@@ -235,7 +248,9 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 			}
 			outstanding = append(outstanding, p)
 			m.refOwn[p] = ref
-			m.gap[p] = float64(max(0, op.start-ref)) / 1e9
+			// The pacer's delays are not the rank's work: a paced rank is early, not slow.
+			held := max(delayWithin(cur, ref, op.start), delayWithin(prev, ref, op.start))
+			m.gap[p] = float64(max(0, op.start-ref-held)) / 1e9
 
 			pg := m.pgID[m.coll[p]]
 			m.prevPG[p] = -1

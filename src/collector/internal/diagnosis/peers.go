@@ -78,8 +78,8 @@ func sample(members []int32, skip int32, dst []int32) []int32 {
 }
 
 // references sets each position's peer reference gap and each rank's excess: the median
-// gap of its class at the same position (the faster of two peers; its own history for a
-// rank without peers).
+// gap of its class at the same position (the faster of two peers), capped by the rank's own
+// history (the only reference of a rank without peers).
 func (m *model) references(j *jobState) {
 	var peers []int32
 	for _, members := range m.classes {
@@ -113,6 +113,20 @@ func (m *model) references(j *jobState) {
 				m.refGap[m.rankStart[ri]+int32(k)] = ref
 			}
 		}
+		// Peers that all slowed down together (a rack, the replicas of one stage) are no
+		// reference for each other: each rank's own history caps its reference too.
+		for _, ri := range members {
+			hist := j.history[m.rankOf[ri]]
+			if len(hist) != n {
+				continue
+			}
+			for k := range n {
+				if hist[k].samples >= minHistorySamples {
+					p := m.rankStart[ri] + int32(k)
+					m.refGap[p] = min(m.refGap[p], hist[k].mean)
+				}
+			}
+		}
 	}
 	for ri := range m.rankOf {
 		var excess float64
@@ -123,14 +137,10 @@ func (m *model) references(j *jobState) {
 	}
 }
 
-// learnHistory updates the own history of ranks without peers, from gaps that were not
-// excessive (a rank that stays slow must keep reading as slow).
+// learnHistory updates every rank's own history from gaps that were not excessive (a rank
+// that stays slow must keep reading as slow).
 func (m *model) learnHistory(j *jobState) {
-	for _, members := range m.classes {
-		if len(members) != 1 {
-			continue
-		}
-		ri := members[0]
+	for ri := range m.rankOf {
 		rank := m.rankOf[ri]
 		n := int(m.rankStart[ri+1] - m.rankStart[ri])
 		hist := j.history[rank]

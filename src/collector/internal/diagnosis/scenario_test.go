@@ -137,6 +137,24 @@ func TestHealthyJobStaysQuiet(t *testing.T) {
 	}
 }
 
+// A paced rank is held by the pacer at the start of its steps: the hold is not its work, so
+// it is not a straggler however long the pacer holds it.
+func TestPacingDelaysAreNotTheRanksWork(t *testing.T) {
+	job := sixteenRanks(3)
+	job.Delay = func(step, rank int) time.Duration {
+		if rank == 4 && step >= 5 {
+			return 25 * time.Millisecond
+		}
+		return 0
+	}
+	for _, r := range run(t, job, join.DefaultConfig(), 30) {
+		if len(r.Flagged) > 0 {
+			t.Fatalf("step %d: flagged %v (root causes %+v), want none", r.Step, flagged(r),
+				r.RootCauses)
+		}
+	}
+}
+
 func TestDataStragglerIsTheRootNotTheRanksThatWaitedForIt(t *testing.T) {
 	job := sixteenRanks(1)
 	job.ExtraFetch = func(step, rank int) time.Duration {

@@ -86,6 +86,8 @@ const (
 	PhaseBackward
 	// PhaseOptimizer is optimizer.step.
 	PhaseOptimizer
+	// PhaseDelay is pacing.delay: time the pacer held the rank on purpose, not its work.
+	PhaseDelay
 	// NumPhaseKinds counts the kinds.
 	NumPhaseKinds
 )

@@ -41,6 +41,8 @@ func Classify(name string) (Kind, diagnosis.PhaseKind) {
 		return KindPhase, diagnosis.PhaseBackward
 	case semconv.SpanOptimizerStep:
 		return KindPhase, diagnosis.PhaseOptimizer
+	case semconv.SpanPacingDelay:
+		return KindPhase, diagnosis.PhaseDelay
 	}
 	if len(name) > len(semconv.SpanCollectivePrefix) &&
 		strings.HasPrefix(name, semconv.SpanCollectivePrefix) {

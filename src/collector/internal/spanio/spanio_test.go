@@ -20,7 +20,7 @@ func TestClassify(t *testing.T) {
 		"train.step":            KindPhase,
 		"train.step.root":       KindOther,
 		"optimizer.step":        KindPhase,
-		"pacing.delay":          KindOther,
+		"pacing.delay":          KindPhase,
 	}
 	for name, want := range cases {
 		if got, _ := Classify(name); got != want {
