@@ -88,6 +88,8 @@ def test_installed_wheel_ships_what_the_demo_needs(tmp_path: Path) -> None:
         "collector-config/build.sh",
         "collector-config/builder-config.yaml",
         "collector-config/file-export.yaml",
+        "examples/train_2d.py",
+        "examples/_faults.py",
         "src/collector/go.mod",
         "src/collector/go.sum",
         "src/collector/processor/barrierskewprocessor/processor.go",

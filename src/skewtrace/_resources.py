@@ -1,9 +1,10 @@
 """Files ``skewtrace demo`` needs from outside the Python package, and the collector binary.
 
 The wheel carries, under ``skewtrace/_data/`` and with the checkout's layout (see
-``pyproject.toml``), the collector configs, ``examples/train_ddp.py``, and the collector's Go
-module with its build manifest and ``build.sh``. From a checkout (an editable install) the same
-paths are the checkout's own. :func:`shipped` finds either.
+``pyproject.toml``), the collector configs, ``examples/train_ddp.py``,
+``examples/train_2d.py`` (with ``examples/_faults.py``, which it imports), and the
+collector's Go module with its build manifest and ``build.sh``. From a checkout (an editable
+install) the same paths are the checkout's own. :func:`shipped` finds either.
 
 ``otelcol-skewtrace`` is looked for in this order (:func:`find_otelcol`):
 
