@@ -5,8 +5,9 @@
   (otelcol.yaml + file-export.yaml), once per ``--grad-sync`` (DDP, and a blocking
   all-reduce). Every rank's spans arrive; the three stage groups' gradient all-reduces,
   every pipeline message and the world's loss all-reduce are joined complete; the step
-  summaries flag rank 4 for compute, and nobody else, ever (an expected failure with DDP:
-  see ``DDP_ASYNC_WAIT``); the progress file and the step_stats lines are written. Bad
+  summaries flag rank 4 for compute, and nobody else, ever (with DDP, its replica waits for
+  the gradient buckets inside backward: waiting, not work); the progress file and the
+  step_stats lines are written. Bad
   fault specs are usage errors.
 - ``examples/zero_code.sh``: ``examples/train_plain.py`` (DDP, no skewtrace import) under
   ``opentelemetry-instrument`` with two gloo ranks; its spans reach the collector.
@@ -44,11 +45,6 @@ EXAMPLES = REPO_ROOT / "examples"
 BIN = Path(sys.executable).parent
 
 STEPS_2D = 30
-DDP_ASYNC_WAIT = (
-    "collector step model: the wait for DDP's asynchronous gradient buckets (inside backward) "
-    "reads as the waiting replica's own work, so with two replicas per stage the peer of the "
-    "straggler is blamed as well"
-)
 STRAGGLER_RANK, STRAGGLER_FROM = 4, 10
 WORLD_2D, PP = 6, 3
 
@@ -196,9 +192,7 @@ def test_2d_stage_groups_pipeline_messages_and_the_loss_all_reduce_join(run_2d: 
 
 @pytest.mark.slow
 @pytest.mark.collector
-def test_2d_compute_straggler_flagged_alone(run_2d: Run2D, request: pytest.FixtureRequest) -> None:
-    if run_2d.grad_sync == "ddp":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=DDP_ASYNC_WAIT))
+def test_2d_compute_straggler_flagged_alone(run_2d: Run2D) -> None:
     verdicts = run_2d.verdicts
     assert sorted(verdicts) == list(range(STEPS_2D)), sorted(verdicts)
     flags = {step: v.flagged for step, v in sorted(verdicts.items())}
