@@ -45,12 +45,13 @@ SCENARIOS: dict[str, list[str]] = {
     "nic": ["nic:node2:200@8"],
     "uplink": ["uplink:leaf0:200@8"],
     "rack": ["rack:leaf1:0.05@8"],
-    "hetero": ["hetero:node5:2"],
+    "hetero": ["hetero:node5:4"],
     "jitter": ["jitter:0,2,4:0.04"],
     "mid-run, ends": ["compute:3:0.05@8:20"],
     "nic mid-run, ends": ["nic:node2:200@8:20"],
     "compute + nic": ["compute:0:0.05@8", "nic:node4:200@8"],
 }
+TRAIN_ARGS: list[str] = []
 PACING_SCENARIOS = {
     "jitter": ["jitter:0,2,4:0.04"],
     "contention": ["uplink:leaf0:200@8"],
@@ -103,14 +104,16 @@ def _run(
     faults = [Fault.parse(t) for t in texts]
     for f in faults:
         f.check(cluster)
-    job = f"bench-{name.replace(' ', '').replace(',', '').replace('+', '-')}-{time.time_ns() % 10**8}"
+    job = (
+        f"bench-{name.replace(' ', '').replace(',', '').replace('+', '-')}-{time.time_ns() % 10**8}"
+    )
     plan = JobPlan(
         job_id=job,
         script=example,
         steps=steps,
         faults=tuple(faults),
         pacing=pacing,
-        script_args=("--pp", str(cluster.spec.leaves)),
+        script_args=("--pp", str(cluster.spec.leaves), *TRAIN_ARGS),
         env=tuple(env.items()),
     )
     result = run_job(cluster, services, plan, workdir / job, tick_s=0.5)
@@ -126,7 +129,9 @@ def main() -> int:
     parser.add_argument("--scenario", action="append", default=None, choices=list(SCENARIOS))
     parser.add_argument("--pacing", action="store_true", help="also pacing off vs on")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--train-args", default="", help="more flags for train_2d.py")
     args = parser.parse_args()
+    TRAIN_ARGS.extend(args.train_args.split())
     reason = netns.unavailable_reason()
     if reason is not None:
         print(f"scenarios.py: needs network namespaces: {reason}", file=sys.stderr)

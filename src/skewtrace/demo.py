@@ -318,7 +318,7 @@ def _phase_table(run: RunSummary) -> InfoTable:
                 f"{p.first}-{p.last}",
                 p.expected.describe(),
                 p.concluded or "nothing flagged",
-                "yes" if p.held_at_end or p.expected.quiet else "no",
+                "yes" if p.right or p.expected.quiet else "no",
                 "-" if p.steps_to_flag is None else str(p.steps_to_flag),
                 "-" if p.flag_seconds is None else f"{p.flag_seconds:.1f}",
             ]

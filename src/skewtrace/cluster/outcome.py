@@ -9,7 +9,9 @@ something to find:
 - the step at which the expected verdict first held, counted from the phase's first step
   (for a network fault, the step the link was really switched at), and the wall time from
   the onset until the Collector's *metrics* showed it (what a person or the pacer sees);
-- whether it still held at the phase's last step;
+- on what share of the phase's steps from the first match on it held (a verdict that comes
+  and goes is not one to act on): the phase was concluded right when that share is at least
+  :data:`HOLD_SHARE`;
 - after a fault ends, how many steps until its flags cleared.
 
 A false flag is a rank flagged at a step where no active fault explains it, outside a grace
@@ -71,6 +73,10 @@ def read_verdicts(spans_path: Path, job_id: str) -> dict[int, StepVerdict]:
     return out
 
 
+HOLD_SHARE = 0.75
+"""Share of a phase's steps from the first right verdict on that must keep it."""
+
+
 @dataclass
 class Phase:
     """Steps [first, last] with one set of active faults."""
@@ -83,8 +89,14 @@ class Phase:
     flag_step: int | None = None
     flag_seconds: float | None = None
     """Onset to the first scrape of the Collector's metrics that showed the verdict."""
-    held_at_end: bool = False
+    held_share: float = 0.0
+    """Share of the steps from ``flag_step`` to ``last`` at which the verdict held."""
     concluded: str = ""
+
+    @property
+    def right(self) -> bool:
+        """Concluded right: found, and held on at least HOLD_SHARE of the steps since."""
+        return self.flag_step is not None and self.held_share >= HOLD_SHARE
 
     @property
     def steps_to_flag(self) -> int | None:
@@ -113,11 +125,9 @@ class Outcome:
 
     @property
     def right(self) -> bool:
-        """Every phase with something to find found it and still held at its end, and
+        """Every phase with something to find was concluded right, and
         nothing was flagged that should not have been."""
-        return not self.false_flags and all(
-            p.held_at_end for p in self.phases if not p.expected.quiet
-        )
+        return not self.false_flags and all(p.right for p in self.phases if not p.expected.quiet)
 
 
 def _describe(v: StepVerdict) -> str:
@@ -128,6 +138,20 @@ def _describe(v: StepVerdict) -> str:
         for r, cause in sorted(v.flagged.items())
     ]
     return ", ".join(parts + sorted(v.suspects))
+
+
+def _most_common(verdicts: dict[int, StepVerdict], phase: Phase) -> StepVerdict:
+    """The verdict the phase's steps from its first right one (else all) gave most often."""
+    start = phase.first if phase.flag_step is None else phase.flag_step
+    counts: dict[str, tuple[int, StepVerdict]] = {}
+    for s in range(start, phase.last + 1):
+        v = verdicts.get(s)
+        if v is None:
+            continue
+        key = f"{sorted(v.flagged.items())}{sorted(v.suspects)}"
+        n, _ = counts.get(key, (0, v))
+        counts[key] = (n + 1, v)
+    return max(counts.values(), key=lambda nv: nv[0])[1]
 
 
 def _onset(result: JobResult, faults: Sequence[Fault], step: int) -> tuple[int, float]:
@@ -167,9 +191,10 @@ def evaluate(
             if v is not None and v.matches(phase.expected):
                 phase.flag_step = step
                 break
-        last = verdicts[phase.last]
-        phase.held_at_end = last.matches(phase.expected)
-        phase.concluded = _describe(last)
+        if phase.flag_step is not None:
+            since = [verdicts[s] for s in range(phase.flag_step, phase.last + 1) if s in verdicts]
+            phase.held_share = sum(v.matches(phase.expected) for v in since) / len(since)
+        phase.concluded = _describe(_most_common(verdicts, phase))
         for obs in result.observations:
             if obs.t < phase.onset_t or obs.step > phase.last + 2:
                 continue

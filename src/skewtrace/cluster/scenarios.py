@@ -40,7 +40,7 @@ PRESETS: dict[str, str] = {
     "uplink": "uplink:leaf0:200@10",
     "rack": "rack:leaf1:0.05@10",
     "jitter": "jitter:0,2,4:0.04",
-    "hetero": "hetero:node5:2",
+    "hetero": "hetero:node5:4",
     "transient": "compute:3:0.05@15:35",
     "nic-transient": "nic:node2:200@15:35",
 }

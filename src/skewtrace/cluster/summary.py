@@ -76,7 +76,8 @@ class Summary:
                             "flag_step": p.flag_step,
                             "steps_to_flag": p.steps_to_flag,
                             "seconds_to_flag": p.flag_seconds,
-                            "held_at_end": p.held_at_end,
+                            "right": p.right,
+                            "held_share": p.held_share,
                         }
                         for p in run.outcome.phases
                     ],
@@ -109,9 +110,10 @@ def conclusions(outcome: Outcome) -> list[str]:
             if p.expected.allowed:
                 out.append(f"{span}: nothing to find beyond jitter")
             continue
-        mark = "right" if p.held_at_end else "WRONG"
+        mark = "right" if p.right else "WRONG"
         out.append(f"{span}: expected {p.expected.describe()}")
-        out.append(f"    concluded {p.concluded} [{mark}]")
+        held = f", held at {p.held_share:.0%} of the steps since" if p.flag_step is not None else ""
+        out.append(f"    concluded {p.concluded} [{mark}{held}]")
         if p.flag_step is None:
             out.append("    never concluded within the phase")
         else:

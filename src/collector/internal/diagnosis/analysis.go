@@ -83,6 +83,12 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	}
 	res.Slowdown = j.slowdown.mean
 	m.learnHistory(j)
+	m.candidate = grow(m.candidate, len(m.rankOf))
+	clear(m.candidate)
+	for _, ri := range candidates {
+		m.candidate[ri] = true
+	}
+	m.learnWork(a, j, sd, m.candidate)
 	m.carryOver(j, sd, exit)
 	return res
 }

@@ -61,9 +61,12 @@ type jobState struct {
 
 	topology map[int32]Topology
 	carry    map[int32]carry
-	// history holds the gaps of ranks without peers (a role of their own, e.g. a pipeline
-	// stage without data-parallel replicas), per position in the step.
+	// history holds every rank's own gaps per position in the step (the reference of a rank
+	// without peers, and a cap on the peers' reference of the others).
 	history map[int32][]ewma
+	// work holds every rank's own time in data loading and compute per step, learned from
+	// steps it was not late in: what its causes are measured against besides its peers.
+	work map[int32]*workHistory
 
 	groupBaselines map[groupKey]*ewma
 	classBaselines map[classKey]*ewma
@@ -75,6 +78,11 @@ type jobState struct {
 	// activity counts the collectives observed: past max_jobs the job with the least goes,
 	// so a training job keeps its state however many one-off job ids arrive.
 	activity int64
+}
+
+// workHistory is a rank's usual time in dataloader.fetch and in compute phases per step.
+type workHistory struct {
+	fetch, compute ewma
 }
 
 // ewma is an exponentially weighted mean and mean absolute deviation.
@@ -167,6 +175,7 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		topology:       make(map[int32]Topology),
 		carry:          make(map[int32]carry),
 		history:        make(map[int32][]ewma),
+		work:           make(map[int32]*workHistory),
 		groupBaselines: make(map[groupKey]*ewma),
 		classBaselines: make(map[classKey]*ewma),
 		groupClasses:   make(map[string]groupClass),

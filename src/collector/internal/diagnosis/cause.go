@@ -1,6 +1,10 @@
 package diagnosis
 
-import "github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+import (
+	"math"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
 
 // maxCausePeers bounds the peers whose phases are read for one cause.
 const maxCausePeers = 15
@@ -55,6 +59,29 @@ func (m *model) ownWork(a *Analyzer, j *jobState, sd *stepData, ri int32) ownWor
 	return w
 }
 
+// learnWork updates the work history of the ranks that were not candidates in this step.
+func (m *model) learnWork(a *Analyzer, j *jobState, sd *stepData, candidate []bool) {
+	for ri := range m.rankOf {
+		if candidate[ri] {
+			continue
+		}
+		rank := m.rankOf[ri]
+		h := j.work[rank]
+		if h == nil {
+			if len(j.work) >= maxTrackedRanks {
+				continue
+			}
+			h = &workHistory{}
+			j.work[rank] = h
+		}
+		w := m.ownWork(a, j, sd, int32(ri))
+		if w.ok {
+			h.fetch.add(w.fetch, historyAlpha)
+			h.compute.add(w.compute, historyAlpha)
+		}
+	}
+}
+
 // cause says what the rank's excess own work was: data when its time inside
 // dataloader.fetch exceeds its peers' median by cause_min_fraction of its excess, compute
 // when its time inside forward, backward and optimizer.step does; else unknown.
@@ -81,14 +108,18 @@ func (m *model) cause(a *Analyzer, j *jobState, sd *stepData, ri int32) string {
 			computes = append(computes, w.compute)
 		}
 	}
-	var data, compute float64
+	refFetch, refCompute := math.Inf(1), math.Inf(1)
 	if len(fetches) > 0 {
-		data = own.fetch - median(fetches)
-		compute = own.compute - median(computes)
-	} else {
-		// No peers (a role of its own): its excess is over its own history, and the phases
-		// it lay in say what it was.
-		data, compute = own.fetch, own.compute
+		refFetch, refCompute = median(fetches), median(computes)
+	}
+	// Its own usual work caps the peers' (peers slowed down together are no reference);
+	// without either, the phases its excess lay in say what it was.
+	if h := j.work[m.rankOf[ri]]; h != nil && h.fetch.samples >= minHistorySamples {
+		refFetch, refCompute = min(refFetch, h.fetch.mean), min(refCompute, h.compute.mean)
+	}
+	data, compute := own.fetch, own.compute
+	if !math.IsInf(refFetch, 1) {
+		data, compute = own.fetch-refFetch, own.compute-refCompute
 	}
 	need := a.cfg.CauseMinFraction * m.excess[ri]
 	switch {

@@ -26,9 +26,11 @@ type model struct {
 	gap    []float64 // own work before the launch, seconds
 	refOwn []int64   // the rank's clock when it became free before the launch
 	depEnd []int32   // position of the span whose end the launch waited for, or -1
-	prevPG []int32   // position of the rank's previous span in the same group, or -1
-	netDur []float64 // duration after the group's previous span ended, seconds
-	refGap []float64 // the peers' median gap at the same position of the step
+	// candidate marks the ranks whose excess made them root-cause candidates this step.
+	candidate []bool
+	prevPG    []int32   // position of the rank's previous span in the same group, or -1
+	netDur    []float64 // duration after the group's previous span ended, seconds
+	refGap    []float64 // the peers' median gap at the same position of the step
 
 	// collectives
 	opColl   []int32
