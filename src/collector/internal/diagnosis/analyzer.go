@@ -92,12 +92,15 @@ type ewma struct {
 	samples int
 }
 
+// add weighs v by alpha, or by 1/n while fewer than 1/alpha samples were seen: the first
+// samples are averaged, so neither the mean nor the deviation rests on the first one.
 func (e *ewma) add(v, alpha float64) {
 	if e.samples == 0 {
 		e.mean = v
 	} else {
-		e.dev += alpha * (math.Abs(v-e.mean) - e.dev)
-		e.mean += alpha * (v - e.mean)
+		a := max(alpha, 1/float64(e.samples+1))
+		e.dev += a * (math.Abs(v-e.mean) - e.dev)
+		e.mean += a * (v - e.mean)
 	}
 	e.samples++
 }

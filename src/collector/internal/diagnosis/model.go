@@ -278,16 +278,14 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		}
 		m.lastEnd[ri] = lastEndPos
 	}
+	// A transfer is the shortest time a member spent in it after it could start: for a
+	// message, the sender's and the receiver's alike (a send held until its receiver posted
+	// the receive was waiting for a late peer, not moving bytes).
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		t := math.Inf(1)
 		for i := rec.first; i < rec.first+rec.n; i++ {
-			p := m.posOf[i]
-			if rec.p2p && sd.ops[i].role == RoleSend {
-				t = m.netDur[p]
-				break
-			}
-			t = min(t, m.netDur[p])
+			t = min(t, m.netDur[m.posOf[i]])
 		}
 		if math.IsInf(t, 1) {
 			t = 0
