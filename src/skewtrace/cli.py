@@ -5,8 +5,9 @@ Subcommands:
 - ``skewtrace pacer``: run the pacing controller (see ``docs/pacing.md``).
 - ``skewtrace demo``: the collector, the pacer and a 4-rank job with a straggler, end to end.
 
-The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig` and
-:class:`~skewtrace.pacer.policy.PolicyParams`, with the docstring under each field as its help
+The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig`,
+:class:`~skewtrace.pacer.policy.PolicyParams` and
+:class:`~skewtrace.pacer.rebalance.RebalanceParams`, with the docstring under each field as its help
 (see :mod:`skewtrace._options`): a field ``window_s`` holding seconds is ``--window-millis``,
 given in milliseconds. Every flag can also come from ``SKEWTRACE_PACER_<FLAG>`` (upper case,
 dashes as underscores: ``SKEWTRACE_PACER_WINDOW_MILLIS``); a flag on the command line wins.
@@ -43,7 +44,9 @@ from skewtrace._options import (
     warn_deprecated,
     word,
 )
+from skewtrace.pacer.policies import policy_names
 from skewtrace.pacer.policy import PolicyParams
+from skewtrace.pacer.rebalance import RebalanceParams
 from skewtrace.pacer.service import PacerConfig
 
 ENV_PREFIX = "SKEWTRACE_PACER_"
@@ -63,7 +66,8 @@ class ConsoleOptions:
 # Each class's option fields, in the order --help lists them, under these headings.
 _SECTIONS: tuple[tuple[type, str], ...] = (
     (PacerConfig, "service"),
-    (PolicyParams, "policy (docs/pacing.md, 'The policy')"),
+    (PolicyParams, "pacing policy (docs/pacing.md, 'The policy')"),
+    (RebalanceParams, "rebalancing policy (docs/rebalancing.md)"),
     (ConsoleOptions, "console"),
 )
 
@@ -122,6 +126,8 @@ def _metavar(pacer_flag: PacerFlag) -> str:
         return "MILLIS"
     if parse == HostPort.parse:
         return "HOST:PORT"
+    if parse == policy_names:
+        return "NAME[,NAME]"
     return "N" if parse is integer else "VALUE"
 
 
@@ -134,8 +140,8 @@ def _add_pacer(subparsers: Any) -> None:
         "pacer",
         help="run the pacing controller",
         description="Receive the barrierskew metrics by OTLP/gRPC and serve per-rank pacing "
-        f"delays over HTTP. Every flag can be set as {ENV_PREFIX}<FLAG> as well; durations "
-        "are in milliseconds.",
+        "delays (and, with --policy rebalance, shares of the global batch) over HTTP. Every "
+        f"flag can be set as {ENV_PREFIX}<FLAG> as well; durations are in milliseconds.",
     )
     groups = {cls: parser.add_argument_group(title) for cls, title in _SECTIONS}
     for pacer_flag in _PACER_OPTIONS:
@@ -193,7 +199,8 @@ def build_pacer_config(
         given[pacer_flag.field] = found
     try:
         policy = PolicyParams(**values[PolicyParams])
-        config = PacerConfig(policy=policy, **values[PacerConfig])
+        rebalance = RebalanceParams(**values[RebalanceParams])
+        config = PacerConfig(policy=policy, rebalance=rebalance, **values[PacerConfig])
         console = ConsoleOptions(**values[ConsoleOptions])
     except FieldError as exc:
         bad = given.get(exc.field)
