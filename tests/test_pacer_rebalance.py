@@ -411,3 +411,66 @@ def test_malformed_shares_mean_equal_shares(raw: dict[str, Any]) -> None:
 def test_shares_are_normalised() -> None:
     shares, version = parse_shares({"shares": {"0": 1, "1": 3}, "shares_version": 4})
     assert shares == {0: 0.25, 1: 0.75} and version == 4
+
+
+# ------------------------------------------------------------------ the wait a step idled
+
+
+BOUNDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
+
+
+def _histogram_of(values: list[float]) -> list[int]:
+    counts = [0] * (len(BOUNDS) + 1)
+    for value in values:
+        counts[next((i for i, b in enumerate(BOUNDS) if value <= b), len(BOUNDS))] += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("waits_per_step", "expected"),
+    [
+        ([0.048, 0.0008], 0.048),  # the long wait, then a loss all-reduce's moment
+        ([0.030, 0.030, 0.030], 0.030),  # overlapping gradient buckets: once
+        ([0.048], 0.048),
+        ([0.0, 0.0], 0.0),
+        ([0.040, 0.002, 0.001, 0.0007], 0.040),
+    ],
+)
+def test_top_sum_finds_the_wait_a_step_idled(waits_per_step: list[float], expected: float) -> None:
+    from skewtrace.pacer.state import top_sum
+
+    steps = 40
+    values = waits_per_step * steps
+    counts = _histogram_of(values)
+    estimate = top_sum(BOUNDS, counts, sum(values), steps) / steps
+    assert estimate == pytest.approx(expected, rel=0.05, abs=2e-4)
+
+
+def test_window_gives_rebalancing_the_top_waits_and_pacing_its_conservative_sum() -> None:
+    from skewtrace.pacer.state import JobWindows
+    from test_pacer_service import DELTA
+
+    windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
+    attrs: dict[str, str | int] = {semconv.JOB_ID: "j", semconv.RANK: 0}
+    steps, waits = 20, [0.048, 0.0008]
+    values = waits * steps
+    req = request(
+        histogram(semconv.METRIC_STEP_DURATION, DELTA, [(attrs, steps, steps * 0.1)]),
+        histogram(
+            semconv.METRIC_RANK_WAIT,
+            DELTA,
+            [(attrs, len(values), sum(values), _histogram_of(values))],
+        ),
+    )
+    # (the service tests' BOUNDS differ from these; the window reads the point's own bounds)
+    for metric in req.resource_metrics[0].scope_metrics[0].metrics:
+        for point in metric.histogram.data_points:
+            if metric.name == semconv.METRIC_RANK_WAIT:
+                del point.explicit_bounds[:]
+                point.explicit_bounds.extend(BOUNDS)
+    assert windows.ingest_request(req.resource_metrics, now=10.0) == 0
+    rank = windows.window("j", now=10.5).ranks[0]
+    assert rank.wait_per_step_s == pytest.approx(sum(waits) / 2)  # pacing: errs low
+    assert rank.wait_top_sum_s is not None
+    assert rank.wait_top_sum_s / steps == pytest.approx(0.048, rel=0.02)
+    assert compute_per_step(rank) == pytest.approx(0.1 - 0.048, rel=0.05)

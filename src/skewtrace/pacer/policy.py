@@ -131,6 +131,12 @@ class RankWindow:
     applied_delay_s: float = 0.0
     """Mean delay per step the controller asked of this rank during the window."""
 
+    wait_top_sum_s: float | None = None
+    """The sum of the window's ``steps`` largest waits (``training.rank.wait``, estimated from
+    its buckets): the rank's idle time when each step idles at one collective or at several
+    at once, without counting small waits as steps. None without buckets. The rebalancing
+    policy reads it; pacing keeps ``wait_sum_s``, which errs low, toward smaller delays."""
+
     @property
     def wait_per_step_s(self) -> float:
         return self.wait_sum_s / self.steps if self.steps else 0.0

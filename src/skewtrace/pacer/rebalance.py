@@ -130,11 +130,22 @@ class RebalanceDecision:
 
 
 def compute_per_step(window: RankWindow) -> float:
-    """The rank's own work per step: step time minus barrier wait minus pacing delay."""
+    """The rank's own work per step: step time minus barrier wait minus pacing delay.
+
+    The wait is the sum of the window's ``steps`` largest waits when the histogram's buckets
+    give it (``RankWindow.wait_top_sum_s``): with DDP's overlapping gradient buckets a step's
+    waits happen at once, and after the step's one long wait the later collectives (a loss
+    all-reduce) wait a moment each; pacing's once-per-step estimate averages those moments in
+    and would halve the wait, making fast ranks look slow.
+    """
     if window.steps <= 0:
         return math.nan
     step = window.step_time_sum_s / window.steps
-    return step - window.wait_per_step_s - window.applied_delay_s
+    if window.wait_top_sum_s is not None:
+        wait = window.wait_top_sum_s / window.steps
+    else:
+        wait = window.wait_per_step_s
+    return step - wait - window.applied_delay_s
 
 
 def floored_shares(weights: Mapping[int, float], floor: float) -> dict[int, float]:

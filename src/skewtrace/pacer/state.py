@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -101,6 +101,9 @@ class _Series:
     count: int = 0
     total: float = 0.0
     near_zero: int = 0
+    buckets: tuple[int, ...] = ()
+    """Bucket counts (the wait histogram only; empty for the others)."""
+    bounds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,9 @@ class _Delta:
     total: float
     near_zero: int
     """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
+    buckets: tuple[int, ...] = ()
+    """The delta's bucket counts (the wait histogram only, for :func:`top_sum`)."""
+    bounds: tuple[float, ...] = ()
 
 
 @dataclass
@@ -257,6 +263,15 @@ class JobWindows:
 
         count, delta_total = int(point.count), float(total)
         near_zero = _near_zero_count(point)
+        bounds, buckets = _kept_buckets(kind, point)
+        known_buckets = series.buckets if known else ()
+        same_layout = known and series.bounds == bounds and len(known_buckets) == len(buckets)
+        bucket_delta = buckets
+        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
+            if same_layout and series.start_time_unix_nano == point.start_time_unix_nano:
+                diff = tuple(b - a for a, b in zip(known_buckets, buckets, strict=True))
+                bucket_delta = diff if min(diff, default=0) >= 0 else buckets
+            series.buckets, series.bounds = buckets, bounds
         if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
             if known and series.start_time_unix_nano == point.start_time_unix_nano:
                 if (
@@ -283,7 +298,7 @@ class JobWindows:
         job.rank_last_seen[rank] = now
         self._add_delta(
             job.deltas.setdefault(rank, deque()),
-            _Delta(now, kind, count, delta_total, min(near_zero, count)),
+            _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
         )
         return True
 
@@ -293,13 +308,18 @@ class JobWindows:
             previous = deltas[index]
             if previous.kind != delta.kind:
                 continue
-            if delta.received_at - previous.received_at < self._merge_s:
+            mergeable = previous.bounds == delta.bounds and len(previous.buckets) == len(
+                delta.buckets
+            )
+            if delta.received_at - previous.received_at < self._merge_s and mergeable:
                 deltas[index] = _Delta(
                     previous.received_at,
                     delta.kind,
                     previous.count + delta.count,
                     previous.total + delta.total,
                     previous.near_zero + delta.near_zero,
+                    tuple(a + b for a, b in zip(previous.buckets, delta.buckets, strict=True)),
+                    previous.bounds,
                 )
                 return
             break
@@ -323,13 +343,28 @@ class JobWindows:
             sums = {"wait": 0.0, "lateness": 0.0, "step": 0.0}
             counts = {"wait": 0, "lateness": 0, "step": 0}
             idle = {"wait": 0, "lateness": 0, "step": 0}
+            wait_buckets: list[int] | None = None
+            wait_bounds: tuple[float, ...] | None = None
             for delta in deltas:
                 if delta.received_at < start:
                     continue
                 sums[delta.kind] += delta.total
                 counts[delta.kind] += delta.count
                 idle[delta.kind] += delta.near_zero
+                if delta.kind == "wait":
+                    if wait_bounds is None:
+                        wait_bounds, wait_buckets = delta.bounds, [0] * len(delta.buckets)
+                    if wait_buckets is not None and (
+                        delta.bounds != wait_bounds or len(delta.buckets) != len(wait_buckets)
+                    ):
+                        wait_buckets = None  # the layout changed in the window: no estimate
+                    if wait_buckets is not None:
+                        for i, n in enumerate(delta.buckets):
+                            wait_buckets[i] += n
             steps = counts["step"]
+            top = None
+            if wait_buckets and wait_bounds and steps > 0 and sum(wait_buckets) > 0:
+                top = top_sum(wait_bounds, wait_buckets, sums["wait"], steps)
             ranks[rank] = RankWindow(
                 steps=steps,
                 step_time_sum_s=sums["step"],
@@ -338,6 +373,7 @@ class JobWindows:
                     sums["lateness"], counts["lateness"] - idle["lateness"], steps
                 ),
                 applied_delay_s=self._mean_delay(job, rank, start, now),
+                wait_top_sum_s=top,
             )
         return JobWindow(now=now, ranks=ranks)
 
@@ -402,6 +438,50 @@ def _digest(attrs: Mapping[str, str]) -> bytes:
     for key, value in sorted(attrs.items()):
         h.update(f"{len(key)}:{key}{len(value)}:{value}".encode("utf-8", "surrogateescape"))
     return h.digest()
+
+
+def _kept_buckets(
+    kind: str, point: metrics_pb2.HistogramDataPoint
+) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """(bounds, bucket counts) kept for the wait histogram; empty for the others or when the
+    point's buckets do not match its bounds."""
+    if kind != "wait" or len(point.bucket_counts) != len(point.explicit_bounds) + 1:
+        return (), ()
+    return tuple(point.explicit_bounds), tuple(int(n) for n in point.bucket_counts)
+
+
+def top_sum(bounds: Sequence[float], counts: Sequence[int], total: float, take: int) -> float:
+    """The sum of the ``take`` largest observations of a histogram, estimated.
+
+    The buckets above those taken hold them all; the buckets below are estimated at their
+    midpoints (small absolute error: they hold the small observations) and subtracted from the
+    exact ``total``; what is left is split between the buckets taken whole and the one taken
+    in part in proportion to their midpoint estimates. Exact when every observation is in one
+    bucket, or when the taken ones are the only ones outside the near-zero buckets.
+    """
+    mids = []
+    for i in range(len(counts)):
+        low = bounds[i - 1] if i > 0 else 0.0
+        high = bounds[i] if i < len(bounds) else 2.0 * bounds[-1] if bounds else 0.0
+        mids.append((low + high) / 2.0)
+    remaining, whole, partial, partial_fraction = take, 0.0, 0.0, 0.0
+    index = len(counts) - 1
+    while index >= 0 and remaining > 0:
+        n = counts[index]
+        if n > 0:
+            used = min(n, remaining)
+            if used == n:
+                whole += n * mids[index]
+            else:
+                partial, partial_fraction = n * mids[index], used / n
+            remaining -= used
+        index -= 1
+    below = sum(counts[i] * mids[i] for i in range(index + 1))
+    upper = max(0.0, total - below)
+    estimated = whole + partial
+    if estimated <= 0:
+        return 0.0
+    return upper * (whole + partial_fraction * partial) / estimated
 
 
 def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:
