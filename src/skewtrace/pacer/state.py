@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,9 +102,10 @@ class _Series:
     count: int = 0
     total: float = 0.0
     near_zero: int = 0
-    buckets: tuple[int, ...] = ()
-    """Bucket counts (the wait histogram only; empty for the others)."""
-    bounds: tuple[float, ...] = ()
+    buckets: array[int] | None = None
+    """Bucket counts (the wait histogram only), 8 bytes each."""
+    bounds: tuple[float, ...] | None = None
+    """Their bounds: one shared tuple per layout (``JobWindows._layouts``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +116,9 @@ class _Delta:
     total: float
     near_zero: int
     """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
-    buckets: tuple[int, ...] = ()
+    buckets: array[int] | None = None
     """The delta's bucket counts (the wait histogram only, for :func:`top_sum`)."""
-    bounds: tuple[float, ...] = ()
+    bounds: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -134,6 +136,11 @@ _SeriesKey = tuple[str, int, bytes]
 
 # Deltas of one rank and kind received closer together than window_s / this are merged.
 _DELTAS_PER_WINDOW = 16
+
+# Wait histograms keep their buckets (for the rebalancing policy's estimate) up to this many
+# buckets, in at most this many distinct layouts (one per Collector configuration, normally).
+_MAX_BUCKETS = 64
+_MAX_LAYOUTS = 64
 
 NEAR_ZERO_S = 0.001
 """A first histogram bucket bounded at or below this counts collectives that did not wait."""
@@ -168,6 +175,7 @@ class JobWindows:
         self._jobs: dict[str, _JobState] = {}
         self._series = 0
         self._merge_s = window_s / _DELTAS_PER_WINDOW
+        self._layouts: dict[tuple[float, ...], tuple[float, ...]] = {}
 
     @property
     def series(self) -> int:
@@ -263,13 +271,17 @@ class JobWindows:
 
         count, delta_total = int(point.count), float(total)
         near_zero = _near_zero_count(point)
-        bounds, buckets = _kept_buckets(kind, point)
-        known_buckets = series.buckets if known else ()
-        same_layout = known and series.bounds == bounds and len(known_buckets) == len(buckets)
+        bounds, buckets = self._kept_buckets(kind, point)
         bucket_delta = buckets
         if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
-            if same_layout and series.start_time_unix_nano == point.start_time_unix_nano:
-                diff = tuple(b - a for a, b in zip(known_buckets, buckets, strict=True))
+            known_buckets = series.buckets
+            if (
+                buckets is not None
+                and known_buckets is not None
+                and series.bounds is bounds
+                and series.start_time_unix_nano == point.start_time_unix_nano
+            ):
+                diff = array("q", (b - a for a, b in zip(known_buckets, buckets, strict=True)))
                 bucket_delta = diff if min(diff, default=0) >= 0 else buckets
             series.buckets, series.bounds = buckets, bounds
         if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
@@ -302,23 +314,45 @@ class JobWindows:
         )
         return True
 
+    def _kept_buckets(
+        self, kind: str, point: metrics_pb2.HistogramDataPoint
+    ) -> tuple[tuple[float, ...] | None, array[int] | None]:
+        """(bounds, bucket counts) kept for the wait histogram; (None, None) for the others,
+        for points whose buckets do not match their bounds, for more than
+        ``_MAX_BUCKETS`` buckets, or beyond ``_MAX_LAYOUTS`` distinct bounds (memory stays
+        bounded whatever clients send; the estimate then falls back to ``wait_sum_s``)."""
+        count = len(point.bucket_counts)
+        if kind != "wait" or count != len(point.explicit_bounds) + 1 or count > _MAX_BUCKETS:
+            return None, None
+        key = tuple(point.explicit_bounds)
+        bounds = self._layouts.get(key)
+        if bounds is None:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                return None, None
+            bounds = self._layouts[key] = key
+        return bounds, array("q", point.bucket_counts)
+
     def _add_delta(self, deltas: deque[_Delta], delta: _Delta) -> None:
         """Append, or merge into the same kind's latest delta when it is that recent."""
         for index in range(len(deltas) - 1, max(-1, len(deltas) - 1 - len(_RANK_METRICS)), -1):
             previous = deltas[index]
             if previous.kind != delta.kind:
                 continue
-            mergeable = previous.bounds == delta.bounds and len(previous.buckets) == len(
-                delta.buckets
-            )
-            if delta.received_at - previous.received_at < self._merge_s and mergeable:
+            if delta.received_at - previous.received_at < self._merge_s and (
+                previous.bounds is delta.bounds
+            ):
+                buckets = None
+                if previous.buckets is not None and delta.buckets is not None:
+                    buckets = array(
+                        "q", (a + b for a, b in zip(previous.buckets, delta.buckets, strict=True))
+                    )
                 deltas[index] = _Delta(
                     previous.received_at,
                     delta.kind,
                     previous.count + delta.count,
                     previous.total + delta.total,
                     previous.near_zero + delta.near_zero,
-                    tuple(a + b for a, b in zip(previous.buckets, delta.buckets, strict=True)),
+                    buckets,
                     previous.bounds,
                 )
                 return
@@ -345,22 +379,25 @@ class JobWindows:
             idle = {"wait": 0, "lateness": 0, "step": 0}
             wait_buckets: list[int] | None = None
             wait_bounds: tuple[float, ...] | None = None
+            layout_changed = False
             for delta in deltas:
                 if delta.received_at < start:
                     continue
                 sums[delta.kind] += delta.total
                 counts[delta.kind] += delta.count
                 idle[delta.kind] += delta.near_zero
-                if delta.kind == "wait":
-                    if wait_bounds is None:
-                        wait_bounds, wait_buckets = delta.bounds, [0] * len(delta.buckets)
-                    if wait_buckets is not None and (
-                        delta.bounds != wait_bounds or len(delta.buckets) != len(wait_buckets)
+                if delta.kind == "wait" and not layout_changed:
+                    if (
+                        delta.bounds is None
+                        or delta.buckets is None
+                        or (wait_bounds is not None and delta.bounds is not wait_bounds)
                     ):
-                        wait_buckets = None  # the layout changed in the window: no estimate
-                    if wait_buckets is not None:
-                        for i, n in enumerate(delta.buckets):
-                            wait_buckets[i] += n
+                        layout_changed, wait_buckets = True, None  # no estimate
+                        continue
+                    if wait_bounds is None or wait_buckets is None:
+                        wait_bounds, wait_buckets = delta.bounds, [0] * len(delta.buckets)
+                    for i, n in enumerate(delta.buckets):
+                        wait_buckets[i] += n
             steps = counts["step"]
             top = None
             if wait_buckets and wait_bounds and steps > 0 and sum(wait_buckets) > 0:
@@ -438,16 +475,6 @@ def _digest(attrs: Mapping[str, str]) -> bytes:
     for key, value in sorted(attrs.items()):
         h.update(f"{len(key)}:{key}{len(value)}:{value}".encode("utf-8", "surrogateescape"))
     return h.digest()
-
-
-def _kept_buckets(
-    kind: str, point: metrics_pb2.HistogramDataPoint
-) -> tuple[tuple[float, ...], tuple[int, ...]]:
-    """(bounds, bucket counts) kept for the wait histogram; empty for the others or when the
-    point's buckets do not match its bounds."""
-    if kind != "wait" or len(point.bucket_counts) != len(point.explicit_bounds) + 1:
-        return (), ()
-    return tuple(point.explicit_bounds), tuple(int(n) for n in point.bucket_counts)
 
 
 def top_sum(bounds: Sequence[float], counts: Sequence[int], total: float, take: int) -> float:
