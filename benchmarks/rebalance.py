@@ -3,13 +3,15 @@
 Every real run is ``examples/train_rebalance.py`` (4 gloo ranks; each rank's device time is
 modelled as a sleep proportional to its local batch, so four ranks on two cores behave like
 four accelerators) sending spans to the built ``otelcol-skewtrace``, whose connector pushes
-metrics to ``skewtrace pacer --policy rebalance``. In one stack, one after another:
+metrics to ``skewtrace pacer --policy rebalance``. In one stack, for each slow speed (0.5,
+0.75 on rank 0), one after another:
 
 - ``homogeneous``: every rank at full speed, plain DDP (``DistributedSampler``): its
-  throughput H gives the ideal of a mixed cluster, the sum of the ranks' individual speeds:
-  ``H * sum(speeds) / 4``;
-- for each slow speed (0.5, 0.75 on rank 0): ``off``, plain DDP, and ``on``,
-  ``ShareSampler`` reading the pacer's shares.
+  throughput H gives the ideal of the mixed cluster, the sum of the ranks' individual speeds:
+  ``H * sum(speeds) / 4`` (measured right before the two runs it is the ideal of, since the
+  shared machine's load drifts);
+- ``off``: plain DDP with the slow rank;
+- ``on``: ``ShareSampler`` reading the pacer's shares.
 
 Throughput is global samples per second of rank 0's steps (after ``--warmup``); "steady" is
 the last ``--steady-fraction`` of the run, after the shares converged. Then, in a second
@@ -19,7 +21,7 @@ closed-loop model of ``tests/hetero_model.py`` driving the real policy object fo
 8 of 64 ranks at half speed. It is a model, not a measurement (the simulator of the scale
 issue does not exist yet).
 
-    python benchmarks/rebalance.py --steps 700
+    python benchmarks/rebalance.py --steps 600
     python benchmarks/rebalance.py --sections model       # the model only (seconds)
 
 Figures are printed beside their targets: at least 80% of the ideal recovered where plain
@@ -80,14 +82,10 @@ class JobResult:
     def final_sizes(self) -> list[int]:
         return [self.ranks[r].sizes[-1] for r in sorted(self.ranks)]
 
-    def converged_at(self) -> int | None:
-        """The first step from which rank 0's batch size stays within 1 of its final one."""
-        sizes = self.ranks[0].sizes
-        final = sizes[-1]
-        for index in range(len(sizes)):
-            if all(abs(s - final) <= 1 for s in sizes[index:]):
-                return index
-        return None
+    def change_steps(self) -> list[int]:
+        """The steps at which new shares took effect."""
+        versions = self.ranks[0].shares_version
+        return [i for i in range(1, len(versions)) if versions[i] != versions[i - 1]]
 
 
 def parse_stats(stdout: str) -> dict[int, RankStats]:
@@ -190,51 +188,55 @@ def run_job(
 def real_section(args: argparse.Namespace) -> list[str]:
     lines: list[str] = []
     speeds = [float(s) for s in args.speeds.split(",")]
+    job_args = ["--per-sample-millis", str(args.per_sample_millis)]
+    rows = []
     with harness.running_stack(
         args.otelcol, args.workdir / "rebalance", pacer_args=["--policy", "rebalance"]
     ) as stack:
-        homogeneous = run_job(stack, "homogeneous", steps=args.steps, rebalance=False)
-        h = homogeneous.throughput(args.warmup)
-        print(f"homogeneous plain DDP: {h:.0f} samples/s ({homogeneous.wall_s:.0f} s)", flush=True)
-        rows = []
         for speed in speeds:
+            # The shared machine's load drifts: each speed gets its own homogeneous run, right
+            # before its two runs.
+            homogeneous = run_job(
+                stack, "homogeneous", steps=args.steps, rebalance=False, extra_args=job_args
+            )
+            h = homogeneous.throughput(args.warmup)
             slow = [f"0:{speed}"]
-            off = run_job(stack, f"off-{speed}", steps=args.steps, slow=slow, rebalance=False)
-            on = run_job(stack, f"on-{speed}", steps=args.steps, slow=slow, rebalance=True)
+            off = run_job(
+                stack, f"off-{speed}", steps=args.steps, slow=slow, rebalance=False,
+                extra_args=job_args,
+            )  # fmt: skip
+            on = run_job(
+                stack, f"on-{speed}", steps=args.steps, slow=slow, rebalance=True,
+                extra_args=job_args,
+            )  # fmt: skip
             steady_from = int(args.steps * (1 - args.steady_fraction))
-            ideal = h * (3 + speed) / 4
             row = {
                 "speed": speed,
-                "ideal": ideal,
+                "homogeneous": h,
+                "ideal": h * (3 + speed) / 4,
                 "off": off.throughput(args.warmup),
                 "on_steady": on.throughput(steady_from),
                 "on_whole": on.throughput(args.warmup),
                 "sizes": on.final_sizes(),
-                "converged": on.converged_at(),
-                "steps": args.steps,
-                "step_ms_on": statistics.fmean(on.ranks[0].step_s[steady_from:]) * 1e3,
-                "step_ms_off": statistics.fmean(off.ranks[0].step_s[args.warmup :]) * 1e3,
-                "loss_gap": max(
-                    abs(a - b) for a, b in zip(on.ranks[0].loss, off.ranks[0].loss, strict=False)
-                ),
-                "wall": (off.wall_s, on.wall_s),
+                "changes": on.change_steps(),
             }
             rows.append(row)
             print(
-                f"speed {speed}: off {row['off']:.0f}/s, on {row['on_steady']:.0f}/s steady "
-                f"({row['on_whole']:.0f}/s whole), final batch sizes {row['sizes']}, "
-                f"converged at step {row['converged']}",
+                f"speed {speed}: homogeneous {h:.0f}/s, off {row['off']:.0f}/s, on "
+                f"{row['on_steady']:.0f}/s steady ({row['on_whole']:.0f}/s whole), final batch "
+                f"sizes {row['sizes']}, shares changed at steps {row['changes']}",
                 flush=True,
             )
     lines.append(
         "4 gloo ranks, rank 0 persistently slower, global batch 128, "
-        f"{args.steps} steps per run ({args.warmup} warm-up), homogeneous plain DDP "
-        f"{h:.0f} samples/s"
+        f"{args.per_sample_millis} ms of modelled device time per sample at full speed, "
+        f"{args.steps} steps per run ({args.warmup} warm-up; steady: the last "
+        f"{args.steady_fraction:.0%})"
     )
     lines.append(
         f"{'slow speed':>10} {'ideal/s':>8} {'plain DDP':>16} {'rebalanced steady':>18} "
         f"{'(whole run)':>12} {'target':>7} {'speedup':>8} {'final sizes':>18} "
-        f"{'converged':>10}"
+        f"{'shares changed at steps':>24}"
     )
     for row in rows:
         ideal = row["ideal"]
@@ -243,7 +245,7 @@ def real_section(args: argparse.Namespace) -> list[str]:
             f"{row['on_steady']:>8.0f} ({row['on_steady'] / ideal:>6.1%}) "
             f"{row['on_whole'] / ideal:>12.1%} {TARGET_OF_IDEAL:>7.0%} "
             f"{row['on_steady'] / row['off'] - 1:>+8.1%} {row['sizes']!s:>18} "
-            f"{'step ' + str(row['converged']):>10}"
+            f"{row['changes']!s:>24}"
         )
     lines.append(
         "ideal = homogeneous throughput x sum(speeds) / 4 (the sum of the ranks' individual "
@@ -255,54 +257,67 @@ def real_section(args: argparse.Namespace) -> list[str]:
 
 
 def together_section(args: argparse.Namespace) -> list[str]:
-    """One slow rank plus jitter on two others: rebalancing alone vs pacing and rebalancing."""
+    """One slow rank plus jitter on two others: rebalancing alone vs pacing and rebalancing.
+
+    Runs in the order alone, both, both, alone (a fresh stack each, since the policy is the
+    pacer's), so that a linear drift of the machine's load hits both alike.
+    """
     speed, jitter = 0.5, "1,3:0.04"
-    results: dict[str, JobResult] = {}
-    for policy in ("rebalance", "pacing,rebalance"):
+    steady_from = int(args.steps * (1 - args.steady_fraction))
+    results: dict[str, list[JobResult]] = {"rebalance": [], "pacing,rebalance": []}
+    order = ("rebalance", "pacing,rebalance", "pacing,rebalance", "rebalance")
+    for index, policy in enumerate(order):
+        name = f"{policy.replace(',', '-')}-{index}"
         with harness.running_stack(
-            args.otelcol, args.workdir / policy.replace(",", "-"), pacer_args=["--policy", policy]
+            args.otelcol, args.workdir / name, pacer_args=["--policy", policy]
         ) as stack:
-            results[policy] = run_job(
+            result = run_job(
                 stack,
-                policy.replace(",", "-"),
+                name,
                 steps=args.steps,
                 slow=[f"0:{speed}"],
                 jitter=jitter,
                 rebalance=True,
+                extra_args=["--per-sample-millis", str(args.per_sample_millis)],
             )
-        r = results[policy]
-        print(f"{policy}: final sizes {r.final_sizes()} ({r.wall_s:.0f} s)", flush=True)
-    alone, both = results["rebalance"], results["pacing,rebalance"]
-    steady_from = int(args.steps * (1 - args.steady_fraction))
-    decisions = [d for _, d in both.decisions if d.get("version", 0) > 0]
-    paced = [d for d in decisions if d.get("active")]
-    delays_on_slow = sum(1 for d in paced if float(d["delays"].get("0", 0.0)) > 0)
-    settling = [
-        d for d in decisions if d.get("rebalance", {}).get("reason") in ("rebalanced", "settling")
-    ]
-    paced_while_settling = sum(1 for d in settling if d.get("active") or d.get("delays"))
+        results[policy].append(result)
+        print(
+            f"{policy}: {result.throughput(steady_from):.0f}/s steady, final sizes "
+            f"{result.final_sizes()}, shares changed at steps {result.change_steps()}",
+            flush=True,
+        )
     lines = [
-        f"pacing and rebalancing together: rank 0 at {speed}, jitter 0..40 ms on ranks 1 and 3",
-        f"{'policy':>17} {'steady samples/s':>17} {'final sizes':>18} {'share changes':>14} "
+        f"pacing and rebalancing together: rank 0 at {speed}, jitter 0..40 ms on ranks 1 and 3, "
+        "runs alone, both, both, alone",
+        f"{'policy':>17} {'steady samples/s':>17} {'final sizes':>36} {'share changes':>14} "
         f"{'pacing on':>10}",
     ]
-    for name, r in results.items():
-        versions = sorted(set(r.ranks[0].shares_version))
-        on = [d for _, d in r.decisions if d.get("version", 0) > 0]
-        active = sum(1 for d in on if d.get("active")) / len(on) if on else 0.0
-        lines.append(
-            f"{name:>17} {r.throughput(steady_from):>17.0f} {r.final_sizes()!s:>18} "
-            f"{len(versions) - 1:>14} {active:>10.0%}"
-        )
-    ratio = both.throughput(steady_from) / alone.throughput(steady_from)
-    size_gap = max(abs(a - b) for a, b in zip(both.final_sizes(), alone.final_sizes(), strict=True))
+    delays_on_slow, paced_while_settling, settling_count = 0, 0, 0
+    mean: dict[str, float] = {}
+    for name, runs in results.items():
+        mean[name] = statistics.fmean(r.throughput(steady_from) for r in runs)
+        decided = [d for r in runs for _, d in r.decisions if d.get("version", 0) > 0]
+        active = sum(1 for d in decided if d.get("active")) / len(decided) if decided else 0.0
+        changes = [len(r.change_steps()) for r in runs]
+        sizes = " ".join(str(r.final_sizes()) for r in runs)
+        lines.append(f"{name:>17} {mean[name]:>17.0f} {sizes:>36} {changes!s:>14} {active:>10.0%}")
+        if name == "pacing,rebalance":
+            delays_on_slow = sum(1 for d in decided if float(d["delays"].get("0", 0.0)) > 0)
+            settling = [
+                d
+                for d in decided
+                if d.get("rebalance", {}).get("reason") in ("rebalanced", "settling")
+            ]
+            settling_count = len(settling)
+            paced_while_settling = sum(1 for d in settling if d.get("active") or d.get("delays"))
+    ratio = mean["pacing,rebalance"] / mean["rebalance"]
     lines.append(
         f"both/alone steady throughput {ratio:.3f} (target >= 0.97: pacing does not undo "
-        f"rebalancing); final batch sizes differ by at most {size_gap} samples"
+        "rebalancing)"
     )
     lines.append(
         f"decisions pacing the slow rank: {delays_on_slow} (target 0); decisions with delays "
-        f"while new shares settled: {paced_while_settling} of {len(settling)} (target 0)"
+        f"while new shares settled: {paced_while_settling} of {settling_count} (target 0)"
     )
     return lines
 
@@ -356,10 +371,16 @@ def model_section() -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=700)
+    parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--speeds", default="0.5,0.75")
     parser.add_argument("--steady-fraction", type=float, default=0.4)
+    parser.add_argument(
+        "--per-sample-millis",
+        type=float,
+        default=3.0,
+        help="modelled device time per sample at full speed (train_rebalance.py)",
+    )
     parser.add_argument("--sections", default="real,together,model")
     parser.add_argument(
         "--otelcol",
