@@ -44,7 +44,7 @@ from skewtrace.pacer.rebalance import (
     decide,
     floored_shares,
 )
-from test_pacer_service import CUMULATIVE, FakeClock, _start, get, histogram, request
+from test_pacer_service import CUMULATIVE, FakeClock, _points, _start, get, histogram, request
 
 PARAMS = RebalanceParams()
 
@@ -334,8 +334,11 @@ def _export(job_id: str, compute: dict[int, float], steps: int, totals: dict[Any
 
 
 def test_service_publishes_shares_versioned_and_old_clients_ignore_them() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
     clock = FakeClock()
-    service = _start(clock, policy_names="pacing,rebalance", job_timeout_s=60.0)
+    reader = InMemoryMetricReader()
+    service = _start(clock, reader, policy_names="pacing,rebalance", job_timeout_s=60.0)
     channel = grpc.insecure_channel(f"127.0.0.1:{service.otlp_port}")
     stub = metrics_service_pb2_grpc.MetricsServiceStub(channel)
     try:
@@ -356,6 +359,11 @@ def test_service_publishes_shares_versioned_and_old_clients_ignore_them() -> Non
                 shares = found
         first = next(b for b in bodies if "shares" in b)
         final = bodies[-1]
+        gauge = {
+            p.attributes[semconv.RANK]: p.value
+            for p in _points(reader)[semconv.METRIC_REBALANCE_SHARE]
+        }
+        assert gauge == {int(r): v for r, v in final["shares"].items()}
     finally:
         channel.close()
         service.stop()
