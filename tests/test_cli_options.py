@@ -16,6 +16,7 @@ from skewtrace._options import FieldError, HostPort
 from skewtrace.cli import _PACER_OPTIONS, ConsoleOptions, build_pacer_config, build_parser
 from skewtrace.config import Settings, env_var
 from skewtrace.pacer.policy import PolicyParams
+from skewtrace.pacer.rebalance import RebalanceParams
 from skewtrace.pacer.service import PacerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -38,9 +39,9 @@ def _config(*argv: str, env: dict[str, str] | None = None) -> tuple[PacerConfig,
 def test_every_config_field_is_a_flag_with_help() -> None:
     fields = {
         f.name
-        for cls in (PacerConfig, PolicyParams, ConsoleOptions)
+        for cls in (PacerConfig, PolicyParams, RebalanceParams, ConsoleOptions)
         for f in dataclasses.fields(cls)
-        if f.name != "policy"
+        if f.name not in ("policy", "rebalance")
     }
     assert {flag.field for flag in _PACER_OPTIONS} == fields
     for flag in _PACER_OPTIONS:

@@ -333,3 +333,44 @@ def test_cuda_delay_without_a_gpu_is_swallowed() -> None:
     apply_delay(0.02, torch.device("cuda", 0))
     # it neither raised nor fell back to blocking the host for the delay
     assert time.perf_counter() - began < 0.019
+
+
+# ------------------------------------------------------------------ shares (--policy rebalance)
+
+
+def test_shares_are_read_alongside_the_delay(
+    server: ScriptedServer, started: list[PacingClient]
+) -> None:
+    body = {
+        "job": "j",
+        "version": 9,
+        "active": True,
+        "delays": {"1": 0.02},
+        "shares": {"0": 0.1, "1": 0.3, "2": 0.3, "3": 0.3},
+        "shares_version": 2,
+        "policy": "pacing,rebalance",
+    }
+    server.behaviour = answer(200, json.dumps(body).encode())
+    client = start(started, make_client(server.url, rank=0))
+    assert wait_for(lambda: client.current_shares()[0] is not None)
+    assert client.current_shares() == ({0: 0.1, 1: 0.3, 2: 0.3, 3: 0.3}, 2)
+    assert client.current_delay() == (0.0, 9)
+
+
+def test_shares_fail_open_to_equal(server: ScriptedServer, started: list[PacingClient]) -> None:
+    good = {"version": 3, "active": True, "delays": {"1": 0.02}, "shares": {"0": 0.4, "1": 0.6}}
+    server.behaviour = answer(200, json.dumps(good).encode())
+    client = start(started, make_client(server.url, stale_after_s=0.5))
+    assert wait_for(lambda: client.current_shares()[0] == {0: 0.4, 1: 0.6})
+    # Malformed shares cost the shares, never the delay.
+    bad = {**good, "shares": {"0": "lots", "1": 0.6}}
+    server.behaviour = answer(200, json.dumps(bad).encode())
+    assert wait_for(lambda: client.current_shares()[0] is None)
+    assert client.current_delay()[0] == 0.02
+    # A failing pacer: no shares (equal), as no delay.
+    server.behaviour = answer(200, json.dumps(good).encode())
+    assert wait_for(lambda: client.current_shares()[0] is not None)
+    server.behaviour = answer(500, b"{}")
+    assert wait_for(lambda: client.current_shares()[0] is None)
+    client.stop()
+    assert client.current_shares()[0] is None

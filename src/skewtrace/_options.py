@@ -170,6 +170,8 @@ class Option:
     deprecated: tuple[str, ...]
     """Earlier names (in the exposed form, without prefix), whose values are in the field's
     own unit."""
+    name: str | None = None
+    """The exposed name when it is not derived from the field's (``policies`` is ``policy``)."""
 
 
 def option(
@@ -180,12 +182,16 @@ def option(
     seconds: bool = False,
     deprecated: Iterable[str] = (),
     secret: bool = False,
+    name: str | None = None,
 ) -> Any:
     """A dataclass field that is also a user-facing setting; see the module docstring.
 
-    ``secret`` keeps the value out of ``repr`` (and so out of logs).
+    ``secret`` keeps the value out of ``repr`` (and so out of logs). ``name`` exposes the
+    setting under another name than the field's (not for fields holding seconds).
     """
-    meta = Option(parse, check, seconds, tuple(deprecated))
+    if name is not None and seconds:
+        raise TypeError("a setting holding seconds is named after its field (+ _millis)")
+    meta = Option(parse, check, seconds, tuple(deprecated), name)
     return dataclasses.field(default=default, repr=not secret, metadata={_METADATA_KEY: meta})
 
 
@@ -245,7 +251,7 @@ def settings(cls: type) -> list[Setting]:
             continue
         if meta.seconds and not f.name.endswith("_s"):
             raise TypeError(f"{cls.__name__}.{f.name} holds seconds: its name must end in _s")
-        name = f.name[:-2] + "_millis" if meta.seconds else f.name
+        name = f.name[:-2] + "_millis" if meta.seconds else meta.name or f.name
         found.append(Setting(f.name, name, docs.get(f.name, ""), f.default, meta))
     return found
 

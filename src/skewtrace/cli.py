@@ -7,8 +7,9 @@ Subcommands:
 - ``skewtrace report``: the HTML report of a run from the Collector's span file
   (:mod:`skewtrace.report`).
 
-The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig` and
-:class:`~skewtrace.pacer.policy.PolicyParams`, with the docstring under each field as its help
+The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig`,
+:class:`~skewtrace.pacer.policy.PolicyParams` and
+:class:`~skewtrace.pacer.rebalance.RebalanceParams`, with the docstring under each field as its help
 (see :mod:`skewtrace._options`): a field ``window_s`` holding seconds is ``--window-millis``,
 given in milliseconds. Every flag can also come from ``SKEWTRACE_PACER_<FLAG>`` (upper case,
 dashes as underscores: ``SKEWTRACE_PACER_WINDOW_MILLIS``); a flag on the command line wins.
@@ -45,7 +46,9 @@ from skewtrace._options import (
     warn_deprecated,
     word,
 )
+from skewtrace.pacer.policies import policy_names
 from skewtrace.pacer.policy import PolicyParams
+from skewtrace.pacer.rebalance import RebalanceParams
 from skewtrace.pacer.service import PacerConfig
 from skewtrace.report import command as report_command
 
@@ -66,7 +69,8 @@ class ConsoleOptions:
 # Each class's option fields, in the order --help lists them, under these headings.
 _SECTIONS: tuple[tuple[type, str], ...] = (
     (PacerConfig, "service"),
-    (PolicyParams, "policy (docs/pacing.md, 'The policy')"),
+    (PolicyParams, "pacing policy (docs/pacing.md, 'The policy')"),
+    (RebalanceParams, "rebalancing policy (docs/rebalancing.md)"),
     (ConsoleOptions, "console"),
 )
 
@@ -125,6 +129,8 @@ def _metavar(pacer_flag: PacerFlag) -> str:
         return "MILLIS"
     if parse == HostPort.parse:
         return "HOST:PORT"
+    if parse == policy_names:
+        return "NAME[,NAME]"
     return "N" if parse is integer else "VALUE"
 
 
@@ -137,8 +143,8 @@ def _add_pacer(subparsers: Any) -> None:
         "pacer",
         help="run the pacing controller",
         description="Receive the barrierskew metrics by OTLP/gRPC and serve per-rank pacing "
-        f"delays over HTTP. Every flag can be set as {ENV_PREFIX}<FLAG> as well; durations "
-        "are in milliseconds.",
+        "delays (and, with --policy rebalance, shares of the global batch) over HTTP. Every "
+        f"flag can be set as {ENV_PREFIX}<FLAG> as well; durations are in milliseconds.",
     )
     groups = {cls: parser.add_argument_group(title) for cls, title in _SECTIONS}
     for pacer_flag in _PACER_OPTIONS:
@@ -196,7 +202,8 @@ def build_pacer_config(
         given[pacer_flag.field] = found
     try:
         policy = PolicyParams(**values[PolicyParams])
-        config = PacerConfig(policy=policy, **values[PacerConfig])
+        rebalance = RebalanceParams(**values[RebalanceParams])
+        config = PacerConfig(policy=policy, rebalance=rebalance, **values[PacerConfig])
         console = ConsoleOptions(**values[ConsoleOptions])
     except FieldError as exc:
         bad = given.get(exc.field)

@@ -354,6 +354,9 @@ REASON = "reason"
 METRIC_PACING_ACTIVE = "skewtrace.pacing.active"
 #: skewtrace.pacing.delay (gauge, s): Current pacing delay per rank
 METRIC_PACING_DELAY = "skewtrace.pacing.delay"
+#: skewtrace.rebalance.share (gauge, 1): Current share of the global batch per rank (`--policy
+#: rebalance`), while shares are published
+METRIC_REBALANCE_SHARE = "skewtrace.rebalance.share"
 #: skewtrace.pacing.decisions (counter, 1): Pacing decisions computed (one per job per tick)
 METRIC_PACING_DECISIONS = "skewtrace.pacing.decisions"
 #: skewtrace.pacer.otlp.requests.refused (counter, 1): OTLP export requests the pacer refused;
@@ -369,6 +372,7 @@ METRIC_PACER_HTTP_REFUSED = "skewtrace.pacer.http.requests.refused"
 # Their Prometheus names (histograms add HISTOGRAM_SERIES).
 PROM_PACING_ACTIVE = "skewtrace_pacing_active_ratio"
 PROM_PACING_DELAY = "skewtrace_pacing_delay_seconds"
+PROM_REBALANCE_SHARE = "skewtrace_rebalance_share_ratio"
 PROM_PACING_DECISIONS = "skewtrace_pacing_decisions_total"
 PROM_PACER_OTLP_REFUSED = "skewtrace_pacer_otlp_requests_refused_total"
 PROM_PACER_POINTS_REJECTED = "skewtrace_pacer_points_rejected_total"

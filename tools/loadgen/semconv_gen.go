@@ -473,6 +473,10 @@ const (
 	// metricPacingDelay is skewtrace.pacing.delay (gauge, s): Current pacing delay per rank
 	metricPacingDelay = "skewtrace.pacing.delay"
 
+	// metricRebalanceShare is skewtrace.rebalance.share (gauge, 1): Current share of the global
+	// batch per rank (`--policy rebalance`), while shares are published
+	metricRebalanceShare = "skewtrace.rebalance.share"
+
 	// metricPacingDecisions is skewtrace.pacing.decisions (counter, 1): Pacing decisions computed
 	// (one per job per tick)
 	metricPacingDecisions = "skewtrace.pacing.decisions"

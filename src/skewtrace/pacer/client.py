@@ -10,13 +10,18 @@
     ...
     client.stop()
 
+The same answer carries the rebalancing policy's ``shares`` (``--policy rebalance``):
+:meth:`PacingClient.current_shares` returns them for :class:`skewtrace.rebalance.ShareSampler`,
+which applies them on every rank at the same step (``docs/rebalancing.md``).
+
 Fail open. ``current_delay`` only reads an immutable tuple the poller replaced; it never does
 I/O, never blocks on a lock and never raises. Whenever the pacer is unreachable, answers an
 error, sends something that is not a valid decision, or has not been heard from for
 ``stale_after_s`` (three poll intervals by default), the delay is 0. An outage is logged once
 when it starts and once when it ends; the poller retries with exponential backoff, capped at
 ``max_backoff_s``. The rank's own ``max_delay_s`` (``SKEWTRACE_PACER_RANK_MAX_DELAY_MILLIS``)
-caps every delay, whatever the pacer says.
+caps every delay, whatever the pacer says. Shares fail open the same way, to ``None`` (equal
+shares); a malformed ``shares`` field costs only the shares, never the delay.
 """
 
 from __future__ import annotations
@@ -82,6 +87,8 @@ class PacingClient:
             self._headers["Authorization"] = f"Bearer {token}"
         # (delay, version, monotonic time of the answer): replaced whole, read without a lock.
         self._latest: tuple[float, int, float] = (0.0, 0, -math.inf)
+        # (shares or None, shares version, monotonic time of the answer): likewise.
+        self._latest_shares: tuple[dict[int, float] | None, int, float] = (None, 0, -math.inf)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -101,6 +108,7 @@ class PacingClient:
         if self._thread is not None:
             self._thread.join(timeout=self.request_timeout_s + 1.0)
         self._latest = (0.0, self._latest[1], -math.inf)
+        self._latest_shares = (None, self._latest_shares[1], -math.inf)
 
     def current_delay(self) -> tuple[float, int]:
         """(seconds in [0, max_delay_s], decision version); 0 when stale or failing."""
@@ -112,19 +120,33 @@ class PacingClient:
         except Exception:  # never raise into training
             return 0.0, 0
 
+    def current_shares(self) -> tuple[dict[int, float] | None, int]:
+        """({rank: share of the global batch} or None, shares version); None (equal shares)
+        when the pacer publishes none, or its answer is stale or failing."""
+        try:
+            shares, version, at = self._latest_shares
+            if shares is None or time.monotonic() - at > self.stale_after_s:
+                return None, version
+            return dict(shares), version
+        except Exception:  # never raise into training
+            return None, 0
+
     # ------------------------------------------------------------------ poll thread
 
     def _run(self) -> None:
         backoff = self.poll_interval_s
         while not self._stop.is_set():
             try:
-                delay, version = self._poll_once()
+                body = self._poll_once()
+                delay, version = parse_decision(body, self.rank, self.max_delay_s)
             except Exception as exc:
                 self._on_failure(exc)
                 wait = backoff
                 backoff = min(backoff * 2, self.max_backoff_s)
             else:
-                self._latest = (delay, version, time.monotonic())
+                answered = time.monotonic()
+                self._latest = (delay, version, answered)
+                self._latest_shares = (*parse_shares(body), answered)
                 self.polls_ok += 1
                 if self._failing:
                     self._failing = False
@@ -137,6 +159,7 @@ class PacingClient:
         self.polls_failed += 1
         # Fail open at once rather than waiting for the last answer to go stale.
         self._latest = (0.0, self._latest[1], self._latest[2])
+        self._latest_shares = (None, self._latest_shares[1], self._latest_shares[2])
         if not self._failing:
             self._failing = True
             _log.warning(
@@ -147,13 +170,13 @@ class PacingClient:
                 self.max_backoff_s,
             )
 
-    def _poll_once(self) -> tuple[float, int]:
+    def _poll_once(self) -> Any:
         request = urllib.request.Request(self._request_url, headers=self._headers)
         with urllib.request.urlopen(request, timeout=self.request_timeout_s) as response:
             body = response.read(_MAX_RESPONSE_BYTES + 1)
         if len(body) > _MAX_RESPONSE_BYTES:
             raise ValueError("pacer answer too large")
-        return parse_decision(json.loads(body), self.rank, self.max_delay_s)
+        return json.loads(body)
 
 
 def parse_decision(body: Any, rank: int, max_delay_s: float) -> tuple[float, int]:
@@ -175,6 +198,36 @@ def parse_decision(body: Any, rank: int, max_delay_s: float) -> tuple[float, int
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise ValueError(f"pacer delay for rank {rank} is not a finite number: {raw!r}")
     return min(max(float(raw), 0.0), max_delay_s), version
+
+
+def parse_shares(body: Any) -> tuple[dict[int, float] | None, int]:
+    """(shares, shares version) from a decision body; None when it has no usable shares.
+
+    Usable: an object of non-negative rank numbers to finite non-negative numbers with a
+    positive sum (normalised here to 1). Whether they cover the ranks of this job is the
+    sampler's check (:mod:`skewtrace.rebalance`), which knows the world size.
+    """
+    if not isinstance(body, dict):
+        return None, 0
+    version = body.get("shares_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        version = 0
+    raw = body.get("shares")
+    if not isinstance(raw, dict) or not raw:
+        return None, version
+    shares: dict[int, float] = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            return None, version
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None, version
+        if not (math.isfinite(value) and value >= 0):
+            return None, version
+        shares[int(key)] = float(value)
+    total = sum(shares.values())
+    if not total > 0:
+        return None, version
+    return {rank: share / total for rank, share in sorted(shares.items())}, version
 
 
 # ---------------------------------------------------------------------- applying a delay

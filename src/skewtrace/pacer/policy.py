@@ -35,6 +35,7 @@ from skewtrace._options import (
     option,
     positive,
 )
+from skewtrace.pacer.controller import Outcome
 
 # Delays below this are noise next to a sleep's own jitter; they are published as 0.
 _MIN_USEFUL_DELAY_S = 1e-4
@@ -129,6 +130,12 @@ class RankWindow:
 
     applied_delay_s: float = 0.0
     """Mean delay per step the controller asked of this rank during the window."""
+
+    wait_top_sum_s: float | None = None
+    """The sum of the window's ``steps`` largest waits (``training.rank.wait``, estimated from
+    its buckets): the rank's idle time when each step idles at one collective or at several
+    at once, without counting small waits as steps. None without buckets. The rebalancing
+    policy reads it; pacing keeps ``wait_sum_s``, which errs low, toward smaller delays."""
 
     @property
     def wait_per_step_s(self) -> float:
@@ -350,3 +357,26 @@ def _delays(
         delay = min(max(smoothed, 0.0), bound)
         delays[rank] = delay if delay >= _MIN_USEFUL_DELAY_S else 0.0
     return delays
+
+
+class PacingPolicy:
+    """The pacing policy behind the service's policy interface (``--policy pacing``)."""
+
+    name = "pacing"
+
+    def __init__(self, params: PolicyParams) -> None:
+        self.params = params
+
+    def initial_state(self) -> PolicyState:
+        return PolicyState()
+
+    def decide(self, window: JobWindow, previous: PolicyState) -> Outcome:
+        decision = decide(window, previous, self.params)
+        return Outcome(
+            reason=decision.reason,
+            state=decision.state,
+            active=decision.active,
+            delays=decision.delays,
+            spread=decision.spread_fraction,
+            ranks=len(decision.delays),
+        )

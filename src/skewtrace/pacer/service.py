@@ -9,6 +9,7 @@
                                        | every decision_interval_s: expire, window(), decide()
                                        v
                                   decisions[job] --> PacingHttpServer  GET /v1/pacing?job=ID
+                                       |             (delays, and shares with --policy rebalance)
                                        |
                                        +--> own metrics (skewtrace.pacing.*) via the OTel SDK
 
@@ -47,6 +48,7 @@ from skewtrace._options import (
 )
 from skewtrace.pacer._auth import grpc_server_credentials
 from skewtrace.pacer._limits import LogBudget, loggable
+from skewtrace.pacer.controller import ControllerPolicy, Outcome
 from skewtrace.pacer.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.pacer.http_api import PacingHttpServer
 from skewtrace.pacer.otlp_receiver import (
@@ -57,7 +59,15 @@ from skewtrace.pacer.otlp_receiver import (
     OtlpMetricsServer,
 )
 from skewtrace.pacer.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
-from skewtrace.pacer.policy import Decision, PolicyParams, PolicyState, decide
+from skewtrace.pacer.policies import (
+    REBALANCE,
+    PolicyConfig,
+    build_policy,
+    known_policies,
+    policy_names,
+)
+from skewtrace.pacer.policy import PolicyParams
+from skewtrace.pacer.rebalance import SHARE_RESOLUTION, RebalanceParams
 from skewtrace.pacer.state import JobWindows
 
 _log = logging.getLogger(__name__)
@@ -70,9 +80,15 @@ _DELAY_RESOLUTION_S = 1e-4
 class PacerConfig:
     """Everything ``skewtrace pacer`` can be told; see ``docs/pacing.md``.
 
-    Every field but ``policy`` is a ``skewtrace pacer`` flag (``skewtrace.cli``), and so are
-    the fields of :class:`PolicyParams`; the docstrings are their help.
+    Every field but ``policy`` and ``rebalance`` is a ``skewtrace pacer`` flag
+    (``skewtrace.cli``), and so are the fields of :class:`PolicyParams` and
+    :class:`RebalanceParams`; the docstrings are their help.
     """
+
+    policy_names: str = option("pacing", parse=policy_names, check=known_policies, name="policy")
+    """Controller policies for every job, comma-separated: pacing (delay ranks that arrive
+    early), rebalance (size each rank's share of the global batch to its speed), or
+    pacing,rebalance (both; see docs/rebalancing.md)."""
 
     otlp_grpc: HostPort = option(HostPort("127.0.0.1", 4321), parse=HostPort.parse, check=address)
     """Where the Collector pushes OTLP/gRPC metrics (port 0: any free port)."""
@@ -129,6 +145,8 @@ class PacerConfig:
 
     policy: PolicyParams = field(default_factory=PolicyParams)
 
+    rebalance: RebalanceParams = field(default_factory=RebalanceParams)
+
     metrics_endpoint: str | None = option(None, parse=text, check=not_blank)
     """OTLP/gRPC endpoint for the pacer's own metrics; none keeps them in the process."""
 
@@ -139,6 +157,12 @@ class PacerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if REBALANCE in self.policy_names.split(",") and not (
+            self.rebalance.rebalance_settle_s > self.window_s
+        ):
+            raise FieldError(
+                "rebalance_settle_s", "must exceed {0} (and the ranks' lag)", "window_s"
+            )
         if (self.otlp_tls_cert_file is None) != (self.otlp_tls_key_file is None):
             missing, given = (
                 ("otlp_tls_key_file", "otlp_tls_cert_file")
@@ -157,9 +181,10 @@ class PacerConfig:
 
 @dataclass
 class _JobDecision:
-    state: PolicyState
+    state: Any
     version: int
     body: dict[str, Any]
+    shares_version: int = 0
 
 
 class PacerService:
@@ -187,6 +212,9 @@ class PacerService:
             max_series=config.max_series,
         )
         self._log_budget = LogBudget(clock=clock)
+        self._policy: ControllerPolicy = build_policy(
+            config.policy_names, PolicyConfig(config.policy, config.rebalance)
+        )
         self._decisions: dict[str, _JobDecision] = {}
         self._requests = 0
         self._stop = threading.Event()
@@ -307,9 +335,8 @@ class PacerService:
             for job_id in self._windows.job_ids():
                 previous = self._decisions.get(job_id)
                 window = self._windows.window(job_id, now)
-                decision = decide(
-                    window, previous.state if previous else PolicyState(), self.config.policy
-                )
+                state = previous.state if previous else self._policy.initial_state()
+                decision = self._policy.decide(window, state)
                 self._publish(job_id, decision, previous, now)
                 self._windows.record_decision(job_id, now, decision.delays)
                 decided.append(job_id)
@@ -317,9 +344,14 @@ class PacerService:
             self._decisions_counter.add(1, {semconv.JOB_ID: job_id})
 
     def _publish(
-        self, job_id: str, decision: Decision, previous: _JobDecision | None, now: float
+        self, job_id: str, decision: Outcome, previous: _JobDecision | None, now: float
     ) -> None:
         delays = {str(r): round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
+        shares = (
+            None
+            if decision.shares is None
+            else {str(r): round(s, 6) for r, s in sorted(decision.shares.items())}
+        )
         version = previous.version if previous else 0
         changed = previous is None or previous.body["active"] != decision.active
         if previous is not None and not changed:
@@ -327,6 +359,17 @@ class PacerService:
             changed = old.keys() != delays.keys() or any(
                 abs(old[k] - delays[k]) >= _DELAY_RESOLUTION_S for k in delays
             )
+        shares_version = previous.shares_version if previous else 0
+        old_shares = previous.body.get("shares") if previous else None
+        if shares and (
+            old_shares is None
+            or old_shares.keys() != shares.keys()
+            or any(abs(old_shares[k] - shares[k]) >= SHARE_RESOLUTION for k in shares)
+        ):
+            shares_version += 1
+        elif not shares and old_shares:
+            shares_version += 1  # back to equal shares
+        changed = changed or shares_version != (previous.shares_version if previous else 0)
         if changed:
             version += 1
             if previous is None or previous.body["active"] != decision.active:
@@ -336,21 +379,38 @@ class PacerService:
                     "job %s: pacing %s (spread %.3f of step time)",
                     loggable(job_id),
                     "on" if decision.active else "off",
-                    decision.spread_fraction or 0.0,
+                    decision.spread or 0.0,
                 )
         body = {
             "job": job_id,
             "version": version,
             "active": decision.active,
             "delays": delays if changed or previous is None else previous.body["delays"],
-            "spread": None
-            if decision.spread_fraction is None
-            else round(decision.spread_fraction, 6),
+            "spread": None if decision.spread is None else round(decision.spread, 6),
             "reason": decision.reason,
-            "ranks": len(decision.delays),
+            "ranks": decision.ranks,
+            "policy": self._policy.name,
             "updated_unix": self._wall_clock(),
         }
-        self._decisions[job_id] = _JobDecision(decision.state, version, body)
+        if shares is not None:
+            # Absent while every rank has an equal share (nothing decided yet, or back to
+            # equal): a rank that reads no shares uses equal ones.
+            if shares:
+                body["shares"] = shares
+            body["shares_version"] = shares_version
+            if shares_version != (previous.shares_version if previous else 0):
+                self._log_budget.log(
+                    _log,
+                    logging.INFO,
+                    "job %s: shares version %d over %d ranks, %.4f..%.4f",
+                    loggable(job_id),
+                    shares_version,
+                    len(shares),
+                    min(shares.values(), default=0.0),
+                    max(shares.values(), default=0.0),
+                )
+        body.update(decision.info)
+        self._decisions[job_id] = _JobDecision(decision.state, version, body, shares_version)
 
     # ------------------------------------------------------------------ read side
 
@@ -422,6 +482,12 @@ class PacerService:
             unit="s",
             description="Current pacing delay per rank",
         )
+        meter.create_observable_gauge(
+            semconv.METRIC_REBALANCE_SHARE,
+            callbacks=[self._observe_shares],
+            unit="1",
+            description="Current share of the global batch per rank, while shares are published",
+        )
         self._decisions_counter = meter.create_counter(
             semconv.METRIC_PACING_DECISIONS,
             unit="1",
@@ -461,6 +527,13 @@ class PacerService:
                     Observation(delay, {semconv.JOB_ID: job, semconv.RANK: int(rank)})
                 )
         return observations
+
+    def _observe_shares(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(share, {semconv.JOB_ID: job, semconv.RANK: int(rank)})
+            for job, body in self._decisions_snapshot().items()
+            for rank, share in body.get("shares", {}).items()
+        ]
 
 
 def _by_reason(counts: Mapping[str, int]) -> list[Observation]:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from array import array
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -101,6 +102,10 @@ class _Series:
     count: int = 0
     total: float = 0.0
     near_zero: int = 0
+    buckets: array[int] | None = None
+    """Bucket counts (the wait histogram only), 8 bytes each."""
+    bounds: tuple[float, ...] | None = None
+    """Their bounds: one shared tuple per layout (``JobWindows._layouts``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,9 @@ class _Delta:
     total: float
     near_zero: int
     """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
+    buckets: array[int] | None = None
+    """The delta's bucket counts (the wait histogram only, for :func:`top_sum`)."""
+    bounds: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -128,6 +136,11 @@ _SeriesKey = tuple[str, int, bytes]
 
 # Deltas of one rank and kind received closer together than window_s / this are merged.
 _DELTAS_PER_WINDOW = 16
+
+# Wait histograms keep their buckets (for the rebalancing policy's estimate) up to this many
+# buckets, in at most this many distinct layouts (one per Collector configuration, normally).
+_MAX_BUCKETS = 64
+_MAX_LAYOUTS = 64
 
 NEAR_ZERO_S = 0.001
 """A first histogram bucket bounded at or below this counts collectives that did not wait."""
@@ -162,6 +175,7 @@ class JobWindows:
         self._jobs: dict[str, _JobState] = {}
         self._series = 0
         self._merge_s = window_s / _DELTAS_PER_WINDOW
+        self._layouts: dict[tuple[float, ...], tuple[float, ...]] = {}
 
     @property
     def series(self) -> int:
@@ -257,6 +271,19 @@ class JobWindows:
 
         count, delta_total = int(point.count), float(total)
         near_zero = _near_zero_count(point)
+        bounds, buckets = self._kept_buckets(kind, point)
+        bucket_delta = buckets
+        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
+            known_buckets = series.buckets
+            if (
+                buckets is not None
+                and known_buckets is not None
+                and series.bounds is bounds
+                and series.start_time_unix_nano == point.start_time_unix_nano
+            ):
+                diff = array("q", (b - a for a, b in zip(known_buckets, buckets, strict=True)))
+                bucket_delta = diff if min(diff, default=0) >= 0 else buckets
+            series.buckets, series.bounds = buckets, bounds
         if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
             if known and series.start_time_unix_nano == point.start_time_unix_nano:
                 if (
@@ -283,9 +310,27 @@ class JobWindows:
         job.rank_last_seen[rank] = now
         self._add_delta(
             job.deltas.setdefault(rank, deque()),
-            _Delta(now, kind, count, delta_total, min(near_zero, count)),
+            _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
         )
         return True
+
+    def _kept_buckets(
+        self, kind: str, point: metrics_pb2.HistogramDataPoint
+    ) -> tuple[tuple[float, ...] | None, array[int] | None]:
+        """(bounds, bucket counts) kept for the wait histogram; (None, None) for the others,
+        for points whose buckets do not match their bounds, for more than
+        ``_MAX_BUCKETS`` buckets, or beyond ``_MAX_LAYOUTS`` distinct bounds (memory stays
+        bounded whatever clients send; the estimate then falls back to ``wait_sum_s``)."""
+        count = len(point.bucket_counts)
+        if kind != "wait" or count != len(point.explicit_bounds) + 1 or count > _MAX_BUCKETS:
+            return None, None
+        key = tuple(point.explicit_bounds)
+        bounds = self._layouts.get(key)
+        if bounds is None:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                return None, None
+            bounds = self._layouts[key] = key
+        return bounds, array("q", point.bucket_counts)
 
     def _add_delta(self, deltas: deque[_Delta], delta: _Delta) -> None:
         """Append, or merge into the same kind's latest delta when it is that recent."""
@@ -293,13 +338,22 @@ class JobWindows:
             previous = deltas[index]
             if previous.kind != delta.kind:
                 continue
-            if delta.received_at - previous.received_at < self._merge_s:
+            if delta.received_at - previous.received_at < self._merge_s and (
+                previous.bounds is delta.bounds
+            ):
+                buckets = None
+                if previous.buckets is not None and delta.buckets is not None:
+                    buckets = array(
+                        "q", (a + b for a, b in zip(previous.buckets, delta.buckets, strict=True))
+                    )
                 deltas[index] = _Delta(
                     previous.received_at,
                     delta.kind,
                     previous.count + delta.count,
                     previous.total + delta.total,
                     previous.near_zero + delta.near_zero,
+                    buckets,
+                    previous.bounds,
                 )
                 return
             break
@@ -323,13 +377,31 @@ class JobWindows:
             sums = {"wait": 0.0, "lateness": 0.0, "step": 0.0}
             counts = {"wait": 0, "lateness": 0, "step": 0}
             idle = {"wait": 0, "lateness": 0, "step": 0}
+            wait_buckets: list[int] | None = None
+            wait_bounds: tuple[float, ...] | None = None
+            layout_changed = False
             for delta in deltas:
                 if delta.received_at < start:
                     continue
                 sums[delta.kind] += delta.total
                 counts[delta.kind] += delta.count
                 idle[delta.kind] += delta.near_zero
+                if delta.kind == "wait" and not layout_changed:
+                    if (
+                        delta.bounds is None
+                        or delta.buckets is None
+                        or (wait_bounds is not None and delta.bounds is not wait_bounds)
+                    ):
+                        layout_changed, wait_buckets = True, None  # no estimate
+                        continue
+                    if wait_bounds is None or wait_buckets is None:
+                        wait_bounds, wait_buckets = delta.bounds, [0] * len(delta.buckets)
+                    for i, n in enumerate(delta.buckets):
+                        wait_buckets[i] += n
             steps = counts["step"]
+            top = None
+            if wait_buckets and wait_bounds and steps > 0 and sum(wait_buckets) > 0:
+                top = top_sum(wait_bounds, wait_buckets, sums["wait"], steps)
             ranks[rank] = RankWindow(
                 steps=steps,
                 step_time_sum_s=sums["step"],
@@ -338,6 +410,7 @@ class JobWindows:
                     sums["lateness"], counts["lateness"] - idle["lateness"], steps
                 ),
                 applied_delay_s=self._mean_delay(job, rank, start, now),
+                wait_top_sum_s=top,
             )
         return JobWindow(now=now, ranks=ranks)
 
@@ -402,6 +475,40 @@ def _digest(attrs: Mapping[str, str]) -> bytes:
     for key, value in sorted(attrs.items()):
         h.update(f"{len(key)}:{key}{len(value)}:{value}".encode("utf-8", "surrogateescape"))
     return h.digest()
+
+
+def top_sum(bounds: Sequence[float], counts: Sequence[int], total: float, take: int) -> float:
+    """The sum of the ``take`` largest observations of a histogram, estimated.
+
+    The buckets above those taken hold them all; the buckets below are estimated at their
+    midpoints (small absolute error: they hold the small observations) and subtracted from the
+    exact ``total``; what is left is split between the buckets taken whole and the one taken
+    in part in proportion to their midpoint estimates. Exact when every observation is in one
+    bucket, or when the taken ones are the only ones outside the near-zero buckets.
+    """
+    mids = []
+    for i in range(len(counts)):
+        low = bounds[i - 1] if i > 0 else 0.0
+        high = bounds[i] if i < len(bounds) else 2.0 * bounds[-1] if bounds else 0.0
+        mids.append((low + high) / 2.0)
+    remaining, whole, partial, partial_fraction = take, 0.0, 0.0, 0.0
+    index = len(counts) - 1
+    while index >= 0 and remaining > 0:
+        n = counts[index]
+        if n > 0:
+            used = min(n, remaining)
+            if used == n:
+                whole += n * mids[index]
+            else:
+                partial, partial_fraction = n * mids[index], used / n
+            remaining -= used
+        index -= 1
+    below = sum(counts[i] * mids[i] for i in range(index + 1))
+    upper = max(0.0, total - below)
+    estimated = whole + partial
+    if estimated <= 0:
+        return 0.0
+    return upper * (whole + partial_fraction * partial) / estimated
 
 
 def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:

@@ -474,6 +474,10 @@ const (
 	// MetricPacingDelay is skewtrace.pacing.delay (gauge, s): Current pacing delay per rank
 	MetricPacingDelay = "skewtrace.pacing.delay"
 
+	// MetricRebalanceShare is skewtrace.rebalance.share (gauge, 1): Current share of the global
+	// batch per rank (`--policy rebalance`), while shares are published
+	MetricRebalanceShare = "skewtrace.rebalance.share"
+
 	// MetricPacingDecisions is skewtrace.pacing.decisions (counter, 1): Pacing decisions computed
 	// (one per job per tick)
 	MetricPacingDecisions = "skewtrace.pacing.decisions"

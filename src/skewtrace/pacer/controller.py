@@ -1,0 +1,62 @@
+"""What a controller policy is to the service: a job's window in, an :class:`Outcome` out.
+
+Every policy (``pacing`` in :mod:`skewtrace.pacer.policy`, ``rebalance`` in
+:mod:`skewtrace.pacer.rebalance`, and their composition in :mod:`skewtrace.pacer.policies`)
+is an object with a ``name``, an ``initial_state()`` and a pure ``decide(window, previous)``:
+no I/O, no clock reads, no randomness; the state it returns is handed back on the next tick
+and is opaque to the service. The service turns an :class:`Outcome` into the decision body
+served at ``GET /v1/pacing?job=ID`` (``docs/pacing.md``, "The API"), so a new policy is a
+new module and one entry in :data:`skewtrace.pacer.policies.POLICIES`; the service, the HTTP
+API and the rank client keep their shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from skewtrace.pacer.policy import JobWindow
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One policy decision for one job, in the terms of the decision body."""
+
+    reason: str
+    """Why the decision is what it is (the body's ``reason``)."""
+
+    state: Any
+    """Handed back to the same policy's next ``decide``."""
+
+    active: bool = False
+    """Pacing is on (the body's ``active``, which every rank client reads)."""
+
+    delays: Mapping[int, float] = field(default_factory=dict)
+    """Delay per rank in seconds (0 or absent: none)."""
+
+    shares: Mapping[int, float] | None = None
+    """Each rank's fraction of the global batch, summing to 1. ``None``: the policy does not
+    decide shares (the body has no ``shares``); empty: equal shares, nothing published yet."""
+
+    spread: float | None = None
+    """Pacing's natural arrival spread over mean step time (informational)."""
+
+    ranks: int = 0
+    """Ranks the decision judged."""
+
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """Further informational fields for the body, JSON-serialisable, keyed by field name."""
+
+
+class ControllerPolicy(Protocol):
+    """A controller policy; see the module docstring."""
+
+    name: str
+
+    def initial_state(self) -> Any:
+        """The state a job starts from (no decision yet)."""
+
+    def decide(self, window: JobWindow, previous: Any) -> Outcome:
+        """The next decision for one job from its window and the previous state."""
