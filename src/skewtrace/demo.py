@@ -222,6 +222,7 @@ def _run(
                         result = run_job(
                             cluster, services, plan, workdir / plan.job_id,
                             on_tick=None if args.quiet else view.update,
+                            tick_s=0.5,
                         )  # fmt: skip
                     finish(services, result, args.settle_s)
                     verdicts = read_verdicts(services.spans_path, plan.job_id)

@@ -182,6 +182,7 @@ def run_job(
         *(a for f in plan.faults for a in f.train_args(cluster)),
     ]  # fmt: skip
     base_env = dict(os.environ)
+    base_env.setdefault("SKEWTRACE_EXPORT_INTERVAL_MILLIS", "200")
     base_env.update(dict(plan.env))
     base_env.update(
         {
