@@ -184,12 +184,13 @@ def test_unreachable_pacer_logs_once_backs_off_and_recovers(
     srv = ScriptedServer(answer(500, b"{}"))
     try:
         client = start(started, make_client(srv.url, max_backoff_s=0.4))
-        assert wait_for(lambda: len(srv.requests) >= 6, timeout=10)
+        assert wait_for(lambda: len(srv.requests) >= 8, timeout=15)
         gaps = [b[0] - a[0] for a, b in zip(srv.requests, srv.requests[1:], strict=False)]
-        # 0.05, 0.1, 0.2, 0.4 (capped), 0.4 ...: growing, then bounded
-        assert gaps[1] > 1.5 * gaps[0]
-        assert gaps[2] > 1.5 * gaps[1]
-        assert max(gaps) < 0.4 * 1.5
+        # 0.05, 0.1, 0.2, 0.4 (capped), 0.4, 0.4, 0.4: growing, then bounded (uncapped the
+        # last would be 3.2 s). A loaded machine only lengthens gaps, so compare the
+        # shortest early and late ones, and bound the longest loosely.
+        assert min(gaps[-2:]) > 2 * min(gaps[:2]), gaps
+        assert max(gaps) < 1.5, gaps
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "unusable" in warnings[0].getMessage()
         assert client.current_delay() == (0.0, 0)
