@@ -109,6 +109,21 @@ def test_outcome_counts_steps_seconds_clearing_and_false_flags() -> None:
     assert "false flags: rank 1 at 1 steps" in lines
 
 
+def test_a_flag_that_lingers_after_the_end_is_clearing_not_a_false_flag() -> None:
+    fault = Fault.parse("compute:3:0.05@5:15")
+    verdicts = {s: StepVerdict(s) for s in range(40)}
+    for s in range(8, 25):  # still flagged 10 steps after the end: slow to clear
+        verdicts[s].flagged = {3: "compute"}
+    outcome = evaluate(_result([fault], 40), verdicts, FABRIC)
+    (clearing,) = outcome.clearings
+    assert clearing.steps_to_clear == 10
+    assert outcome.false_flags == {}
+    verdicts[30].flagged = {3: "compute"}  # flagged again after it cleared: nothing explains it
+    outcome = evaluate(_result([fault], 40), verdicts, FABRIC)
+    assert outcome.clearings[0].steps_to_clear == 10
+    assert outcome.false_flags == {3: 1}
+
+
 def test_a_verdict_that_comes_and_goes_is_not_right() -> None:
     fault = Fault.parse("compute:3:0.05@5")
     verdicts = {s: StepVerdict(s) for s in range(20)}

@@ -14,9 +14,10 @@ something to find:
   :data:`HOLD_SHARE`;
 - after a fault ends, how many steps until its flags cleared.
 
-A false flag is a rank flagged at a step where no active fault explains it, outside a grace
-of ``clear_grace`` steps after a fault that involved it ended (the Collector clears a flag
-after a few clean steps, by design).
+A false flag is a rank flagged at a step where no fault explains it: none active, none that
+involved it within the last ``clear_grace`` steps, and none that ended with it still flagged
+and has not cleared yet (that lingering is the fault's clearing, measured in steps to clear;
+flagged again after its clearing, the rank is a false flag).
 """
 
 from __future__ import annotations
@@ -217,12 +218,18 @@ def evaluate(
             if step < end:
                 continue
             v = verdicts[step]
-            still = (ranks & set(v.flagged)) or (suspects & v.suspects)
-            if still:
-                clear = None
-            elif clear is None:
-                clear = step
+            if not (ranks & set(v.flagged)) and not (suspects & v.suspects):
+                clear = step  # the first step without its flags; a later one is a false flag
+                break
         clearings.append(Clearing(fault, end, clear))
+    # A fault's own ranks still flagged after it ended are its clearing (counted above, in
+    # steps to clear), not false flags; so are the ranks of the last clear_grace steps'
+    # expectations (a verdict is a few steps behind the job).
+    lingering = [
+        (range(c.end_step, c.clear_step if c.clear_step is not None else steps[-1] + 1),
+         set(c.fault.expected(where).flagged))
+        for c in clearings
+    ]  # fmt: skip
     false_flags: dict[int, int] = {}
     for step in steps:
         window = range(max(0, step - clear_grace), step + 1)
@@ -230,6 +237,9 @@ def evaluate(
         for s in window:
             exp = expected_at(faults, s, where)
             explained |= set(exp.flagged) | set(exp.allowed)
+        for span, ranks in lingering:
+            if step in span:
+                explained |= ranks
         for rank in verdicts[step].flagged:
             if rank not in explained:
                 false_flags[rank] = false_flags.get(rank, 0) + 1

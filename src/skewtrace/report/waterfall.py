@@ -18,6 +18,7 @@ Rows of ranks flagged in the last summary carry the class ``flagged`` and
 
 from __future__ import annotations
 
+from skewtrace import semconv
 from skewtrace.report.model import SEGMENT_KINDS, RankRow, Segment, Waterfall
 from skewtrace.report.svg import (
     COLORS,
@@ -42,11 +43,11 @@ RIGHT_W = 96
 AXIS_H = 30
 _LEGEND = {
     "step": "train.step (the rank's iteration)",
-    "fetch": "dataloader.fetch",
+    "fetch": semconv.SPAN_DATALOADER_FETCH,
     "forward": "forward",
     "backward": "backward",
-    "optimizer": "optimizer.step",
-    "pacing": "pacing.delay",
+    "optimizer": semconv.SPAN_OPTIMIZER_STEP,
+    "pacing": semconv.SPAN_PACING_DELAY,
     "other": "other spans",
     "collective": "collective: transfer",
     "wait": "collective: barrier wait",

@@ -72,7 +72,8 @@ type linkScratch struct {
 	// per group (pg id)
 	groupSlow, groupHealthy, groupSeen []bool
 	groupDoubt                         []bool
-	groupColl                          []int32 // a collective of the group in the step
+	groupExcess                        []float64 // seconds its slow transfers lost in the step
+	groupColl                          []int32   // a collective of the group in the step
 	elements                           map[string]int32
 	elemName                           []Suspect
 	elemSlow, elemHealthy              []int32
@@ -282,8 +283,11 @@ func (m *model) element(name Suspect) int32 {
 
 // locate names the links that explain the slow groups of the step: the elements (a host's
 // NIC, a host, a switch's uplink, a switch) contained in slow groups and in no healthy
-// group, the most specific first, greedily until every slow group is explained. It
-// returns each suspect with the collectives it explains.
+// group, greedily until every slow group is explained: first the element whose slow groups
+// lost the most time (the sum of their transfers' excess over their references), the most
+// specific on a tie. Weighing by the time lost, not by the number of groups, keeps a link
+// that slows many transfers a lot ahead of a NIC that shares a few of them with transfers
+// slowed a little by a busy host. It returns each suspect with the collectives it explains.
 func (m *model) locate(j *jobState, sd *stepData) []located {
 	l := &m.links
 	nGroups := len(m.pgIDs)
@@ -296,6 +300,8 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 	clear(l.groupHealthy)
 	l.groupDoubt = grow(l.groupDoubt, nGroups)
 	clear(l.groupDoubt)
+	l.groupExcess = grow(l.groupExcess, nGroups)
+	clear(l.groupExcess)
 	anySlow := false
 	slowBytes := int64(math.MaxInt64)
 	for c := range sd.colls {
@@ -316,6 +322,7 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 		switch {
 		case l.slow[c]:
 			l.groupSlow[g] = true
+			l.groupExcess[g] += m.transfer[c] - l.refT[c]
 			anySlow = true
 		case large && l.healthy[c]:
 			l.groupHealthy[g] = true
@@ -411,29 +418,31 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 	remaining := len(slowGroups)
 	var out []located
 	for round := 0; round < maxCover && remaining > 0; round++ {
-		best, bestKind := 0, SuspectKind(255)
+		best, bestKind := 0.0, SuspectKind(255)
 		var tied []int32
 		for e := range l.elemName {
 			if l.elemHealthy[e] > 0 || l.elemSlow[e] == 0 {
 				continue
 			}
-			cover := 0
+			cover, lost := 0, 0.0
 			for _, g := range l.elemGroups[e] {
 				if !l.covered[g] {
 					cover++
+					lost += max(l.groupExcess[g], 1e-12)
 				}
 			}
 			kind := l.elemName[e].Kind
+			same := math.Abs(lost-best) <= 1e-9*max(lost, best)
 			switch {
 			case cover == 0:
-			case cover > best || (cover == best && kind < bestKind):
-				best, bestKind = cover, kind
+			case (lost > best && !same) || (same && kind < bestKind):
+				best, bestKind = lost, kind
 				tied = append(tied[:0], int32(e))
-			case cover == best && kind == bestKind:
+			case same && kind == bestKind:
 				tied = append(tied, int32(e))
 			}
 		}
-		if best == 0 {
+		if best <= 0 {
 			break
 		}
 		// A NIC and its host explain the same groups; when every NIC of the host is
