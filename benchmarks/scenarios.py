@@ -45,7 +45,7 @@ SCENARIOS: dict[str, list[str]] = {
     "nic": ["nic:node2:200@8"],
     "uplink": ["uplink:leaf0:200@8"],
     "rack": ["rack:leaf1:0.05@8"],
-    "hetero": ["hetero:node5:4"],
+    "hetero": ["hetero:node5:12"],  # why 12: skewtrace.cluster.scenarios.PRESETS
     "jitter": ["jitter:0,2,4:0.04"],
     "mid-run, ends": ["compute:3:0.05@8:20"],
     "nic mid-run, ends": ["nic:node2:200@8:20"],

@@ -175,7 +175,8 @@ def _summary(workdir: Path) -> dict[str, Any]:
     return json.loads((workdir / "summary.json").read_text())
 
 
-# (scenario, its phases' expected verdicts). A short run: 26 steps, faults from step 8.
+# (scenario, its phases' expected verdicts). A short run: 26 steps, faults from step 8
+# (hetero: the whole run).
 SCENARIOS = [
     ("nic:node2:200@8", ["rank 2 (network), nic:node2/eth0"]),
     ("uplink:leaf0:200@8", ["uplink:leaf0"]),
@@ -183,6 +184,7 @@ SCENARIOS = [
     ("data:1:0.05@8", ["rank 1 (data)"]),
     ("rack:leaf1:0.05@8", ["rank 2 (compute), rank 3 (compute), switch:leaf1"]),
     ("compute:3:0.05@8:16", ["rank 3 (compute)"]),
+    ("hetero:node5:12", ["rank 5 (compute)"]),
 ]
 
 
@@ -200,7 +202,9 @@ def test_each_scenario_is_diagnosed(
         assert phase["right"], (phase, result.stdout[-2500:])
         # 3 steps is the least (4 root-cause steps of 8); a loaded 2-core machine takes longer
         # now and then (benchmarks/scenarios.py measures it): within 10 of the 18 fault steps.
-        assert phase["steps_to_flag"] is not None and phase["steps_to_flag"] <= 10, phase
+        # From step 0 (hetero), the job's warm-up steps come first and teach nothing.
+        bound = 10 if phase["onset_step"] > 0 else 14
+        assert phase["steps_to_flag"] is not None and phase["steps_to_flag"] <= bound, phase
     # The worst bug: a verdict on a rank with nothing wrong. A step or two of noise on two
     # shared cores is tolerated (it is counted and printed), never a lasting one.
     assert sum(run["false_flags"].values()) <= 2, run["false_flags"]

@@ -82,13 +82,18 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		j.slowdown.add(res.Duration/res.WhatIf, costAlpha(&a.cfg))
 	}
 	res.Slowdown = j.slowdown.mean
-	m.learnHistory(j)
-	m.candidate = grow(m.candidate, len(m.rankOf))
-	clear(m.candidate)
-	for _, ri := range candidates {
-		m.candidate[ri] = true
+	// A job's first steps (allocations, connections, kernels compiled) are not any rank's
+	// usual time: learned, they would make a rank that slows down later look as usual.
+	if j.stepsSeen >= warmupSteps {
+		m.learnHistory(j)
+		m.candidate = grow(m.candidate, len(m.rankOf))
+		clear(m.candidate)
+		for _, ri := range candidates {
+			m.candidate[ri] = true
+		}
+		m.learnWork(a, j, sd, m.candidate)
 	}
-	m.learnWork(a, j, sd, m.candidate)
+	j.stepsSeen++
 	m.carryOver(j, sd, exit)
 	return res
 }

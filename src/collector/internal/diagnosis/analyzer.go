@@ -57,7 +57,9 @@ type jobState struct {
 	name     string
 	open     map[int64]*stepData
 	analyzed int64 // highest analyzed step, -1 before the first
-	lastUsed int64
+	// stepsSeen counts the steps analyzed; the first warmupSteps teach no history.
+	stepsSeen int
+	lastUsed  int64
 
 	topology map[int32]Topology
 	carry    map[int32]carry

@@ -59,6 +59,15 @@ func (m *model) ownWork(a *Analyzer, j *jobState, sd *stepData, ri int32) ownWor
 	return w
 }
 
+// learnUsual adds a sample to a rank's usual time unless it is far above it: a rank that
+// stays slow (a rack whose ranks are each other's peers, so that none stands out as a
+// candidate in every step) must keep reading as slow, not learn its slowness as usual.
+func learnUsual(h *ewma, v float64) {
+	if h.samples < minHistorySamples || v <= 1.5*h.mean+1e-3 {
+		h.add(v, historyAlpha)
+	}
+}
+
 // learnWork updates the work history of the ranks that were not candidates in this step.
 func (m *model) learnWork(a *Analyzer, j *jobState, sd *stepData, candidate []bool) {
 	for ri := range m.rankOf {
@@ -76,8 +85,8 @@ func (m *model) learnWork(a *Analyzer, j *jobState, sd *stepData, candidate []bo
 		}
 		w := m.ownWork(a, j, sd, int32(ri))
 		if w.ok {
-			h.fetch.add(w.fetch, historyAlpha)
-			h.compute.add(w.compute, historyAlpha)
+			learnUsual(&h.fetch, w.fetch)
+			learnUsual(&h.compute, w.compute)
 		}
 	}
 }

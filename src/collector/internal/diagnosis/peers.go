@@ -13,6 +13,10 @@ const maxPeerSample = 63
 // can stand in for them.
 const minHistorySamples = 3
 
+// warmupSteps is how many of a job's first analyzed steps teach the ranks' own histories
+// nothing.
+const warmupSteps = 2
+
 // historyAlpha is the EWMA weight of a new gap sample in a rank's own history.
 const historyAlpha = 0.2
 
@@ -152,10 +156,7 @@ func (m *model) learnHistory(j *jobState) {
 			j.history[rank] = hist
 		}
 		for k := range n {
-			g := m.gap[m.rankStart[ri]+int32(k)]
-			if hist[k].samples < minHistorySamples || g <= 1.5*hist[k].mean+1e-3 {
-				hist[k].add(g, historyAlpha)
-			}
+			learnUsual(&hist[k], m.gap[m.rankStart[ri]+int32(k)])
 		}
 	}
 }
