@@ -82,10 +82,12 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		j.slowdown.add(res.Duration/res.WhatIf, costAlpha(&a.cfg))
 	}
 	res.Slowdown = j.slowdown.mean
+	m.learnHistory(j)
 	// A job's first steps (allocations, connections, kernels compiled) are not any rank's
-	// usual time: learned, they would make a rank that slows down later look as usual.
+	// usual work: learned, they would make a rank whose compute slows down later read as
+	// usual, its cause unknown. (Its gap history caps its peers' reference from below, so
+	// there a high start only errs towards fewer candidates.)
 	if j.stepsSeen >= warmupSteps {
-		m.learnHistory(j)
 		m.candidate = grow(m.candidate, len(m.rankOf))
 		clear(m.candidate)
 		for _, ri := range candidates {

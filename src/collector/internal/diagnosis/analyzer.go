@@ -57,7 +57,7 @@ type jobState struct {
 	name     string
 	open     map[int64]*stepData
 	analyzed int64 // highest analyzed step, -1 before the first
-	// stepsSeen counts the steps analyzed; the first warmupSteps teach no history.
+	// stepsSeen counts the steps analyzed; the first warmupSteps teach no usual work.
 	stepsSeen int
 	lastUsed  int64
 

@@ -13,8 +13,8 @@ const maxPeerSample = 63
 // can stand in for them.
 const minHistorySamples = 3
 
-// warmupSteps is how many of a job's first analyzed steps teach the ranks' own histories
-// nothing.
+// warmupSteps is how many of a job's first analyzed steps teach the ranks' usual work
+// (data loading, compute) nothing.
 const warmupSteps = 2
 
 // historyAlpha is the EWMA weight of a new gap sample in a rank's own history.
