@@ -392,7 +392,7 @@ def test_training_run_through_collector_to_jaeger(
         }
         run = subprocess.run(
             [sys.executable, str(REPO_ROOT / "examples" / "train_ddp.py"), "--nprocs", "4",
-             "--steps", "25", "--straggler", "2:compute:0.05", "--job-id", job_id],
+             "--steps", "40", "--straggler", "2:compute:0.05", "--job-id", job_id],
             env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert run.returncode == 0, run.stderr[-3000:]
