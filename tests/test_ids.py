@@ -8,7 +8,12 @@ import random
 import subprocess
 import sys
 
-from skewtrace._ids import SpanIdGenerator, step_root_span_id, step_trace_id
+from skewtrace._ids import (
+    SpanIdGenerator,
+    rank_step_span_id,
+    step_root_span_id,
+    step_trace_id,
+)
 
 
 def test_trace_id_is_sha256_prefix_of_job_and_step() -> None:
@@ -22,6 +27,15 @@ def test_root_span_id_is_sha256_prefix_and_nonzero() -> None:
     expected = int.from_bytes(hashlib.sha256(b"skewtrace/root/job-7/0").digest()[:8], "big")
     assert step_root_span_id("job-7", 0) == expected
     assert all(step_root_span_id("j", step) != 0 for step in range(1000))
+
+
+def test_rank_step_span_id_is_sha256_prefix_per_rank() -> None:
+    """The Collector derives the same ID (spanio.RankStepSpanID) to link a summary to a rank."""
+    expected = int.from_bytes(hashlib.sha256(b"skewtrace/rankstep/job-7/12/3").digest()[:8], "big")
+    assert rank_step_span_id("job-7", 12, 3) == expected
+    ids = {rank_step_span_id("job-7", 12, rank) for rank in range(4096)}
+    assert len(ids) == 4096
+    assert rank_step_span_id("job-7", 13, 3) != expected
 
 
 def test_span_ids_ignore_the_global_random_seed() -> None:

@@ -166,6 +166,19 @@ func TraceIDForStep(job string, step int) pcommon.TraceID {
 	return id
 }
 
+// RankStepSpanID is one rank's train.step span ID: the first 8 bytes of
+// sha256("skewtrace/rankstep/<job>/<step>/<rank>"), as the instrumentation derives it, so a
+// step summary's links reach it.
+func RankStepSpanID(job string, step, rank int) pcommon.SpanID {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("skewtrace/rankstep/%s/%d/%d", job, step, rank)))
+	var id pcommon.SpanID
+	copy(id[:], sum[:8])
+	if id.IsEmpty() {
+		id[7] = 1
+	}
+	return id
+}
+
 // RootSpanIDForStep is the step root span's ID: the first 8 bytes of
 // sha256("skewtrace/root/<job>/<step>"), with an all-zero result replaced by ...01.
 func RootSpanIDForStep(job string, step int) pcommon.SpanID {
@@ -374,7 +387,7 @@ func (j *Job) NextStep() Step {
 		}
 		optimizerEnd := backwardEnd.Add(j.draw(cfg.Optimizer))
 
-		stepID := j.newSpanID()
+		stepID := RankStepSpanID(cfg.JobID, step, rank)
 		addSpan := func(name string, id, parent pcommon.SpanID, start, end time.Time) ptrace.Span {
 			span := out.AppendEmpty()
 			span.SetName(name)

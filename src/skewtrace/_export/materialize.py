@@ -45,7 +45,12 @@ from skewtrace._events import (
     StepEvent,
     typed,
 )
-from skewtrace._ids import SpanIdGenerator, step_root_span_id, step_trace_id
+from skewtrace._ids import (
+    SpanIdGenerator,
+    rank_step_span_id,
+    step_root_span_id,
+    step_trace_id,
+)
 from skewtrace.version import __version__
 
 logger = logging.getLogger("skewtrace")
@@ -112,6 +117,7 @@ class SpanMaterializer:
         sampler: Sampler | None = None,
     ) -> None:
         self._job = identity.job_id
+        self._rank = identity.rank
         self._is_root_rank = identity.rank == 0
         self._resource = identity.resource
         self._anchor = epoch_anchor_ns
@@ -165,7 +171,7 @@ class SpanMaterializer:
     def _new_step(self, step: int) -> _Step:
         trace_id = step_trace_id(self._job, step)
         root_id = step_root_span_id(self._job, step)
-        span_id = self._ids.new_span_id()
+        span_id = rank_step_span_id(self._job, step, self._rank)
         remote_root = not self._is_root_rank
         if self._sampler is None:
             root = SpanContext(trace_id, root_id, remote_root, trace_flags=_SAMPLED)

@@ -52,7 +52,7 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 	span.SetName(semconv.SpanStepSummary)
 	span.SetTraceID(StepTraceID(res.Job, res.Step))
 	span.SetParentSpanID(StepRootSpanID(res.Job, res.Step))
-	span.SetSpanID(derivedSpanID("skewtrace/summary/", res.Job, res.Step))
+	span.SetSpanID(StepSummarySpanID(res.Job, res.Step))
 	span.SetKind(ptrace.SpanKindInternal)
 	end := pcommon.Timestamp(max(0, res.EndUnixNano))
 	span.SetEndTimestamp(end)
@@ -264,4 +264,35 @@ func suspectOf(a pcommon.Map) (diagnosis.Suspect, bool) {
 		return diagnosis.Suspect{}, false
 	}
 	return s, true
+}
+
+// StepSummarySpanID is the span ID of a step's train.step.summary span: the first 8 bytes of
+// sha256("skewtrace/summary/<job>/<step>").
+func StepSummarySpanID(job string, step int64) pcommon.SpanID {
+	return derivedSpanID("skewtrace/summary/", job, step)
+}
+
+// RankStepSpanID is the span ID of one rank's train.step span of a step: the first 8 bytes
+// of sha256("skewtrace/rankstep/<job>/<step>/<rank>") (src/skewtrace/_ids.py), so that a step
+// summary can link to any rank's step without having seen it.
+func RankStepSpanID(job string, step int64, rank int) pcommon.SpanID {
+	sum := sha256.Sum256([]byte("skewtrace/rankstep/" + job + "/" + strconv.FormatInt(step, 10) +
+		"/" + strconv.Itoa(rank)))
+	var id pcommon.SpanID
+	copy(id[:], sum[:8])
+	if id.IsEmpty() {
+		id[7] = 1
+	}
+	return id
+}
+
+// RankStepTraceID is the trace that holds one rank's spans of a step when the traceshape
+// processor stores a job one trace per (step, rank): the first 16 bytes of
+// sha256("skewtrace/ranktrace/<job>/<step>/<rank>").
+func RankStepTraceID(job string, step int64, rank int) pcommon.TraceID {
+	sum := sha256.Sum256([]byte("skewtrace/ranktrace/" + job + "/" + strconv.FormatInt(step, 10) +
+		"/" + strconv.Itoa(rank)))
+	var id pcommon.TraceID
+	copy(id[:], sum[:16])
+	return id
 }

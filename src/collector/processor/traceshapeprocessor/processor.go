@@ -1,0 +1,350 @@
+package traceshapeprocessor // import "github.com/skewtrace/skewtrace/src/collector/processor/traceshapeprocessor"
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
+	"github.com/skewtrace/skewtrace/src/collector/processor/traceshapeprocessor/internal/metadata"
+)
+
+// maxTracked bounds the per-trace span counts of one generation: past it the counts of the
+// generation before are forgotten (a trace still receiving spans two generations later may
+// then hold up to twice max_trace_spans).
+const maxTracked = 1 << 16
+
+// maxLabelLength bounds the job ids read from summaries (as the barrierskew components do).
+const maxLabelLength = 256
+
+// jobShape is what the processor remembers of one job.
+type jobShape struct {
+	// split: the job is stored one trace per (step, rank); never undone within a job.
+	split bool
+	world int
+	// The spans one rank sends per step, counted on the first rank seen (probe).
+	probeRank  int
+	probeStep  int64
+	probeCount int
+	perRank    int
+	// The ranks flagged after the latest analyzed step (from its summary).
+	flagged     map[int]struct{}
+	flaggedStep int64
+}
+
+func (j *jobShape) observe(rank int, step int64, world int, maxTraceSpans int) bool {
+	j.world = max(j.world, world, rank+1)
+	if j.probeRank < 0 {
+		j.probeRank, j.probeStep = rank, step
+	}
+	if rank == j.probeRank {
+		if step != j.probeStep {
+			j.probeStep, j.probeCount = step, 0
+		}
+		j.probeCount++
+		j.perRank = max(j.perRank, j.probeCount)
+	}
+	if !j.split && j.world*j.perRank > maxTraceSpans {
+		j.split = true
+		return true
+	}
+	return false
+}
+
+// sampled reports whether a healthy rank keeps its spans: every stride-th rank.
+func (j *jobShape) sampled(rank, sample int) bool {
+	if sample <= 0 {
+		return false
+	}
+	stride := (j.world + sample - 1) / sample
+	return stride <= 1 || rank%stride == 0
+}
+
+type rankStep struct {
+	job  string
+	step int64
+	rank int
+}
+
+// traceShapeProcessor decides what reaches the trace backend and in which traces.
+//
+//	ConsumeTraces(batch)
+//	  ├─ train.step.summary spans: the job's flagged ranks; links to the ranks they name
+//	  ├─ spans of a job whose step fits in one trace: unchanged (dropped past max_trace_spans)
+//	  └─ spans of a larger job: flagged, sampled and late-member spans moved to the trace of
+//	     their (step, rank), train.step linked to the step summary; the rest dropped, counted
+type traceShapeProcessor struct {
+	cfg  *Config
+	next consumer.Traces
+
+	mu     sync.Mutex
+	jobs   map[string]*jobShape
+	counts [2]map[pcommon.TraceID]int32
+	traces map[rankStep]pcommon.TraceID
+
+	telemetry   *metadata.TelemetryBuilder
+	healthyRank metric.AddOption
+	traceFull   metric.AddOption
+}
+
+func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces) (*traceShapeProcessor, error) {
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
+	}
+	return &traceShapeProcessor{
+		cfg:         cfg,
+		next:        next,
+		jobs:        make(map[string]*jobShape),
+		counts:      [2]map[pcommon.TraceID]int32{make(map[pcommon.TraceID]int32), nil},
+		traces:      make(map[rankStep]pcommon.TraceID),
+		telemetry:   tb,
+		healthyRank: metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "healthy_rank"))),
+		traceFull:   metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "trace_full"))),
+	}, nil
+}
+
+func (p *traceShapeProcessor) Start(context.Context, component.Host) error { return nil }
+
+func (p *traceShapeProcessor) Shutdown(context.Context) error {
+	if p.telemetry != nil {
+		p.telemetry.Shutdown()
+		p.telemetry = nil
+	}
+	return nil
+}
+
+// Capabilities: the processor drops spans and rewrites trace IDs, parents and links.
+func (p *traceShapeProcessor) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
+}
+
+func (p *traceShapeProcessor) job(name string) *jobShape {
+	j, ok := p.jobs[name]
+	if !ok {
+		if len(p.jobs) >= p.cfg.MaxJobs {
+			clear(p.jobs)
+		}
+		j = &jobShape{probeRank: -1, flaggedStep: -1}
+		p.jobs[name] = j
+	}
+	return j
+}
+
+// count returns how many spans the processor forwarded into a trace, and whether one more
+// may go (counting it).
+func (p *traceShapeProcessor) admit(id pcommon.TraceID) bool {
+	n := p.counts[0][id]
+	if p.counts[1] != nil {
+		n += p.counts[1][id]
+	}
+	if int(n) >= p.cfg.MaxTraceSpans {
+		return false
+	}
+	if len(p.counts[0]) >= maxTracked {
+		p.counts[1] = p.counts[0]
+		p.counts[0] = make(map[pcommon.TraceID]int32)
+	}
+	p.counts[0][id]++
+	return true
+}
+
+func (p *traceShapeProcessor) rankTrace(job string, step int64, rank int) pcommon.TraceID {
+	key := rankStep{job: job, step: step, rank: rank}
+	id, ok := p.traces[key]
+	if !ok {
+		id = spanio.RankStepTraceID(job, step, rank)
+		p.traces[key] = id
+	}
+	return id
+}
+
+// ConsumeTraces shapes the batch and forwards what is kept.
+func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	p.mu.Lock()
+	clear(p.traces)
+	rss := td.ResourceSpans()
+	for i := range rss.Len() {
+		p.readSummaries(rss.At(i))
+	}
+	var kept, healthy, full int64
+	splits := 0
+	for i := range rss.Len() {
+		rs := rss.At(i)
+		job, rank, world, ok := rankOf(rs.Resource())
+		sss := rs.ScopeSpans()
+		if !ok {
+			for j := range sss.Len() {
+				kept += int64(sss.At(j).Spans().Len())
+			}
+			continue
+		}
+		js := p.job(job)
+		for j := range sss.Len() {
+			sss.At(j).Spans().RemoveIf(func(span ptrace.Span) bool {
+				step, hasStep := stepOf(span)
+				if !hasStep || span.Name() == semconv.SpanStepRoot {
+					kept++
+					return false
+				}
+				if js.observe(rank, step, world, p.cfg.MaxTraceSpans) {
+					splits++
+				}
+				if !js.split {
+					if !p.admit(span.TraceID()) {
+						full++
+						return true
+					}
+					kept++
+					return false
+				}
+				_, flagged := js.flagged[rank]
+				whole := flagged || js.sampled(rank, p.cfg.SampleRanks)
+				late := !whole && lateMember(span)
+				if !whole && !late {
+					healthy++
+					return true
+				}
+				id := p.rankTrace(job, step, rank)
+				if !p.admit(id) {
+					full++
+					return true
+				}
+				span.SetTraceID(id)
+				// The rank's step (and a late member kept without it) is the root of the
+				// (step, rank) trace, one link away from its step's summary.
+				if span.Name() == semconv.SpanStep || late {
+					span.SetParentSpanID(pcommon.NewSpanIDEmpty())
+					link := span.Links().AppendEmpty()
+					link.SetTraceID(spanio.StepTraceID(job, step))
+					link.SetSpanID(spanio.StepSummarySpanID(job, step))
+				}
+				kept++
+				return false
+			})
+		}
+	}
+	rss.RemoveIf(func(rs ptrace.ResourceSpans) bool {
+		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool { return ss.Spans().Len() == 0 })
+		return rs.ScopeSpans().Len() == 0
+	})
+	p.mu.Unlock()
+
+	if t := p.telemetry; t != nil {
+		t.ProcessorTraceshapeSpansKept.Add(ctx, kept)
+		if healthy > 0 {
+			t.ProcessorTraceshapeSpansDropped.Add(ctx, healthy, p.healthyRank)
+		}
+		if full > 0 {
+			t.ProcessorTraceshapeSpansDropped.Add(ctx, full, p.traceFull)
+		}
+		if splits > 0 {
+			t.ProcessorTraceshapeJobsSplit.Add(ctx, int64(splits))
+		}
+	}
+	if rss.Len() == 0 {
+		return nil
+	}
+	return p.next.ConsumeTraces(ctx, td)
+}
+
+// readSummaries takes the flagged ranks from the step summaries of a resource and links each
+// summary to the train.step spans of the ranks it names.
+func (p *traceShapeProcessor) readSummaries(rs ptrace.ResourceSpans) {
+	sss := rs.ScopeSpans()
+	for j := range sss.Len() {
+		spans := sss.At(j).Spans()
+		for k := range spans.Len() {
+			span := spans.At(k)
+			if !spanio.IsSummary(span) {
+				continue
+			}
+			res, ok := spanio.ReadSummary(span, rs.Resource(), maxLabelLength)
+			if !ok {
+				continue
+			}
+			js := p.job(res.Job)
+			if res.Step >= js.flaggedStep {
+				js.flaggedStep = res.Step
+				js.flagged = make(map[int]struct{}, len(res.Flagged))
+				for _, f := range res.Flagged {
+					js.flagged[f.Rank] = struct{}{}
+				}
+			}
+			linked := make(map[int]bool)
+			link := func(rank int) {
+				if linked[rank] || len(linked) >= p.cfg.MaxLinks {
+					return
+				}
+				linked[rank] = true
+				l := span.Links().AppendEmpty()
+				if js.split {
+					l.SetTraceID(p.rankTrace(res.Job, res.Step, rank))
+				} else {
+					l.SetTraceID(span.TraceID())
+				}
+				l.SetSpanID(spanio.RankStepSpanID(res.Job, res.Step, rank))
+				l.Attributes().PutInt(semconv.AttrRank, int64(rank))
+			}
+			for _, rc := range res.RootCauses {
+				if rc.Rank >= 0 {
+					link(rc.Rank)
+				}
+			}
+			for _, f := range res.Flagged {
+				link(f.Rank)
+			}
+		}
+	}
+}
+
+// rankOf reads the job, rank and world size of a rank's resource (ok false for a resource
+// without a job id or rank: the Collector's own summaries, foreign spans).
+func rankOf(res pcommon.Resource) (string, int, int, bool) {
+	attrs := res.Attributes()
+	job, ok := attrs.Get(semconv.AttrJobID)
+	if !ok || job.Type() != pcommon.ValueTypeStr || job.Str() == "" {
+		return "", 0, 0, false
+	}
+	rank, ok := attrs.Get(semconv.AttrRank)
+	if !ok || rank.Type() != pcommon.ValueTypeInt || rank.Int() < 0 || rank.Int() >= 1<<20 {
+		return "", 0, 0, false
+	}
+	world := 0
+	if w, ok := attrs.Get(semconv.AttrWorldSize); ok && w.Type() == pcommon.ValueTypeInt &&
+		w.Int() > 0 && w.Int() <= 1<<20 {
+		world = int(w.Int())
+	}
+	return job.Str(), int(rank.Int()), world, true
+}
+
+func stepOf(span ptrace.Span) (int64, bool) {
+	v, ok := span.Attributes().Get(semconv.AttrStep)
+	if !ok || v.Type() != pcommon.ValueTypeInt || v.Int() < 0 {
+		return 0, false
+	}
+	return v.Int(), true
+}
+
+// lateMember reports whether a collective span is its collective's late member (the one the
+// others waited for: lateness equal to the skew) or carries a straggler verdict.
+func lateMember(span ptrace.Span) bool {
+	attrs := span.Attributes()
+	if v, ok := attrs.Get(semconv.AttrStraggler); ok && v.Type() == pcommon.ValueTypeBool && v.Bool() {
+		return true
+	}
+	skew, ok := attrs.Get(semconv.AttrBarrierSkew)
+	if !ok || skew.Type() != pcommon.ValueTypeDouble || skew.Double() <= 0 {
+		return false
+	}
+	late, ok := attrs.Get(semconv.AttrBarrierLateness)
+	return ok && late.Type() == pcommon.ValueTypeDouble && late.Double() >= skew.Double()
+}
