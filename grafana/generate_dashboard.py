@@ -137,6 +137,7 @@ BUFFERED_SPANS = _instrument("otelcol_processor_barrierskew_buffered_spans")
 RELEASED = _instrument("otelcol_processor_barrierskew_collectives_released", OUTCOME)
 EVICTED = _instrument("otelcol_processor_barrierskew_collectives_evicted")
 MALFORMED = _instrument("otelcol_processor_barrierskew_spans_malformed", NOT_JOINED_REASON)
+NOT_STORED = _instrument("otelcol_processor_traceshape_spans_dropped", NOT_JOINED_REASON)
 # The Collector's standard pipeline counters, labelled by component id (receiver, exporter).
 RECEIVER_REFUSED = "otelcol_receiver_refused_spans"
 EXPORTER_SEND_FAILED = "otelcol_exporter_send_failed_spans"
@@ -776,7 +777,8 @@ def _collector_row(board: dashboard.Dashboard) -> None:
             "Dropped and rejected spans",
             "Spans lost or left out on the way: collective spans the processor forwarded without "
             "a join (malformed, duplicate, late), spans refused by the receiver, failed or not "
-            "queued by an exporter, or dropped by a rank's full event buffer.",
+            "queued by an exporter, dropped by a rank's full event buffer, or not stored by "
+            "traceshape (a large job's healthy ranks, a full trace: still in the metrics).",
             [
                 _promql(
                     "A",
@@ -796,6 +798,11 @@ def _collector_row(board: dashboard.Dashboard) -> None:
                     f"rank buffer {_legend(REASON)}",
                 ),
                 _promql("F", _rate(semconv.PROM_SPANS_EXPORT_FAILED), "rank export failed"),
+                _promql(
+                    "G",
+                    _rate(NOT_STORED, by=NOT_JOINED_REASON),
+                    f"not stored {_legend(NOT_JOINED_REASON)}",
+                ),
             ],
             8,
             unit="cps",

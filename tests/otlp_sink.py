@@ -58,6 +58,11 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     resource: dict[str, Any]
     scope: str
+    # (trace_id, span_id, attributes) of each span link.
+    links: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    # Serialized size of the span, and of its resource (protobuf bytes).
+    size: int = 0
+    resource_size: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -88,6 +93,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         received = []
         for resource_spans in request.resource_spans:
             resource = attributes(resource_spans.resource.attributes)
+            resource_size = resource_spans.resource.ByteSize()
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     received.append(
@@ -101,6 +107,16 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
                             attributes=attributes(span.attributes),
                             resource=resource,
                             scope=scope_spans.scope.name,
+                            links=tuple(
+                                (
+                                    link.trace_id.hex(),
+                                    link.span_id.hex(),
+                                    attributes(link.attributes),
+                                )
+                                for link in span.links
+                            ),
+                            size=span.ByteSize(),
+                            resource_size=resource_size,
                         )
                     )
         with self._store.cond:

@@ -258,6 +258,7 @@ ONLY_ON_TROUBLE = {
     semconv.PROM_FABRIC_COST,  # what a suspect costs
     "otelcol_processor_barrierskew_collectives_evicted",  # the pending bound was reached
     "otelcol_processor_barrierskew_spans_malformed",  # a collective span could not be joined
+    "otelcol_processor_traceshape_spans_dropped",  # a large job's healthy ranks, a full trace
     "otelcol_receiver_refused_spans",  # the memory limiter refused data
     "otelcol_exporter_send_failed_spans",  # the trace backend failed (here: none listens)
     "otelcol_exporter_enqueue_failed_spans",  # an exporter queue was full

@@ -2,6 +2,8 @@ package traceshapeprocessor // import "github.com/skewtrace/skewtrace/src/collec
 
 import (
 	"context"
+	"math/bits"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/collector/component"
@@ -22,6 +24,49 @@ import (
 // then hold up to twice max_trace_spans).
 const maxTracked = 1 << 16
 
+// maxLateSteps bounds the (job, step, rank) entries remembered as some collective's late
+// member; past it they start over.
+const maxLateSteps = 1 << 16
+
+// maxLatePerStep bounds the late members whose steps are kept in one step of a job, and
+// maxLateStepsTracked the steps per job that count them.
+const (
+	maxLatePerStep      = 64
+	maxLateStepsTracked = 64
+)
+
+// skewWindow is how many recent skews of a job's collectives of one size class make the
+// usual skew (their median); minSkewSamples are needed before a skew can stand out.
+const (
+	skewWindow     = 31
+	minSkewSamples = 5
+	// anomalyFactor x the usual skew, and at least minAnomalousSkew seconds, makes a
+	// collective anomalous.
+	anomalyFactor    = 3
+	minAnomalousSkew = 1e-3
+)
+
+// skewHistory is a ring of a job's recent collective skews (one size class of group).
+type skewHistory struct {
+	vals [skewWindow]float64
+	n    int
+	next int
+}
+
+// anomalous reports whether skew stands out from the recent ones, then remembers it.
+func (h *skewHistory) anomalous(skew float64) bool {
+	out := true
+	if h.n >= minSkewSamples {
+		sorted := slices.Clone(h.vals[:h.n])
+		slices.Sort(sorted)
+		out = skew >= minAnomalousSkew && skew > anomalyFactor*sorted[h.n/2]
+	}
+	h.vals[h.next] = skew
+	h.next = (h.next + 1) % skewWindow
+	h.n = min(h.n+1, skewWindow)
+	return out
+}
+
 // maxLabelLength bounds the job ids read from summaries (as the barrierskew components do).
 const maxLabelLength = 256
 
@@ -38,6 +83,10 @@ type jobShape struct {
 	// The ranks flagged after the latest analyzed step (from its summary).
 	flagged     map[int]struct{}
 	flaggedStep int64
+	// Recent skews by group size class (bit length of pg_size), and the late members kept
+	// per step.
+	skews     map[int]*skewHistory
+	lateSteps map[int64]int
 }
 
 func (j *jobShape) observe(rank int, step int64, world int, maxTraceSpans int) bool {
@@ -79,8 +128,9 @@ type rankStep struct {
 //	ConsumeTraces(batch)
 //	  ├─ train.step.summary spans: the job's flagged ranks; links to the ranks they name
 //	  ├─ spans of a job whose step fits in one trace: unchanged (dropped past max_trace_spans)
-//	  └─ spans of a larger job: flagged, sampled and late-member spans moved to the trace of
-//	     their (step, rank), train.step linked to the step summary; the rest dropped, counted
+//	  └─ spans of a larger job: the steps of flagged and sampled ranks, and of a collective's
+//	     late member from that span on, moved to the trace of their (step, rank), train.step
+//	     linked to the step summary; the rest dropped, counted
 type traceShapeProcessor struct {
 	cfg  *Config
 	next consumer.Traces
@@ -89,6 +139,10 @@ type traceShapeProcessor struct {
 	jobs   map[string]*jobShape
 	counts [2]map[pcommon.TraceID]int32
 	traces map[rankStep]pcommon.TraceID
+	// late: the (job, step, rank)s that were the late member of a collective; in a split
+	// job, the rest of that rank's step (its train.step, which the summary links to, ends
+	// after its collectives) is kept too.
+	late map[rankStep]struct{}
 
 	telemetry   *metadata.TelemetryBuilder
 	healthyRank metric.AddOption
@@ -106,6 +160,7 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces) (*t
 		jobs:        make(map[string]*jobShape),
 		counts:      [2]map[pcommon.TraceID]int32{make(map[pcommon.TraceID]int32), nil},
 		traces:      make(map[rankStep]pcommon.TraceID),
+		late:        make(map[rankStep]struct{}),
 		telemetry:   tb,
 		healthyRank: metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "healthy_rank"))),
 		traceFull:   metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "trace_full"))),
@@ -133,7 +188,8 @@ func (p *traceShapeProcessor) job(name string) *jobShape {
 		if len(p.jobs) >= p.cfg.MaxJobs {
 			clear(p.jobs)
 		}
-		j = &jobShape{probeRank: -1, flaggedStep: -1}
+		j = &jobShape{probeRank: -1, flaggedStep: -1, skews: make(map[int]*skewHistory),
+			lateSteps: make(map[int64]int)}
 		p.jobs[name] = j
 	}
 	return j
@@ -175,6 +231,9 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	for i := range rss.Len() {
 		p.readSummaries(rss.At(i))
 	}
+	for i := range rss.Len() {
+		p.markLate(rss.At(i))
+	}
 	var kept, healthy, full int64
 	splits := 0
 	for i := range rss.Len() {
@@ -207,9 +266,8 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 					return false
 				}
 				_, flagged := js.flagged[rank]
-				whole := flagged || js.sampled(rank, p.cfg.SampleRanks)
-				late := !whole && lateMember(span)
-				if !whole && !late {
+				_, late := p.late[rankStep{job: job, step: step, rank: rank}]
+				if !flagged && !late && !js.sampled(rank, p.cfg.SampleRanks) {
 					healthy++
 					return true
 				}
@@ -219,9 +277,9 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 					return true
 				}
 				span.SetTraceID(id)
-				// The rank's step (and a late member kept without it) is the root of the
-				// (step, rank) trace, one link away from its step's summary.
-				if span.Name() == semconv.SpanStep || late {
+				// The rank's step is the root of the (step, rank) trace, one link away from
+				// its step's summary.
+				if span.Name() == semconv.SpanStep {
 					span.SetParentSpanID(pcommon.NewSpanIDEmpty())
 					link := span.Links().AppendEmpty()
 					link.SetTraceID(spanio.StepTraceID(job, step))
@@ -254,6 +312,56 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		return nil
 	}
 	return p.next.ConsumeTraces(ctx, td)
+}
+
+// markLate remembers the (job, step, rank) of the late member of each anomalous collective:
+// one whose skew stands out from the job's recent collectives of its size, or that carries a
+// straggler verdict (before the job may split in this very batch). At most maxLatePerStep
+// per step.
+func (p *traceShapeProcessor) markLate(rs ptrace.ResourceSpans) {
+	job, rank, _, ok := rankOf(rs.Resource())
+	if !ok {
+		return
+	}
+	var js *jobShape
+	sss := rs.ScopeSpans()
+	for j := range sss.Len() {
+		spans := sss.At(j).Spans()
+		for k := range spans.Len() {
+			span := spans.At(k)
+			step, ok := stepOf(span)
+			if !ok {
+				continue
+			}
+			skew, size, late, verdict := lateMember(span)
+			if !late {
+				continue
+			}
+			if js == nil {
+				js = p.job(job)
+			}
+			h := js.skews[bits.Len(uint(size))]
+			if h == nil {
+				h = &skewHistory{}
+				js.skews[bits.Len(uint(size))] = h
+			}
+			if !h.anomalous(skew) && !verdict {
+				continue
+			}
+			key := rankStep{job: job, step: step, rank: rank}
+			if _, ok := p.late[key]; ok || js.lateSteps[step] >= maxLatePerStep {
+				continue
+			}
+			if len(p.late) >= maxLateSteps {
+				clear(p.late)
+			}
+			if len(js.lateSteps) >= maxLateStepsTracked {
+				clear(js.lateSteps)
+			}
+			js.lateSteps[step]++
+			p.late[key] = struct{}{}
+		}
+	}
 }
 
 // readSummaries takes the flagged ranks from the step summaries of a resource and links each
@@ -334,17 +442,22 @@ func stepOf(span ptrace.Span) (int64, bool) {
 	return v.Int(), true
 }
 
-// lateMember reports whether a collective span is its collective's late member (the one the
-// others waited for: lateness equal to the skew) or carries a straggler verdict.
-func lateMember(span ptrace.Span) bool {
+// lateMember reads a collective span's annotations: its skew and group size, whether it was
+// the late member (the one the others waited for: lateness equal to the skew), and whether it
+// carries a straggler verdict.
+func lateMember(span ptrace.Span) (skew float64, size int64, late, verdict bool) {
 	attrs := span.Attributes()
 	if v, ok := attrs.Get(semconv.AttrStraggler); ok && v.Type() == pcommon.ValueTypeBool && v.Bool() {
-		return true
+		verdict = true
 	}
-	skew, ok := attrs.Get(semconv.AttrBarrierSkew)
-	if !ok || skew.Type() != pcommon.ValueTypeDouble || skew.Double() <= 0 {
-		return false
+	if v, ok := attrs.Get(semconv.AttrCollectivePGSize); ok && v.Type() == pcommon.ValueTypeInt {
+		size = max(0, v.Int())
 	}
-	late, ok := attrs.Get(semconv.AttrBarrierLateness)
-	return ok && late.Type() == pcommon.ValueTypeDouble && late.Double() >= skew.Double()
+	s, ok := attrs.Get(semconv.AttrBarrierSkew)
+	if !ok || s.Type() != pcommon.ValueTypeDouble || s.Double() <= 0 {
+		return 0, size, verdict, verdict
+	}
+	l, ok := attrs.Get(semconv.AttrBarrierLateness)
+	late = verdict || (ok && l.Type() == pcommon.ValueTypeDouble && l.Double() >= s.Double())
+	return s.Double(), size, late, verdict
 }

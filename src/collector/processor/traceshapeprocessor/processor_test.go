@@ -227,8 +227,9 @@ func collect(tds []ptrace.Traces) shape {
 
 // TestLargeJobShapeAt4096Ranks: a 4096-rank job with 30 collectives per step through the
 // real barrierskew processor, then traceshape. Every stored trace stays under Tempo's 5 MB,
-// the flagged rank's step is one link from the step summary, and every span that did not
-// reach the backend is counted.
+// every link of a step summary leads to the named rank's stored train.step (before the rank
+// is flagged too: it was its collectives' late member), the flagged rank's steps are whole,
+// and every span that did not reach the backend is counted.
 func TestLargeJobShapeAt4096Ranks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4096 ranks x 6 steps")
@@ -308,7 +309,7 @@ func TestLargeJobShapeAt4096Ranks(t *testing.T) {
 
 	// Every step: one summary, in the step trace; the flagged rank's step is one link away
 	// once it is flagged, and that rank's spans are all stored.
-	flaggedSteps := 0
+	flaggedSteps, linked := 0, 0
 	for _, s := range got.spans {
 		if !spanio.IsSummary(s.Span) {
 			continue
@@ -321,6 +322,9 @@ func TestLargeJobShapeAt4096Ranks(t *testing.T) {
 			rank, _ := l.Attributes().Get(semconv.AttrRank)
 			require.Equal(t, spanio.RankStepTraceID("job", step.Int(), int(rank.Int())), l.TraceID())
 			require.Equal(t, spanio.RankStepSpanID("job", step.Int(), int(rank.Int())), l.SpanID())
+			require.True(t, hasSpan(got.spans, l.TraceID(), l.SpanID()),
+				"step %d: the link to rank %d leads nowhere", step.Int(), rank.Int())
+			linked++
 		}
 		res, ok := spanio.ReadSummary(s.Span, s.Resource, 256)
 		require.True(t, ok)
@@ -330,6 +334,7 @@ func TestLargeJobShapeAt4096Ranks(t *testing.T) {
 		}
 	}
 	require.Positive(t, flaggedSteps, "the straggler was never flagged")
+	require.Positive(t, linked)
 
 	// After its first flag, the straggler's steps are whole in their own trace, rooted at its
 	// train.step, which links back to the step summary.
@@ -354,12 +359,12 @@ func TestLargeJobShapeAt4096Ranks(t *testing.T) {
 		id := spanio.RankStepTraceID("job", steps-1, rank)
 		require.Contains(t, got.traces, id, fmt.Sprintf("sampled rank %d", rank))
 	}
-	// Each collective's late member is stored.
-	lateKept := 0
-	for _, s := range got.spans {
-		if lateMember(s.Span) {
-			lateKept++
-		}
+	// The straggler's step is stored in every step, flagged or not yet: it was the late
+	// member of an anomalous collective (far above the job's usual skew).
+	for step := range steps {
+		require.Contains(t, got.traces, spanio.RankStepTraceID("job", int64(step), straggler),
+			"step %d", step)
 	}
-	require.GreaterOrEqual(t, lateKept, steps*len(seq))
+	// A healthy, unsampled rank is not.
+	require.NotContains(t, got.traces, spanio.RankStepTraceID("job", steps-1, 4000))
 }
