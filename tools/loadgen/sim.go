@@ -200,6 +200,7 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 	ranksPerRequest := fs.Int("ranks-per-request", 16, "ranks whose spans share one OTLP request")
 	workers := fs.Int("workers", 4, "concurrent export calls")
 	keepIterations := fs.Bool("iterations", false, "print every measured iteration time in the summary")
+	offline := fs.Bool("offline", false, "play the model as fast as it computes, send nothing, poll no pacer (what-if figures)")
 	fs.StringVar(&cfg.JobID, "job", cfg.JobID, "training.job.id")
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "nodes")
 	fs.IntVar(&cfg.GPUsPerNode, "gpus-per-node", cfg.GPUsPerNode, "ranks per node (the tensor-parallel group)")
@@ -260,13 +261,19 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	snd, err := newSender(*endpoint, *workers, 0, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	defer snd.Close()
-	if err := snd.waitReady(ctx, 15*time.Second); err != nil {
-		return fmt.Errorf("-endpoint %s: %w", *endpoint, err)
+	var snd *sender
+	if *offline {
+		if pacer != nil {
+			return errors.New("-offline polls no pacer: leave out -pacer-url")
+		}
+	} else {
+		if snd, err = newSender(*endpoint, *workers, 0, 10*time.Second); err != nil {
+			return err
+		}
+		defer snd.Close()
+		if err := snd.waitReady(ctx, 15*time.Second); err != nil {
+			return fmt.Errorf("-endpoint %s: %w", *endpoint, err)
+		}
 	}
 	summary, err := simulate(ctx, model, snd, simOptions{
 		pacer: pacer, pollInterval: *pollInterval, maxDelay: maxDelay.Seconds(),
@@ -295,7 +302,8 @@ type simOptions struct {
 	keepIterations  bool
 }
 
-// simulate plays opts.steps steps in real time and sends their spans through snd.
+// simulate plays opts.steps steps in real time and sends their spans through snd; with no
+// sender it only computes them, as fast as it can.
 func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (SimSummary, error) {
 	cfg := model.cfg
 	ranks := cfg.Ranks()
@@ -334,7 +342,15 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 
 	queue := make(chan request, 64)
 	sent := make(chan struct{})
-	go func() { defer close(sent); snd.run(ctx, queue) }()
+	if snd != nil {
+		go func() { defer close(sent); snd.run(ctx, queue) }()
+	} else {
+		go func() {
+			defer close(sent)
+			for range queue {
+			}
+		}()
+	}
 
 	summary := SimSummary{
 		Mode: "simulate", JobID: cfg.JobID, Nodes: cfg.Nodes, Ranks: ranks, Leaves: cfg.Leaves(),
@@ -366,26 +382,29 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 			}
 		}
 		st := model.Next(delays)
-		// The step happens in real time: its spans leave once its last rank has finished.
-		due := run.epoch.Add(time.Duration(st.End * float64(time.Second)))
-		if wait := time.Until(due); wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
+		if snd != nil {
+			// The step happens in real time: its spans leave once its last rank finished.
+			due := run.epoch.Add(time.Duration(st.End * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+			} else {
+				summary.MaxLagS = math.Max(summary.MaxLagS, -wait.Seconds())
 			}
-		} else {
-			summary.MaxLagS = math.Max(summary.MaxLagS, -wait.Seconds())
-		}
-		td, nDelay := run.spans(st, versions)
-		delaySpans += int64(nDelay)
-		reqs, err := encodeRequests(SplitByRanks(Step{Index: st.Index, Traces: td}, opts.ranksPerRequest))
-		if err != nil {
-			close(queue)
-			<-sent
-			return summary, err
-		}
-		for _, req := range reqs {
-			queue <- req
+			td, nDelay := run.spans(st, versions)
+			delaySpans += int64(nDelay)
+			reqs, err := encodeRequests(SplitByRanks(Step{Index: st.Index, Traces: td},
+				opts.ranksPerRequest))
+			if err != nil {
+				close(queue)
+				<-sent
+				return summary, err
+			}
+			for _, req := range reqs {
+				queue <- req
+			}
 		}
 		if step >= opts.measureFrom {
 			iterations = append(iterations, st.End-prevEnd)
@@ -434,9 +453,12 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 	if answers > 0 {
 		summary.PacerActiveShare = float64(activeAnswers) / float64(answers)
 	}
-	st := snd.stats()
-	summary.Spans, summary.DelaySpans = st.Spans, delaySpans
-	summary.FailedRequests, summary.FirstError = st.FailedRequests, st.FirstError
+	summary.DelaySpans = delaySpans
+	if snd != nil {
+		st := snd.stats()
+		summary.Spans = st.Spans
+		summary.FailedRequests, summary.FirstError = st.FailedRequests, st.FirstError
+	}
 	summary.WallS = time.Since(started).Seconds()
 	return summary, nil
 }
