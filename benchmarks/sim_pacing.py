@@ -193,7 +193,7 @@ def report(runs: Sequence[Run]) -> str:
     lines = [
         f"{'nodes':>5} {'ranks':>5} | {'CV base':>7} {'CV paced':>8} {'paper CV':>11} | "
         f"{'samples/s base':>14} {'paced':>9} {'change':>7} {'paper':>13} | "
-        f"{'active':>6} {'delay/step':>10}"
+        f"{'active':>6} {'delay/step':>10} {'polls failed':>12} {'lag':>6}"
     ]
     for nodes in sorted(by_nodes):
         base, paced = by_nodes[nodes].get("baseline"), by_nodes[nodes].get("paced")
@@ -205,15 +205,20 @@ def report(runs: Sequence[Run]) -> str:
             1, int(paced.summary["steps"]) - int(paced.summary["measured_from_step"])
         )
         delay_per_step = float(paced.summary["delay_total_s"]) / measured_steps
+        polls = int(paced.summary["polls_ok"]) + int(paced.summary["polls_failed"])
+        failed = int(paced.summary["polls_failed"]) / polls if polls else 0.0
         lines.append(
             f"{nodes:>5} {int(base.summary['ranks']):>5} | {base.cv:>7.3f} {paced.cv:>8.3f} "
             f"{paper_cv:>11} | {base.throughput:>14,.0f} {paced.throughput:>9,.0f} "
             f"{change * 100:>+6.2f}% {paper_throughput(nodes):>13} | "
-            f"{paced.active_share * 100:>5.0f}% {delay_per_step * 1e3:>8.1f}ms"
+            f"{paced.active_share * 100:>5.0f}% {delay_per_step * 1e3:>8.1f}ms "
+            f"{failed * 100:>11.0f}% {float(paced.summary['max_lag_s']):>5.1f}s"
         )
     lines.append(
-        "(delay/step: pacing delay summed over all ranks per measured step, paced run; "
-        "active: share of the paced run's polled decisions that were active)"
+        "(paced run: active = share of the pacer's decisions that were active; delay/step = "
+        "pacing delay summed over all ranks per measured step; polls failed = the ranks' polls "
+        "that got no answer, so those ranks held no delay; lag = how far sending fell behind "
+        "the model's clock, so delays were read late)"
     )
     return "\n".join(lines)
 
