@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -186,6 +187,21 @@ def paper_throughput(nodes: int) -> str:
     return "-"
 
 
+def delay_by_speed(summary: dict[str, Any]) -> tuple[float, float]:
+    """Mean delay per rank and step on the fastest and on the slowest eighth of the nodes
+    (by their drawn speed): where the pacer's delays went."""
+    speeds, delays = summary.get("node_speed") or [], summary.get("node_delay_mean_s") or []
+    if not speeds or len(delays) != len(speeds):
+        return math.nan, math.nan
+    order = sorted(range(len(speeds)), key=lambda n: speeds[n])
+    share = max(1, len(order) // 8)
+    fastest, slowest = order[:share], order[-share:]
+    return (
+        sum(delays[n] for n in fastest) / share,
+        sum(delays[n] for n in slowest) / share,
+    )
+
+
 def report(runs: Sequence[Run]) -> str:
     by_nodes: dict[int, dict[str, Run]] = {}
     for run in runs:
@@ -193,7 +209,8 @@ def report(runs: Sequence[Run]) -> str:
     lines = [
         f"{'nodes':>5} {'ranks':>5} | {'CV base':>7} {'CV paced':>8} {'paper CV':>11} | "
         f"{'samples/s base':>14} {'paced':>9} {'change':>7} {'paper':>13} | "
-        f"{'active':>6} {'delay/step':>10} {'polls failed':>12} {'lag':>6}"
+        f"{'active':>6} {'delay/step':>10} {'fast/slow nodes':>15} {'polls failed':>12} "
+        f"{'lag':>6}"
     ]
     for nodes in sorted(by_nodes):
         base, paced = by_nodes[nodes].get("baseline"), by_nodes[nodes].get("paced")
@@ -207,17 +224,21 @@ def report(runs: Sequence[Run]) -> str:
         delay_per_step = float(paced.summary["delay_total_s"]) / measured_steps
         polls = int(paced.summary["polls_ok"]) + int(paced.summary["polls_failed"])
         failed = int(paced.summary["polls_failed"]) / polls if polls else 0.0
+        on_fast, on_slow = delay_by_speed(paced.summary)
         lines.append(
             f"{nodes:>5} {int(base.summary['ranks']):>5} | {base.cv:>7.3f} {paced.cv:>8.3f} "
             f"{paper_cv:>11} | {base.throughput:>14,.0f} {paced.throughput:>9,.0f} "
             f"{change * 100:>+6.2f}% {paper_throughput(nodes):>13} | "
             f"{paced.active_share * 100:>5.0f}% {delay_per_step * 1e3:>8.1f}ms "
+            f"{on_fast * 1e3:>6.1f}/{on_slow * 1e3:<4.1f}ms "
             f"{failed * 100:>11.0f}% {float(paced.summary['max_lag_s']):>5.1f}s"
         )
     lines.append(
         "(paced run: active = share of the pacer's decisions that were active; delay/step = "
-        "pacing delay summed over all ranks per measured step; polls failed = the ranks' polls "
-        "that got no answer, so those ranks held no delay; lag = how far sending fell behind "
+        "pacing delay summed over all ranks per measured step; fast/slow nodes = mean delay "
+        "per rank and step on the fastest and the slowest eighth of the nodes; polls failed = "
+        "the ranks' polls that got no answer, so those ranks held no delay; lag = how far "
+        "sending fell behind "
         "the model's clock, so delays were read late)"
     )
     return "\n".join(lines)
