@@ -3,6 +3,10 @@
 //
 //	loadgen send -endpoint 127.0.0.1:4317 -ranks 1024 -steps 20 -straggler 17:compute:40ms
 //	loadgen sink -listen 127.0.0.1:4319
+//	loadgen simulate -endpoint 127.0.0.1:4317 -pacer-url http://127.0.0.1:4320 -nodes 64
+//
+// simulate: a job of nodes x gpus-per-node ranks on a leaf/spine fabric (fabric.go), played
+// in real time, sending the same spans and applying the real pacer's delays (sim.go).
 //
 // send: every step, every rank emits its resource (rank, host, switch, NIC), `train.step`,
 // the phases (`dataloader.fetch`, `forward`, `backward`, `optimizer.step`) and K gradient
@@ -37,13 +41,16 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) == 0 || (args[0] != "send" && args[0] != "sink") {
-		return errors.New("usage: loadgen send|sink [flags] (-h for the flags of each)")
+	if len(args) == 0 || (args[0] != "send" && args[0] != "sink" && args[0] != "simulate") {
+		return errors.New("usage: loadgen send|sink|simulate [flags] (-h for the flags of each)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if args[0] == "sink" {
+	switch args[0] {
+	case "sink":
 		return runSinkCommand(ctx, args[1:])
+	case "simulate":
+		return runSimulateCommand(ctx, args[1:])
 	}
 	return runSendCommand(ctx, args[1:])
 }
