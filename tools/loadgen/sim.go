@@ -501,7 +501,7 @@ func (s *simRun) spans(st SimStep, versions []int64) (ptrace.Traces, int) {
 		ss := out.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName(loadgenScopeName)
 		spans := ss.Spans()
-		stepID := j.newSpanID()
+		stepID := RankStepSpanID(cfg.JobID, int(st.Index), r)
 		add := func(name string, id, parent pcommon.SpanID, start, end float64) ptrace.Span {
 			span := spans.AppendEmpty()
 			span.SetName(name)
