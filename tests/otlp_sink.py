@@ -69,6 +69,17 @@ class ReceivedSpan:
         return (self.end_ns - self.start_ns) / 1e9
 
 
+def trace_bytes(spans: list[ReceivedSpan]) -> dict[str, int]:
+    """Protobuf bytes per trace ID: its spans, plus each resource they came with once (what a
+    backend's max_bytes_per_trace counts, give or take the envelope)."""
+    spans_of: dict[str, int] = {}
+    resources: dict[str, dict[int, int]] = {}
+    for span in spans:
+        spans_of[span.trace_id] = spans_of.get(span.trace_id, 0) + span.size
+        resources.setdefault(span.trace_id, {})[id(span.resource)] = span.resource_size
+    return {trace: size + sum(resources[trace].values()) for trace, size in spans_of.items()}
+
+
 @dataclass
 class ReceivedMetricPoint:
     name: str
@@ -86,14 +97,27 @@ class _Store:
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, store: _Store) -> None:
+    def __init__(self, store: _Store, detail: bool = True) -> None:
         self._store = store
+        self._detail = detail
 
     def Export(self, request: Any, context: Any) -> Any:
         received = []
         for resource_spans in request.resource_spans:
-            resource = attributes(resource_spans.resource.attributes)
             resource_size = resource_spans.resource.ByteSize()
+            if not self._detail:
+                # Sizes only: a fresh (empty) resource per ResourceSpans keeps them apart.
+                resource: dict[str, Any] = {}
+                received.extend(
+                    ReceivedSpan(name=span.name, trace_id=span.trace_id.hex(),
+                                 span_id=span.span_id.hex(), parent_span_id="", start_ns=0,
+                                 end_ns=0, attributes={}, resource=resource, scope="",
+                                 size=span.ByteSize(), resource_size=resource_size)
+                    for scope_spans in resource_spans.scope_spans
+                    for span in scope_spans.spans
+                )  # fmt: skip
+                continue
+            resource = attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     received.append(
@@ -184,7 +208,9 @@ class OtlpSink:
     """An OTLP/gRPC server on 127.0.0.1 (``port=0``: any free port), and OTLP/HTTP on
     ``http_endpoint`` for the http/protobuf protocol."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, detail: bool = True) -> None:
+        """``detail=False`` keeps only each span's name, IDs and sizes (fast enough for
+        hundreds of thousands of spans)."""
         self._store = _Store()
         handler = type(
             "Handler",
@@ -195,7 +221,7 @@ class OtlpSink:
         self._http_thread = threading.Thread(target=self._http.serve_forever, daemon=True)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            _TraceService(self._store), self._server
+            _TraceService(self._store, detail), self._server
         )
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
             _MetricsService(self._store), self._server

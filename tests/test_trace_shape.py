@@ -32,7 +32,7 @@ from collector_harness import (
     run_loadgen_send,
     scrape,
 )
-from otlp_sink import OtlpSink, ReceivedSpan
+from otlp_sink import OtlpSink, ReceivedSpan, trace_bytes
 from skewtrace import semconv
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
@@ -99,11 +99,7 @@ def test_4096_rank_job_is_stored_in_traces_tempo_accepts(
     by_trace: dict[str, list[ReceivedSpan]] = defaultdict(list)
     for span in stored:
         by_trace[span.trace_id].append(span)
-    sizes = {
-        trace: sum(s.size for s in spans)
-        + sum({id(s.resource): s.resource_size for s in spans}.values())
-        for trace, spans in by_trace.items()
-    }
+    sizes = trace_bytes(stored)
     assert max(sizes.values()) < TEMPO_MAX_BYTES_PER_TRACE, max(sizes.values())
 
     summaries = [s for s in stored if s.name == semconv.SPAN_STEP_SUMMARY]
