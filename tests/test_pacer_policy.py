@@ -75,10 +75,13 @@ def simulate(
     seed: int = 7,
     window_s: float = 4.0,
     absorbed: bool = False,
+    typical: bool = True,
 ) -> SimResult:
     """``absorbed``: the ranks apply their delays at a collective right after a
     synchronisation, so a delay does not move the rank's arrival at the barrier; instead
     every other rank waits there for the most delayed one and the step gets that much longer.
+    ``typical``: hand the policy each rank's typical wait per step (the median over the
+    window's four parts, as the service's state does); off, only the window's sums.
     """
     params = params or PolicyParams()
     rng = random.Random(seed)
@@ -123,6 +126,9 @@ def simulate(
                 wait_sum_s=sum(s.wait[r] for s in mine),
                 lateness_sum_s=sum(s.lateness[r] for s in mine),
                 applied_delay_s=sum(s.delay[r] for s in mine) / len(mine),
+                wait_typical_s=_typical(mine, r, visible_end - window_s, window_s)
+                if typical
+                else None,
             )
         window = JobWindow(now=t, ranks=ranks)
         decision = decide(window, state, params)
@@ -133,6 +139,19 @@ def simulate(
         result.delays.append(delays)
         result.windows.append(window)
     return result
+
+
+def _typical(mine: list[_StepRecord], rank: int, start: float, window_s: float) -> float | None:
+    """The median over the window's four parts of the rank's wait per step (None with fewer
+    than 3 parts that saw steps), as ``JobWindows.window`` computes it."""
+    parts: list[list[float]] = [[] for _ in range(4)]
+    for s in mine:
+        parts[min(3, int((s.t - start) / (window_s / 4)))].append(s.wait[rank])
+    per_step = sorted(sum(p) / len(p) for p in parts if p)
+    if len(per_step) < 3:
+        return None
+    mid = len(per_step) // 2
+    return per_step[mid] if len(per_step) % 2 else (per_step[mid - 1] + per_step[mid]) / 2
 
 
 def stable(t: float, rank: int, rng: random.Random) -> float:
@@ -220,6 +239,33 @@ def test_random_jitter_paces_only_the_unjittered_ranks() -> None:
     assert all(d[1] == 0.0 and d[3] == 0.0 for d in during), "a jittered rank was delayed"
     assert all(d[0] > 0.0 and d[2] > 0.0 for d in during)
     assert_bounds_hold(result, params)
+
+
+def slow_ranks_and_stalls(t: float, rank: int, rng: random.Random) -> float:
+    """Rank 3 is 12 ms late every step, rank 2 is 10 ms late (early only against rank 3, by
+    less than the margin); ranks 0 and 1 are on time, and every ~2.6 s one of them stalls
+    150 ms in its data loader (everyone else then waits for it once)."""
+    base = {0: 0.0, 1: 0.0, 2: 0.010, 3: 0.012}[rank]
+    stall = 0.150 if rank == int(t / 2.6) % 2 and abs(t / 2.6 - round(t / 2.6)) < 0.02 else 0.0
+    return base + stall + rng.uniform(0.0, 0.001)
+
+
+@pytest.mark.parametrize("typical", [True, False], ids=["typical", "mean-only"])
+def test_another_ranks_stalls_do_not_make_a_slow_rank_early(typical: bool) -> None:
+    """With each rank's typical wait the pacer delays the fast ranks only; on the window's
+    means alone, a stall elsewhere lifts the slow rank 2's mean wait past the margin and it
+    is delayed too (the simulator's finding, docs/simulator.md)."""
+    result = simulate(slow_ranks_and_stalls, 40.0, typical=typical)
+    active = [d for d, on in zip(result.delays, result.active, strict=True) if on]
+    assert active, "pacing never turned on"
+    slow_paced = sum(1 for d in active if d.get(2, 0.0) > 0) / len(active)
+    fast_paced = sum(1 for d in active if d.get(0, 0.0) > 0 and d.get(1, 0.0) > 0) / len(active)
+    if typical:
+        # A window whose parts held two stalls can still tip one decision.
+        assert slow_paced <= 0.05, f"rank 2 delayed in {slow_paced:.0%} of the active decisions"
+        assert fast_paced > 0.5, f"ranks 0 and 1 delayed in only {fast_paced:.0%}"
+    else:
+        assert slow_paced > 0.2, f"rank 2 delayed in {slow_paced:.0%}: the test shows nothing"
 
 
 def test_straggler_moving_between_ranks_does_not_flap() -> None:

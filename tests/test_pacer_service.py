@@ -591,6 +591,24 @@ def test_policy_params_reach_the_service(clock: FakeClock) -> None:
         svc.stop()
 
 
+def test_window_typical_wait_ignores_one_stall() -> None:
+    """Four deliveries a second apart, 10 steps each: 1 ms of wait per step, except one
+    delivery in which another rank's 150 ms stall made this one wait once. The mean per step
+    rises to ~4.7 ms; the typical wait (median over the window's quarters) stays at 1 ms."""
+    windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
+    attrs: dict[str, str | int] = {semconv.JOB_ID: "j", semconv.RANK: 0}
+    for i, wait in enumerate([0.010, 0.010, 0.010 + 0.150, 0.010]):
+        req = request(
+            histogram(semconv.METRIC_STEP_DURATION, DELTA, [(attrs, 10, 1.0)]),
+            histogram(semconv.METRIC_RANK_WAIT, DELTA, [(attrs, 10, wait)]),
+        )
+        assert windows.ingest_request(req.resource_metrics, now=10.0 + i) == 0
+    rank = windows.window("j", now=13.5).ranks[0]
+    assert rank.steps == 40
+    assert rank.wait_per_step_s == pytest.approx(0.190 / 40)
+    assert rank.wait_typical_s == pytest.approx(0.001)
+
+
 @pytest.mark.parametrize(
     ("waits_per_step", "expected_per_step"),
     [

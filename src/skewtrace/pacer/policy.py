@@ -137,6 +137,12 @@ class RankWindow:
     at once, without counting small waits as steps. None without buckets. The rebalancing
     policy reads it; pacing keeps ``wait_sum_s``, which errs low, toward smaller delays."""
 
+    wait_typical_s: float | None = None
+    """The rank's typical barrier wait per step: the median over the window's parts (a
+    quarter each) of the part's wait per step. A random stall of another rank makes every
+    rank wait once, which lifts the mean of a slow rank's waits but not this. None with too
+    few parts."""
+
     @property
     def wait_per_step_s(self) -> float:
         return self.wait_sum_s / self.steps if self.steps else 0.0
@@ -204,6 +210,17 @@ def _natural_waits(ranks: Mapping[int, RankWindow]) -> dict[int, float]:
     who happened to be last while pacing was on.
     """
     raw = {r: w.wait_per_step_s + w.applied_delay_s for r, w in ranks.items()}
+    floor = min(raw.values())
+    return {r: value - floor for r, value in raw.items()}
+
+
+def _typical_natural_waits(ranks: Mapping[int, RankWindow]) -> dict[int, float] | None:
+    """Like :func:`_natural_waits`, from each rank's typical wait per step (None unless every
+    rank has one)."""
+    typical = {r: w.wait_typical_s for r, w in ranks.items()}
+    if any(t is None for t in typical.values()):
+        return None
+    raw = {r: (t or 0.0) + ranks[r].applied_delay_s for r, t in typical.items()}
     floor = min(raw.values())
     return {r: value - floor for r, value in raw.items()}
 
@@ -330,9 +347,16 @@ def _delays(
     # natural one (smallest natural wait) get 0.
     latest_observed = max(ranks, key=lambda r: (ranks[r].lateness_per_step_s, -r))
     latest_natural = min(natural_wait, key=lambda r: (natural_wait[r], r))
+    # A rank is early when it waits in most of the window, not once for another rank's stall
+    # (which makes every rank wait, the slow ones too): the typical wait caps the mean.
+    typical = _typical_natural_waits(ranks)
     delays: dict[int, float] = {}
     for rank, observed in ranks.items():
         wait = natural_wait[rank]
+        observed_wait = observed.wait_per_step_s
+        if typical is not None and observed.wait_typical_s is not None:
+            wait = min(wait, typical[rank])
+            observed_wait = min(observed_wait, observed.wait_typical_s)
         natural_lateness = max(0.0, observed.lateness_per_step_s - observed.applied_delay_s)
         persistently_early = wait > params.margin_s and wait > natural_lateness
         if rank in (latest_observed, latest_natural) or not persistently_early:
@@ -343,7 +367,6 @@ def _delays(
         # and a bound on the natural wait alone would then ratchet the delay up to the whole
         # wait. Against the observed wait a delay that is applied shrinks its own bound, so the
         # loop settles with the rank still early: d = f * (e - d), i.e. d = e * f / (1 + f).
-        observed_wait = observed.wait_per_step_s
         bound = min(
             params.max_delay_s,
             params.wait_fraction * wait,

@@ -137,6 +137,10 @@ _SeriesKey = tuple[str, int, bytes]
 # Deltas of one rank and kind received closer together than window_s / this are merged.
 _DELTAS_PER_WINDOW = 16
 
+# The window is cut into this many parts for a rank's typical wait per step (the median over
+# the parts): one part that held another rank's random stall does not make it.
+_WAIT_PARTS = 4
+
 # Wait histograms keep their buckets (for the rebalancing policy's estimate) up to this many
 # buckets, in at most this many distinct layouts (one per Collector configuration, normally).
 _MAX_BUCKETS = 64
@@ -370,6 +374,7 @@ class JobWindows:
         if job is None:
             return JobWindow(now=now, ranks={})
         start = now - self.window_s
+        part_s = self.window_s / _WAIT_PARTS
         ranks: dict[int, RankWindow] = {}
         for rank, deltas in job.deltas.items():
             if now - job.rank_last_seen.get(rank, -math.inf) > self.rank_timeout_s:
@@ -380,12 +385,21 @@ class JobWindows:
             wait_buckets: list[int] | None = None
             wait_bounds: tuple[float, ...] | None = None
             layout_changed = False
+            # Per part of the window: [wait total, wait count, wait near zero, steps].
+            parts = [[0.0, 0, 0, 0] for _ in range(_WAIT_PARTS)]
             for delta in deltas:
                 if delta.received_at < start:
                     continue
                 sums[delta.kind] += delta.total
                 counts[delta.kind] += delta.count
                 idle[delta.kind] += delta.near_zero
+                part = parts[min(_WAIT_PARTS - 1, int((delta.received_at - start) / part_s))]
+                if delta.kind == "wait":
+                    part[0] += delta.total
+                    part[1] += delta.count
+                    part[2] += delta.near_zero
+                elif delta.kind == "step":
+                    part[3] += delta.count
                 if delta.kind == "wait" and not layout_changed:
                     if (
                         delta.bounds is None
@@ -411,6 +425,7 @@ class JobWindows:
                 ),
                 applied_delay_s=self._mean_delay(job, rank, start, now),
                 wait_top_sum_s=top,
+                wait_typical_s=_typical_wait(parts),
             )
         return JobWindow(now=now, ranks=ranks)
 
@@ -515,6 +530,20 @@ def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:
     if point.explicit_bounds and point.bucket_counts and point.explicit_bounds[0] <= NEAR_ZERO_S:
         return int(point.bucket_counts[0])
     return 0
+
+
+def _typical_wait(parts: Sequence[Sequence[float]]) -> float | None:
+    """The median over the window's parts of each part's barrier wait per step; None when
+    fewer than 3 parts saw steps (too few to outvote one)."""
+    per_step = sorted(
+        _once_per_step(float(total), int(count) - int(near_zero), int(steps)) / steps
+        for total, count, near_zero, steps in parts
+        if steps > 0
+    )
+    if len(per_step) < 3:
+        return None
+    mid = len(per_step) // 2
+    return per_step[mid] if len(per_step) % 2 else (per_step[mid - 1] + per_step[mid]) / 2
 
 
 def _once_per_step(total: float, nonzero: int, steps: int) -> float:
