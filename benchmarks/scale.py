@@ -2,6 +2,8 @@
 
     python benchmarks/scale.py [--quick] [--ranks 1024,4096] [--rounds 2] [--tier2 2]
 
+(about 25 minutes on 2 shared cores; --quick: 1024 ranks, one round, 8 steps, about 2 minutes)
+
 Everything runs the real built binaries (build/otelcol-skewtrace, tools/loadgen) over
 OTLP/gRPC on 127.0.0.1. The job (tools/loadgen): every rank emits `train.step`, four phases,
 `--collectives` gradient all-reduces over the world and one all_gather in its tensor-parallel
@@ -755,7 +757,9 @@ def report_verdicts(results: Sequence[VerdictResult], args: argparse.Namespace) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 round, fewer steps (minutes)")
-    parser.add_argument("--ranks", default="1024,4096", help="comma-separated world sizes")
+    parser.add_argument(
+        "--ranks", default=None, help="comma-separated world sizes (1024,4096; --quick: 1024)"
+    )
     parser.add_argument("--steps", type=int, default=12, help="steps per throughput run")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--collectives", type=int, default=28)
@@ -767,7 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--straggler-ms", type=int, default=40)
     parser.add_argument("--straggler-from", type=int, default=4)
     parser.add_argument(
-        "--step-rate", default="1024:1,4096:0.1",
+        "--step-rate", default="1024:1,4096:0.15",
         help="steps/s in part 2 per world size (RANKS:RATE,...; the first for sizes not listed)",
     )  # fmt: skip
     parser.add_argument("--verdict-workers", type=int, default=16, help="loadgen senders, part 2")
@@ -800,6 +804,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.quick:
         args.rounds, args.steps, args.verdict_steps_after = 1, 8, 12
+    if args.ranks is None:
+        args.ranks = "1024" if args.quick else "1024,4096"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not args.otelcol.is_file():
         parser.error(f"{args.otelcol} is not built (bash collector-config/build.sh)")
