@@ -92,14 +92,15 @@ def test_gateway_at_1024_ranks_loses_nothing_uncounted(otelcol_path: Path) -> No
                     "-timeout", "60s",
                 )  # fmt: skip
                 assert sent["failed_requests"] == 0
-                counts = sink.wait_for(sent["spans"], timeout_s=60)
-                # The summaries follow the last spans by analysis_delay.
-                deadline = time.monotonic() + 15
+                # Every span at the sink or counted (at 1024 ranks x 10 spans a step the
+                # traceshape processor stores a sample: the rest is counted, not stored), and
+                # the summaries, which follow the last spans by analysis_delay.
+                deadline = time.monotonic() + 60
                 while time.monotonic() < deadline:
-                    acc = pipeline.account(sent, sink.last)
-                    if acc.ok() and acc.steps_analyzed == steps:
-                        break
                     sink.wait_for(0, timeout_s=0)  # reads 2 s more of the sink's reports
+                    acc = pipeline.account(sent, sink.last)
+                    if acc.ok() and acc.steps_analyzed == steps and acc.summaries == steps:
+                        break
                 counts = sink.last
                 acc = pipeline.account(sent, counts)
     finally:
@@ -108,7 +109,9 @@ def test_gateway_at_1024_ranks_loses_nothing_uncounted(otelcol_path: Path) -> No
     # job-level root span.
     assert sent["spans"] == steps * (ranks * (5 + 4 + 1) + 1)
     assert acc.lost_uncounted == 0, acc
-    assert acc.counted_drops == 0, acc.dropped
+    # Nothing dropped but what traceshape did not store, by design.
+    assert set(acc.dropped) <= {"traceshape not stored"}, acc.dropped
+    assert acc.received < sent["spans"] / 4, "a 1024-rank job is stored as a sample"
     assert not acc.hops, acc.hops
     assert acc.steps_analyzed == steps
     assert acc.summaries == steps
