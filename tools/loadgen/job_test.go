@@ -190,7 +190,7 @@ func TestSendToSinkOverGRPC(t *testing.T) {
 	for range 3 {
 		step := job.NextStep()
 		want += step.Spans
-		reqs, err := encodeRequests(SplitByRanks(step, 5))
+		reqs, err := encodeRequests(SplitByRanks(step, 5), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

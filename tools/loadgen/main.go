@@ -138,8 +138,8 @@ func runSendCommand(ctx context.Context, args []string) error {
 
 	var pregenerated []request
 	if *pregenerate {
-		for range *steps {
-			reqs, err := encodeRequests(SplitByRanks(job.NextStep(), *ranksPerRequest))
+		for step := range *steps {
+			reqs, err := encodeRequests(SplitByRanks(job.NextStep(), *ranksPerRequest), step)
 			if err != nil {
 				return err
 			}
@@ -175,7 +175,7 @@ func runSendCommand(ctx context.Context, args []string) error {
 			return
 		}
 		for *steps == 0 || stepsDone < *steps {
-			reqs, err := encodeRequests(SplitByRanks(job.NextStep(), *ranksPerRequest))
+			reqs, err := encodeRequests(SplitByRanks(job.NextStep(), *ranksPerRequest), stepsDone)
 			if err != nil {
 				producerErr <- err
 				return

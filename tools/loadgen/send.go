@@ -44,15 +44,16 @@ func (rawCodec) Name() string { return "proto" }
 
 var _ encoding.Codec = rawCodec{}
 
-// request is one encoded OTLP export request and its span count.
+// request is one encoded OTLP export request, its span count and the job step it belongs to.
 type request struct {
 	body  []byte
 	spans int
+	step  int
 }
 
 // encodeRequests marshals each batch; TracesData and ExportTraceServiceRequest share their
 // wire format (field 1: repeated ResourceSpans).
-func encodeRequests(batches []ptrace.Traces) ([]request, error) {
+func encodeRequests(batches []ptrace.Traces, step int) ([]request, error) {
 	marshaler := &ptrace.ProtoMarshaler{}
 	out := make([]request, 0, len(batches))
 	for _, td := range batches {
@@ -60,26 +61,29 @@ func encodeRequests(batches []ptrace.Traces) ([]request, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, request{body: body, spans: td.SpanCount()})
+		out = append(out, request{body: body, spans: td.SpanCount(), step: step})
 	}
 	return out, nil
 }
 
 // SendStats is what a send run did, printed as JSON at the end.
 type SendStats struct {
-	Mode            string  `json:"mode"`
-	Endpoint        string  `json:"endpoint"`
-	Ranks           int     `json:"ranks"`
-	Steps           int     `json:"steps"`
-	Requests        int64   `json:"requests"`
-	FailedRequests  int64   `json:"failed_requests"`
-	Spans           int64   `json:"spans"`
-	RejectedSpans   int64   `json:"rejected_spans"`
-	StartedUnixNano int64   `json:"started_unix_nano"` // when the first request went out
-	Seconds         float64 `json:"seconds"`
-	SpansPerSecond  float64 `json:"spans_per_second"`
-	TargetRate      float64 `json:"target_spans_per_second"`
-	FirstError      string  `json:"first_error,omitempty"`
+	Mode            string `json:"mode"`
+	Endpoint        string `json:"endpoint"`
+	Ranks           int    `json:"ranks"`
+	Steps           int    `json:"steps"`
+	Requests        int64  `json:"requests"`
+	FailedRequests  int64  `json:"failed_requests"`
+	Spans           int64  `json:"spans"`
+	RejectedSpans   int64  `json:"rejected_spans"`
+	StartedUnixNano int64  `json:"started_unix_nano"` // when the first request went out
+	// StepSentUnixNano[i]: when the first request of the i-th step sent went out (0: none
+	// was), so that a fault's onset is a wall-clock time even when sending fell behind.
+	StepSentUnixNano []int64 `json:"step_sent_unix_nano"`
+	Seconds          float64 `json:"seconds"`
+	SpansPerSecond   float64 `json:"spans_per_second"`
+	TargetRate       float64 `json:"target_spans_per_second"`
+	FirstError       string  `json:"first_error,omitempty"`
 }
 
 // sender sends requests over one gRPC connection from several workers, at most at a
@@ -97,6 +101,8 @@ type sender struct {
 	firstErr    error
 	paceMu      sync.Mutex
 	nextSendsAt time.Time
+	stepMu      sync.Mutex
+	stepSentAt  []int64 // unix nanos of each step's first request, by step index
 }
 
 func newSender(endpoint string, workers int, rate float64, timeout time.Duration) (*sender, error) {
@@ -147,6 +153,7 @@ func (s *sender) sendOne(ctx context.Context, req request) {
 	if ctx.Err() != nil {
 		return
 	}
+	s.noteStepSent(req.step)
 	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var reply []byte
@@ -165,6 +172,21 @@ func (s *sender) sendOne(ctx context.Context, req request) {
 		if n := resp.PartialSuccess().RejectedSpans(); n > 0 {
 			s.rejected.Add(n)
 		}
+	}
+}
+
+// noteStepSent records when the first request of a step went out.
+func (s *sender) noteStepSent(step int) {
+	if step < 0 {
+		return
+	}
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	for len(s.stepSentAt) <= step {
+		s.stepSentAt = append(s.stepSentAt, 0)
+	}
+	if s.stepSentAt[step] == 0 {
+		s.stepSentAt[step] = time.Now().UnixNano()
 	}
 }
 
@@ -213,6 +235,9 @@ func (s *sender) stats() SendStats {
 		RejectedSpans:  s.rejected.Load(),
 		TargetRate:     s.rate,
 	}
+	s.stepMu.Lock()
+	st.StepSentUnixNano = append([]int64{}, s.stepSentAt...)
+	s.stepMu.Unlock()
 	s.firstErrMu.Lock()
 	if s.firstErr != nil {
 		st.FirstError = s.firstErr.Error()
@@ -225,7 +250,7 @@ func (s *sender) stats() SendStats {
 func (s *sender) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	empty, err := encodeRequests([]ptrace.Traces{ptrace.NewTraces()})
+	empty, err := encodeRequests([]ptrace.Traces{ptrace.NewTraces()}, -1)
 	if err != nil {
 		return err
 	}
