@@ -396,7 +396,7 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 			td, nDelay := run.spans(st, versions)
 			delaySpans += int64(nDelay)
 			reqs, err := encodeRequests(SplitByRanks(Step{Index: st.Index, Traces: td},
-				opts.ranksPerRequest))
+				opts.ranksPerRequest), int(st.Index))
 			if err != nil {
 				close(queue)
 				<-sent
