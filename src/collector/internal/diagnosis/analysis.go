@@ -209,15 +209,22 @@ func (m *model) linkRanks(j *jobState, s Suspect, cost float64, roots []RootCaus
 }
 
 // missing makes the ranks that never arrived at a collective of the step root causes
-// (cause unknown; the strongest straggler signal there is).
+// (cause unknown; the strongest straggler signal there is), unless so many are missing at
+// once that it is a gap in delivery, not stragglers: more than max(4, ranks/32) distinct
+// ranks (a collector that fell behind its input released a 4096-rank step's collectives
+// without 240 ranks whose spans were still queued, and blamed them all). The collectives
+// stay counted incomplete and the ranks missing (training.collective.incomplete,
+// training.rank.missing).
 func (m *model) missing(j *jobState, sd *stepData, roots []RootCause) []RootCause {
 	var out []RootCause
 	seen := make(map[int32]bool)
 	for _, rc := range roots {
 		seen[int32(rc.Rank)] = true
 	}
+	absent := make(map[int32]bool)
 	for c := range sd.colls {
 		for _, rank := range sd.colls[c].missing {
+			absent[rank] = true
 			if seen[rank] {
 				continue
 			}
@@ -226,7 +233,16 @@ func (m *model) missing(j *jobState, sd *stepData, roots []RootCause) []RootCaus
 				Cause: semconv.CauseUnknown})
 		}
 	}
+	if len(absent) > maxMissingRoots(len(m.rankOf)+len(absent)) {
+		return nil
+	}
 	return out
+}
+
+// maxMissingRoots is how many ranks of a step of the given size may be missing and still be
+// root causes.
+func maxMissingRoots(ranks int) int {
+	return max(4, ranks/32)
 }
 
 // excessSpread returns the median of the ranks' excess and its robust standard deviation
