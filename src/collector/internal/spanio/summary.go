@@ -17,20 +17,31 @@ const SummaryServiceName = "skewtrace-collector"
 // StepTraceID is the trace ID every rank derives for (job, step): the first 16 bytes of
 // sha256("skewtrace/trace/<job>/<step>") (src/skewtrace/_ids.py).
 func StepTraceID(job string, step int64) pcommon.TraceID {
-	sum := sha256.Sum256([]byte("skewtrace/trace/" + job + "/" + strconv.FormatInt(step, 10)))
-	var id pcommon.TraceID
-	copy(id[:], sum[:16])
-	return id
+	return traceIDOf(stepKey("trace", job, step))
 }
 
 // StepRootSpanID is the span ID of the step root span: the first 8 bytes of
 // sha256("skewtrace/root/<job>/<step>"), 1 when that is all zeros.
 func StepRootSpanID(job string, step int64) pcommon.SpanID {
-	return derivedSpanID("skewtrace/root/", job, step)
+	return spanIDOf(stepKey("root", job, step))
 }
 
-func derivedSpanID(prefix, job string, step int64) pcommon.SpanID {
-	sum := sha256.Sum256([]byte(prefix + job + "/" + strconv.FormatInt(step, 10)))
+// stepKey is the string a (job, step) ID is derived from: "skewtrace/<kind>/<job>/<step>".
+func stepKey(kind, job string, step int64) string {
+	return "skewtrace/" + kind + "/" + job + "/" + strconv.FormatInt(step, 10)
+}
+
+// traceIDOf is the first 16 bytes of sha256(key).
+func traceIDOf(key string) pcommon.TraceID {
+	sum := sha256.Sum256([]byte(key))
+	var id pcommon.TraceID
+	copy(id[:], sum[:16])
+	return id
+}
+
+// spanIDOf is the first 8 bytes of sha256(key), 1 when that is all zeros.
+func spanIDOf(key string) pcommon.SpanID {
+	sum := sha256.Sum256([]byte(key))
 	var id pcommon.SpanID
 	copy(id[:], sum[:8])
 	if id.IsEmpty() {
@@ -269,30 +280,19 @@ func suspectOf(a pcommon.Map) (diagnosis.Suspect, bool) {
 // StepSummarySpanID is the span ID of a step's train.step.summary span: the first 8 bytes of
 // sha256("skewtrace/summary/<job>/<step>").
 func StepSummarySpanID(job string, step int64) pcommon.SpanID {
-	return derivedSpanID("skewtrace/summary/", job, step)
+	return spanIDOf(stepKey("summary", job, step))
 }
 
 // RankStepSpanID is the span ID of one rank's train.step span of a step: the first 8 bytes
 // of sha256("skewtrace/rankstep/<job>/<step>/<rank>") (src/skewtrace/_ids.py), so that a step
 // summary can link to any rank's step without having seen it.
 func RankStepSpanID(job string, step int64, rank int) pcommon.SpanID {
-	sum := sha256.Sum256([]byte("skewtrace/rankstep/" + job + "/" + strconv.FormatInt(step, 10) +
-		"/" + strconv.Itoa(rank)))
-	var id pcommon.SpanID
-	copy(id[:], sum[:8])
-	if id.IsEmpty() {
-		id[7] = 1
-	}
-	return id
+	return spanIDOf(stepKey("rankstep", job, step) + "/" + strconv.Itoa(rank))
 }
 
 // RankStepTraceID is the trace that holds one rank's spans of a step when the traceshape
 // processor stores a job one trace per (step, rank): the first 16 bytes of
 // sha256("skewtrace/ranktrace/<job>/<step>/<rank>").
 func RankStepTraceID(job string, step int64, rank int) pcommon.TraceID {
-	sum := sha256.Sum256([]byte("skewtrace/ranktrace/" + job + "/" + strconv.FormatInt(step, 10) +
-		"/" + strconv.Itoa(rank)))
-	var id pcommon.TraceID
-	copy(id[:], sum[:16])
-	return id
+	return traceIDOf(stepKey("ranktrace", job, step) + "/" + strconv.Itoa(rank))
 }
