@@ -131,6 +131,13 @@ func stringAttr(attrs pcommon.Map, key string, required bool, maxLen int) (strin
 	return v.Str(), ""
 }
 
+// ResourceInt reads an integer resource attribute, which may be a string of digits
+// (OTEL_RESOURCE_ATTRIBUTES carries only strings); ok is false when it is absent or neither.
+func ResourceInt(attrs pcommon.Map, key string) (int64, bool) {
+	n, reason := resourceInt(attrs, key, true)
+	return n, reason == ""
+}
+
 func resourceInt(attrs pcommon.Map, key string, required bool) (int64, string) {
 	v, ok := attrs.Get(key)
 	if !ok {

@@ -57,8 +57,8 @@ type skewHistory struct {
 func (h *skewHistory) anomalous(skew float64) bool {
 	out := true
 	if h.n >= minSkewSamples {
-		sorted := slices.Clone(h.vals[:h.n])
-		slices.Sort(sorted)
+		sorted := h.vals // a copy of the array
+		slices.Sort(sorted[:h.n])
 		out = skew >= minAnomalousSkew && skew > anomalyFactor*sorted[h.n/2]
 	}
 	h.vals[h.next] = skew
@@ -67,7 +67,8 @@ func (h *skewHistory) anomalous(skew float64) bool {
 	return out
 }
 
-// maxLabelLength bounds the job ids read from summaries (as the barrierskew components do).
+// maxLabelLength bounds the job ids read from resources and summaries (as the barrierskew
+// components do): each one keys state.
 const maxLabelLength = 256
 
 // jobShape is what the processor remembers of one job.
@@ -139,6 +140,8 @@ type traceShapeProcessor struct {
 	jobs   map[string]*jobShape
 	counts [2]map[pcommon.TraceID]int32
 	traces map[rankStep]pcommon.TraceID
+	// resources: this batch's ResourceSpans, read once.
+	resources []rankRes
 	// late: the (job, step, rank)s that were the late member of a collective; in a split
 	// job, the rest of that rank's step (its train.step, which the summary links to, ends
 	// after its collectives) is kept too.
@@ -231,16 +234,19 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	for i := range rss.Len() {
 		p.readSummaries(rss.At(i))
 	}
+	p.resources = p.resources[:0]
 	for i := range rss.Len() {
-		p.markLate(rss.At(i))
+		p.resources = append(p.resources, rankOf(rss.At(i).Resource()))
+		p.markLate(rss.At(i), p.resources[i])
 	}
 	var kept, healthy, full int64
 	splits := 0
 	for i := range rss.Len() {
 		rs := rss.At(i)
-		job, rank, world, ok := rankOf(rs.Resource())
+		res := p.resources[i]
+		job, rank, world := res.job, res.rank, res.world
 		sss := rs.ScopeSpans()
-		if !ok {
+		if !res.ok {
 			for j := range sss.Len() {
 				kept += int64(sss.At(j).Spans().Len())
 			}
@@ -318,17 +324,20 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 // one whose skew stands out from the job's recent collectives of its size, or that carries a
 // straggler verdict (before the job may split in this very batch). At most maxLatePerStep
 // per step.
-func (p *traceShapeProcessor) markLate(rs ptrace.ResourceSpans) {
-	job, rank, _, ok := rankOf(rs.Resource())
-	if !ok {
+func (p *traceShapeProcessor) markLate(rs ptrace.ResourceSpans, res rankRes) {
+	if !res.ok {
 		return
 	}
+	job, rank := res.job, res.rank
 	var js *jobShape
 	sss := rs.ScopeSpans()
 	for j := range sss.Len() {
 		spans := sss.At(j).Spans()
 		for k := range spans.Len() {
 			span := spans.At(k)
+			if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective {
+				continue
+			}
 			step, ok := stepOf(span)
 			if !ok {
 				continue
@@ -414,24 +423,33 @@ func (p *traceShapeProcessor) readSummaries(rs ptrace.ResourceSpans) {
 	}
 }
 
-// rankOf reads the job, rank and world size of a rank's resource (ok false for a resource
-// without a job id or rank: the Collector's own summaries, foreign spans).
-func rankOf(res pcommon.Resource) (string, int, int, bool) {
+// rankRes is what the processor reads of a rank's resource.
+type rankRes struct {
+	job   string
+	rank  int
+	world int
+	ok    bool
+}
+
+// rankOf reads the job, rank and world size of a rank's resource, integers as the barrierskew
+// components read them (spanio.ResourceInt). ok is false for a resource without a job id
+// (or one longer than maxLabelLength) or rank: the Collector's own summaries, foreign spans.
+func rankOf(res pcommon.Resource) rankRes {
 	attrs := res.Attributes()
 	job, ok := attrs.Get(semconv.AttrJobID)
-	if !ok || job.Type() != pcommon.ValueTypeStr || job.Str() == "" {
-		return "", 0, 0, false
+	if !ok || job.Type() != pcommon.ValueTypeStr || job.Str() == "" ||
+		len(job.Str()) > maxLabelLength {
+		return rankRes{}
 	}
-	rank, ok := attrs.Get(semconv.AttrRank)
-	if !ok || rank.Type() != pcommon.ValueTypeInt || rank.Int() < 0 || rank.Int() >= 1<<20 {
-		return "", 0, 0, false
+	rank, ok := spanio.ResourceInt(attrs, semconv.AttrRank)
+	if !ok || rank < 0 || rank >= 1<<20 {
+		return rankRes{}
 	}
-	world := 0
-	if w, ok := attrs.Get(semconv.AttrWorldSize); ok && w.Type() == pcommon.ValueTypeInt &&
-		w.Int() > 0 && w.Int() <= 1<<20 {
-		world = int(w.Int())
+	world, ok := spanio.ResourceInt(attrs, semconv.AttrWorldSize)
+	if !ok || world <= 0 || world > 1<<20 {
+		world = 0
 	}
-	return job.Str(), int(rank.Int()), world, true
+	return rankRes{job: job.Str(), rank: int(rank), world: int(world), ok: true}
 }
 
 func stepOf(span ptrace.Span) (int64, bool) {

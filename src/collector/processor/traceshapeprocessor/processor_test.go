@@ -192,6 +192,27 @@ func TestTraceFullDropsAndCounts(t *testing.T) {
 	require.Equal(t, int64(1), counter(t, h.tel, "otelcol_processor_traceshape_jobs_split", ""))
 }
 
+// TestRankAsStringIsReadLikeTheJoinReadsIt: OTEL_RESOURCE_ATTRIBUTES carries only strings,
+// so a rank may come as "1"; the processor reads it as the barrierskew components do
+// (spanio.ResourceInt), and the job is shaped like any other (here: split, as 2 ranks x 35
+// spans exceed max_trace_spans 50).
+func TestRankAsStringIsReadLikeTheJoinReadsIt(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxTraceSpans = 50 })
+	in := annotatedStep("strings", 2, 30, 0, 1)
+	n := in.SpanCount()
+	for i := range in.ResourceSpans().Len() {
+		attrs := in.ResourceSpans().At(i).Resource().Attributes()
+		rank, _ := attrs.Get(semconv.AttrRank)
+		attrs.PutStr(semconv.AttrRank, rank.AsString())
+		attrs.PutStr(semconv.AttrWorldSize, "2")
+	}
+	require.NoError(t, h.proc.ConsumeTraces(context.Background(), in))
+	require.Equal(t, int64(1), counter(t, h.tel, "otelcol_processor_traceshape_jobs_split", ""))
+	kept := counter(t, h.tel, "otelcol_processor_traceshape_spans_kept", "")
+	dropped := counter(t, h.tel, "otelcol_processor_traceshape_spans_dropped", "")
+	require.Equal(t, int64(n), kept+dropped)
+}
+
 // shape is what reached the backend, by trace.
 type shape struct {
 	traces map[pcommon.TraceID]ptrace.Traces
