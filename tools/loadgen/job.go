@@ -166,6 +166,23 @@ func TraceIDForStep(job string, step int) pcommon.TraceID {
 	return id
 }
 
+// appendStepSpan appends one internal span of a step, as the instrumentation writes it:
+// in the step's trace, with training.step.
+func appendStepSpan(spans ptrace.SpanSlice, name string, trace pcommon.TraceID,
+	id, parent pcommon.SpanID, start, end pcommon.Timestamp, step int,
+) ptrace.Span {
+	span := spans.AppendEmpty()
+	span.SetName(name)
+	span.SetTraceID(trace)
+	span.SetSpanID(id)
+	span.SetParentSpanID(parent)
+	span.SetKind(ptrace.SpanKindInternal)
+	span.SetStartTimestamp(start)
+	span.SetEndTimestamp(end)
+	span.Attributes().PutInt(attrStep, int64(step))
+	return span
+}
+
 // RankStepSpanID is one rank's train.step span ID: the first 8 bytes of
 // sha256("skewtrace/rankstep/<job>/<step>/<rank>"), as the instrumentation derives it, so a
 // step summary's links reach it.
@@ -389,17 +406,8 @@ func (j *Job) NextStep() Step {
 
 		stepID := RankStepSpanID(cfg.JobID, step, rank)
 		addSpan := func(name string, id, parent pcommon.SpanID, start, end time.Time) ptrace.Span {
-			span := out.AppendEmpty()
-			span.SetName(name)
-			span.SetTraceID(traceID)
-			span.SetSpanID(id)
-			span.SetParentSpanID(parent)
-			span.SetKind(ptrace.SpanKindInternal)
-			span.SetStartTimestamp(ts(start))
-			span.SetEndTimestamp(ts(end))
-			span.Attributes().PutInt(attrStep, int64(step))
 			spans++
-			return span
+			return appendStepSpan(out, name, traceID, id, parent, ts(start), ts(end), step)
 		}
 		if rank == 0 {
 			addSpan(spanStepRoot, rootID, pcommon.NewSpanIDEmpty(), tl.start, optimizerEnd)

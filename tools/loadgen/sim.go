@@ -503,16 +503,7 @@ func (s *simRun) spans(st SimStep, versions []int64) (ptrace.Traces, int) {
 		spans := ss.Spans()
 		stepID := RankStepSpanID(cfg.JobID, int(st.Index), r)
 		add := func(name string, id, parent pcommon.SpanID, start, end float64) ptrace.Span {
-			span := spans.AppendEmpty()
-			span.SetName(name)
-			span.SetTraceID(traceID)
-			span.SetSpanID(id)
-			span.SetParentSpanID(parent)
-			span.SetKind(ptrace.SpanKindInternal)
-			span.SetStartTimestamp(at(start))
-			span.SetEndTimestamp(at(end))
-			span.Attributes().PutInt(attrStep, int64(st.Index))
-			return span
+			return appendStepSpan(spans, name, traceID, id, parent, at(start), at(end), st.Index)
 		}
 		if r == 0 {
 			add(spanStepRoot, rootID, pcommon.NewSpanIDEmpty(), rs.Start, rs.StepEnd)
