@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -147,11 +148,8 @@ def _typical(mine: list[_StepRecord], rank: int, start: float, window_s: float) 
     parts: list[list[float]] = [[] for _ in range(4)]
     for s in mine:
         parts[min(3, int((s.t - start) / (window_s / 4)))].append(s.wait[rank])
-    per_step = sorted(sum(p) / len(p) for p in parts if p)
-    if len(per_step) < 3:
-        return None
-    mid = len(per_step) // 2
-    return per_step[mid] if len(per_step) % 2 else (per_step[mid - 1] + per_step[mid]) / 2
+    per_step = [sum(p) / len(p) for p in parts if p]
+    return statistics.median(per_step) if len(per_step) >= 3 else None
 
 
 def stable(t: float, rank: int, rng: random.Random) -> float:

@@ -200,29 +200,31 @@ class Decision:
     state: PolicyState
 
 
-def _natural_waits(ranks: Mapping[int, RankWindow]) -> dict[int, float]:
+def _natural_waits(
+    ranks: Mapping[int, RankWindow], waits: Mapping[int, float] | None = None
+) -> dict[int, float]:
     """Per-step wait each rank would show without pacing, relative to the latest rank.
 
     A rank delayed by ``d`` arrives ``d`` later than it naturally would, so its natural
     earliness is its observed wait plus ``d``. Waits are measured against each collective's
     latest arrival, which pacing itself can move; subtracting the smallest natural wait
     re-bases every rank on the naturally latest one and makes the estimate independent of
-    who happened to be last while pacing was on.
+    who happened to be last while pacing was on. ``waits``: each rank's observed wait per
+    step (default: the window's mean).
     """
-    raw = {r: w.wait_per_step_s + w.applied_delay_s for r, w in ranks.items()}
+    observed = waits if waits is not None else {r: w.wait_per_step_s for r, w in ranks.items()}
+    raw = {r: observed[r] + w.applied_delay_s for r, w in ranks.items()}
     floor = min(raw.values())
     return {r: value - floor for r, value in raw.items()}
 
 
 def _typical_natural_waits(ranks: Mapping[int, RankWindow]) -> dict[int, float] | None:
-    """Like :func:`_natural_waits`, from each rank's typical wait per step (None unless every
-    rank has one)."""
+    """:func:`_natural_waits` from each rank's typical wait per step (None unless every rank
+    has one)."""
     typical = {r: w.wait_typical_s for r, w in ranks.items()}
     if any(t is None for t in typical.values()):
         return None
-    raw = {r: (t or 0.0) + ranks[r].applied_delay_s for r, t in typical.items()}
-    floor = min(raw.values())
-    return {r: value - floor for r, value in raw.items()}
+    return _natural_waits(ranks, {r: t or 0.0 for r, t in typical.items()})
 
 
 def decide(window: JobWindow, previous: PolicyState, params: PolicyParams) -> Decision:

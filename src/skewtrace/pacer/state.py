@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -535,15 +536,12 @@ def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:
 def _typical_wait(parts: Sequence[Sequence[float]]) -> float | None:
     """The median over the window's parts of each part's barrier wait per step; None when
     fewer than 3 parts saw steps (too few to outvote one)."""
-    per_step = sorted(
+    per_step = [
         _once_per_step(float(total), int(count) - int(near_zero), int(steps)) / steps
         for total, count, near_zero, steps in parts
         if steps > 0
-    )
-    if len(per_step) < 3:
-        return None
-    mid = len(per_step) // 2
-    return per_step[mid] if len(per_step) % 2 else (per_step[mid - 1] + per_step[mid]) / 2
+    ]
+    return statistics.median(per_step) if len(per_step) >= 3 else None
 
 
 def _once_per_step(total: float, nonzero: int, steps: int) -> float:
