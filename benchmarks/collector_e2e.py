@@ -140,7 +140,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
-def _peak_rss_mib(pid: int) -> float:
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident set (VmHWM from /proc), in MiB; NaN when absent."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
@@ -178,7 +179,7 @@ def run_round(
             )  # fmt: skip
             counts = sink.wait_for(sent["spans"], timeout_s=120)
             cpu = _cpu_seconds(collector.pid) - cpu_before
-            rss = _peak_rss_mib(collector.pid)
+            rss = peak_rss_mib(collector.pid)
     finally:
         sink.close()
     received = counts["spans"]

@@ -64,7 +64,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from collector_e2e import Sink
+from collector_e2e import Sink, peak_rss_mib
 from collector_harness import (
     GATEWAY_YAML,
     OTELCOL_YAML,
@@ -247,13 +247,6 @@ def account(
 # -- processes -------------------------------------------------------------------------------
 
 
-def _peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def flagged(prometheus_text: str) -> set[tuple[str, str]]:
     """(rank, cause) of every straggler gauge at 1 on a connector's /metrics page."""
     out = set()
@@ -338,7 +331,7 @@ class Pipeline:
             stack.enter_context(c)
 
     def peak_rss(self) -> dict[str, float]:
-        return {c.name: _peak_rss_mib(c.pid) for c in self.all}
+        return {c.name: peak_rss_mib(c.pid) for c in self.all}
 
     def account(self, sent: dict[str, Any], sink_counts: dict[str, Any]) -> Accounting:
         first = [patient_scrape(self.first.telemetry_url)]

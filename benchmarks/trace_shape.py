@@ -34,10 +34,10 @@ from collector_harness import (
     REPO_ROOT,
     CollectorProcess,
     build_loadgen,
-    find_samples,
     parse_prometheus,
     run_loadgen_send,
     scrape,
+    sum_samples,
 )
 from otlp_sink import OtlpSink, trace_bytes
 
@@ -56,10 +56,6 @@ class Run:
     bytes_per_step: float
 
 
-def _counter(samples: list, name: str) -> float:
-    return sum(s.value for s in find_samples(samples, name))
-
-
 def run(otelcol: Path, loadgen: Path, ranks: int, args: argparse.Namespace, shaped: bool) -> Run:
     env = {} if shaped else {"SKEWTRACE_MAX_TRACE_SPANS": "1000000000"}
     with tempfile.TemporaryDirectory() as tmp, OtlpSink(detail=False) as backend:
@@ -75,8 +71,8 @@ def run(otelcol: Path, loadgen: Path, ranks: int, args: argparse.Namespace, shap
             deadline = time.monotonic() + 300
             while True:
                 telemetry = parse_prometheus(scrape(collector.telemetry_url))
-                kept = _counter(telemetry, "otelcol_processor_traceshape_spans_kept_total")
-                dropped = _counter(telemetry, "otelcol_processor_traceshape_spans_dropped_total")
+                kept = sum_samples(telemetry, "otelcol_processor_traceshape_spans_kept_total")
+                dropped = sum_samples(telemetry, "otelcol_processor_traceshape_spans_dropped_total")
                 if (kept + dropped >= expected and len(backend.spans()) >= kept) or (
                     time.monotonic() > deadline
                 ):

@@ -244,6 +244,11 @@ def scrape(url: str, *, openmetrics: bool = False, timeout_s: float = 5.0) -> st
 parse_prometheus = parse_prometheus_text
 
 
+def sum_samples(samples: Sequence[Sample], name: str, **labels: str) -> float:
+    """The sum of the values of the samples :func:`find_samples` finds."""
+    return sum(s.value for s in find_samples(samples, name, **labels))
+
+
 def find_samples(samples: Sequence[Sample], name: str, **labels: str) -> list[Sample]:
     return [
         s

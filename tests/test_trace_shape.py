@@ -31,6 +31,7 @@ from collector_harness import (
     parse_prometheus,
     run_loadgen_send,
     scrape,
+    sum_samples,
 )
 from otlp_sink import OtlpSink, ReceivedSpan, trace_bytes
 from skewtrace import semconv
@@ -39,10 +40,6 @@ pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
 TEMPO_MAX_BYTES_PER_TRACE = 5_000_000
 RANKS, STEPS, STRAGGLER = 4096, 8, 1234
-
-
-def _counter(samples: list, name: str, **labels: str) -> float:
-    return sum(s.value for s in find_samples(samples, name, **labels))
 
 
 def test_4096_rank_job_is_stored_in_traces_tempo_accepts(
@@ -70,8 +67,8 @@ def test_4096_rank_job_is_stored_in_traces_tempo_accepts(
         deadline = time.monotonic() + 120
         while True:
             telemetry = parse_prometheus(scrape(collector.telemetry_url))
-            kept = _counter(telemetry, "otelcol_processor_traceshape_spans_kept_total")
-            dropped = _counter(telemetry, "otelcol_processor_traceshape_spans_dropped_total")
+            kept = sum_samples(telemetry, "otelcol_processor_traceshape_spans_kept_total")
+            dropped = sum_samples(telemetry, "otelcol_processor_traceshape_spans_dropped_total")
             summaries = [s for s in backend.spans() if s.name == semconv.SPAN_STEP_SUMMARY]
             done = kept + dropped >= sent["spans"] + STEPS and len(summaries) >= STEPS
             if (done and len(backend.spans()) >= kept) or time.monotonic() > deadline:
@@ -90,10 +87,10 @@ def test_4096_rank_job_is_stored_in_traces_tempo_accepts(
     stored = backend.spans()
     assert kept + dropped == sent["spans"] + STEPS, (kept, dropped, sent["spans"])
     assert len(stored) == kept
-    assert dropped == _counter(
+    assert dropped == sum_samples(
         telemetry, "otelcol_processor_traceshape_spans_dropped_total", reason="healthy_rank"
     )
-    assert _counter(telemetry, "otelcol_processor_traceshape_jobs_split_total") == 1
+    assert sum_samples(telemetry, "otelcol_processor_traceshape_jobs_split_total") == 1
     assert len(stored) < 0.05 * sent["spans"], "a split job stores a small part of its spans"
 
     by_trace: dict[str, list[ReceivedSpan]] = defaultdict(list)
