@@ -289,32 +289,89 @@ func IsAnnotated(span ptrace.Span) bool {
 	return ok
 }
 
+// CollectiveNote is what a released collective writes on every member's span; one is shared
+// by the members' Notes.
+type CollectiveNote struct {
+	Skew, Transfer, Slowdown float64
+	MissingRanks             int
+	// Missing (the ranks, comma-separated) and Released are set when MissingRanks > 0.
+	Missing, Released string
+}
+
+// NewCollectiveNote takes the collective-wide figures of released collective r.
+func NewCollectiveNote[R any](r *join.Released[R]) *CollectiveNote {
+	c := &CollectiveNote{Skew: r.Skew, Transfer: r.Transfer, Slowdown: r.Slowdown,
+		MissingRanks: r.MissingRanks}
+	if r.MissingRanks > 0 {
+		c.Missing = FormatRanks(r.Missing)
+		c.Released = r.Reason.String()
+	}
+	return c
+}
+
+// Note is the engine's figures for one member of a released collective, kept until its span
+// is written (the barrierskew processor holds spans encoded and annotates them when their
+// batch is decoded).
+type Note struct {
+	*CollectiveNote
+	Lateness, Wait, ClockOffset float64
+	Verdict                     join.Verdict
+	Cause, Domain               string
+}
+
+// NewNote takes member m's figures; c is its collective's note.
+func NewNote[R any](c *CollectiveNote, m *join.Member[R]) Note {
+	return Note{CollectiveNote: c, Lateness: m.Lateness, Wait: m.Wait, ClockOffset: m.ClockOffset,
+		Verdict: m.Verdict, Cause: m.Cause, Domain: m.Domain}
+}
+
 // Annotate writes the engine's figures for member m of released collective r onto span.
 func Annotate[R any](span ptrace.Span, r *join.Released[R], m *join.Member[R]) {
+	n := NewNote(NewCollectiveNote(r), m)
+	n.Write(span)
+}
+
+// Write puts the note's annotations on span.
+func (n *Note) Write(span ptrace.Span) {
 	attrs := span.Attributes()
-	attrs.EnsureCapacity(attrs.Len() + 10)
-	attrs.PutDouble(semconv.AttrBarrierSkew, r.Skew)
-	attrs.PutDouble(semconv.AttrBarrierLateness, m.Lateness)
-	attrs.PutDouble(semconv.AttrBarrierWait, m.Wait)
-	attrs.PutDouble(semconv.AttrBarrierTransfer, r.Transfer)
-	attrs.PutDouble(semconv.AttrClockOffset, m.ClockOffset)
-	if r.Slowdown > 0 {
-		attrs.PutDouble(semconv.AttrCollectiveSlowdown, r.Slowdown)
+	// Exactly the room the annotations take: the slice grows once, to its final size (a
+	// released step is annotated at once, so spare capacity is held step-wide).
+	size := 5
+	if n.Slowdown > 0 {
+		size++
 	}
-	switch m.Verdict {
+	switch n.Verdict {
+	case join.VerdictStraggler:
+		size += 3
+	case join.VerdictClear:
+		size++
+	}
+	if n.MissingRanks > 0 {
+		size += 3
+	}
+	attrs.EnsureCapacity(attrs.Len() + size)
+	attrs.PutDouble(semconv.AttrBarrierSkew, n.Skew)
+	attrs.PutDouble(semconv.AttrBarrierLateness, n.Lateness)
+	attrs.PutDouble(semconv.AttrBarrierWait, n.Wait)
+	attrs.PutDouble(semconv.AttrBarrierTransfer, n.Transfer)
+	attrs.PutDouble(semconv.AttrClockOffset, n.ClockOffset)
+	if n.Slowdown > 0 {
+		attrs.PutDouble(semconv.AttrCollectiveSlowdown, n.Slowdown)
+	}
+	switch n.Verdict {
 	case join.VerdictStraggler:
 		attrs.PutBool(semconv.AttrStraggler, true)
-		attrs.PutStr(semconv.AttrStragglerCause, m.Cause)
-		if m.Domain != "" {
-			attrs.PutStr(semconv.AttrStragglerDomain, m.Domain)
+		attrs.PutStr(semconv.AttrStragglerCause, n.Cause)
+		if n.Domain != "" {
+			attrs.PutStr(semconv.AttrStragglerDomain, n.Domain)
 		}
 	case join.VerdictClear:
 		attrs.PutBool(semconv.AttrStraggler, false)
 	}
-	if r.MissingRanks > 0 {
-		attrs.PutInt(semconv.AttrBarrierMissingRanks, int64(r.MissingRanks))
-		attrs.PutStr(semconv.AttrBarrierMissing, FormatRanks(r.Missing))
-		attrs.PutStr(semconv.AttrBarrierReleased, r.Reason.String())
+	if n.MissingRanks > 0 {
+		attrs.PutInt(semconv.AttrBarrierMissingRanks, int64(n.MissingRanks))
+		attrs.PutStr(semconv.AttrBarrierMissing, n.Missing)
+		attrs.PutStr(semconv.AttrBarrierReleased, n.Released)
 	}
 }
 

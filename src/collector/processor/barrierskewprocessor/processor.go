@@ -2,12 +2,12 @@ package barrierskewprocessor // import "github.com/skewtrace/skewtrace/src/colle
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
@@ -22,59 +22,77 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-// origin is one copy of a rank's resource and instrumentation scope, shared by every span of
-// that rank the processor holds: resources are copied once per rank (and again only when
-// they change), not once per span.
-type origin struct {
-	resource       pcommon.Resource
-	resourceSchema string
-	scope          pcommon.InstrumentationScope
-	scopeSchema    string
-}
-
-type originKey struct {
-	job   string
-	rank  int
-	scope string
-}
-
 // reasonForeignSummary counts train.step.summary spans that arrived from outside (dropped).
 const reasonForeignSummary = "foreign_summary"
 
-// maxOrigins bounds the origin cache; past it the cache starts over (held spans keep their
-// origin alive through their own pointer).
-const maxOrigins = 1 << 16
+// reasonHoldLost counts held collective spans whose encoded batch could not be decoded
+// (it cannot happen with an encoding this processor wrote; counted, never silent).
+const reasonHoldLost = "hold_decode_failed"
 
-// member is how a buffered collective span is held: the span moved out of its batch, and
-// where it came from.
+// forwardChunk is the most released spans forwarded in one call: a 4096-rank step completes
+// at once, and forwarding it whole would decode all of it at once.
+const forwardChunk = 8192
+
+// heldBatch is the collective spans one incoming batch handed to the engine, moved out of it
+// under copies of their resources and scopes. From the end of that batch until the last of
+// its collectives is released it is held encoded (OTLP protobuf): bytes take a fraction of
+// the memory of decoded pdata and the GC does not scan them, and at thousands of ranks the
+// processor holds about one step of every rank's collective spans.
+type heldBatch struct {
+	// traces: the spans while the batch is being taken, or when it needs no encoding (every
+	// collective released by the batch that took them).
+	traces ptrace.Traces
+	data   []byte
+	// at: where the spans of the incoming batch's (resource, scope) went in traces.
+	at      map[[2]int]ptrace.SpanSlice
+	spans   int
+	pending int
+	// notes: each span's annotations by its index (the order in which the batch took them),
+	// written as its collective is released.
+	notes []spanio.Note
+	// order: the index of each span in data when some of the batch's spans left before it
+	// was encoded (nil: data holds every span, in index order).
+	order []int32
+	// written: the spans in traces are annotated already.
+	written bool
+}
+
+// member is how a held collective span is found: its batch and its index in it.
 type member struct {
-	span   ptrace.Span
-	origin *origin
+	batch *heldBatch
+	index int
 }
 
 // barrierSkewProcessor joins collective spans across ranks and annotates them.
 //
 //	ConsumeTraces(batch)
 //	  ├─ pass 1: phase spans ──────────────▶ engine phase cache (read, left in the batch)
-//	  ├─ pass 2: collective spans ─▶ moved out of the batch ─▶ engine.Add
+//	  ├─ pass 2: collective spans ─▶ moved out of the batch into a held batch ─▶ engine.Add
 //	  │            malformed / rejected ─▶ left in the batch unannotated, counted
-//	  └─ batch (everything else) + collectives released by this batch (annotated) ─▶ next
-//	ticker (release_interval): collectives past wait_timeout ─▶ annotated, incomplete ─▶ next
+//	  ├─ held batch ─▶ encoded (unless all its collectives were released by now)
+//	  └─ batch (everything else), then every held batch whose last collective was released
+//	     (decoded, annotated), in chunks ─▶ next
+//	ticker (release_interval): collectives past wait_timeout ─▶ released, incomplete
 //	                           steps due for analysis ─▶ train.step.summary spans ─▶ next
-//	Shutdown: every pending collective ─▶ annotated, incomplete; every open step ─▶ next
+//	Shutdown: every pending collective ─▶ released, incomplete; every open step ─▶ next
 type barrierSkewProcessor struct {
 	logger *zap.Logger
 	cfg    *Config
 	next   consumer.Traces
 	clock  join.Clock
 
-	mu        sync.Mutex
-	engine    *join.Engine[member]
-	scratch   []*join.Released[member]
-	resources []spanio.Resource
-	origins   map[originKey]*origin
-	// batchOrigins caches this batch's origin per (resource, scope) index pair.
-	batchOrigins  map[[2]int]*origin
+	mu sync.Mutex
+	// forwarding orders what leaves the processor: batches forward their spans holding it
+	// shared (taken before mu is released), the ticker and Shutdown forward summaries holding
+	// it exclusively, so a step's summary never overtakes the spans released before it.
+	forwarding sync.RWMutex
+	engine     *join.Engine[member]
+	scratch    []*join.Released[member]
+	resources  []spanio.Resource
+	// taking: the held batch of the incoming batch being taken.
+	taking *heldBatch
+	// ready: held batches whose every collective was released, to forward.
+	ready         []*heldBatch
 	malformed     map[string]int64
 	passedThrough int64
 
@@ -86,14 +104,12 @@ func newProcessor(
 	set processor.Settings, cfg *Config, next consumer.Traces, clock join.Clock,
 ) (*barrierSkewProcessor, error) {
 	p := &barrierSkewProcessor{
-		logger:       set.Logger,
-		cfg:          cfg,
-		next:         next,
-		clock:        clock,
-		engine:       join.New[member](cfg.Config, clock),
-		malformed:    make(map[string]int64),
-		origins:      make(map[originKey]*origin),
-		batchOrigins: make(map[[2]int]*origin),
+		logger:    set.Logger,
+		cfg:       cfg,
+		next:      next,
+		clock:     clock,
+		engine:    join.New[member](cfg.Config, clock),
+		malformed: make(map[string]int64),
 	}
 	tb, err := newTelemetry(set.TelemetrySettings, p.snapshot)
 	if err != nil {
@@ -115,10 +131,15 @@ func (p *barrierSkewProcessor) releaseExpired(ctx context.Context) {
 	p.mu.Lock()
 	out := ptrace.NewTraces()
 	p.scratch = p.engine.Expire(p.scratch[:0])
-	p.appendReleased(out)
+	p.noteReleased()
 	p.appendSummaries(out, false)
+	ready := p.takeReady()
 	p.mu.Unlock()
-	p.forward(ctx, out)
+	p.forwarding.Lock()
+	defer p.forwarding.Unlock()
+	if err := p.forwardHeld(ctx, out, ready); err != nil {
+		p.logger.Warn("forwarding released collective spans failed", zap.Error(err))
+	}
 }
 
 // appendSummaries analyzes the steps that are due (all of them when draining) and writes
@@ -130,14 +151,54 @@ func (p *barrierSkewProcessor) appendSummaries(td ptrace.Traces, drain bool) {
 	}
 }
 
-func (p *barrierSkewProcessor) forward(ctx context.Context, td ptrace.Traces) {
-	if td.ResourceSpans().Len() == 0 {
-		return
+// takeReady hands over the held batches that are ready to forward.
+func (p *barrierSkewProcessor) takeReady() []*heldBatch {
+	ready := p.ready
+	p.ready = nil
+	return ready
+}
+
+// forwardHeld forwards the ready held batches, decoded and annotated, then td (when not
+// empty), in calls of at most forwardChunk spans (a held batch larger than that goes whole).
+// Released collectives go first: a late rank's batch completes its collectives and carries
+// its train.step, and what is behind (traceshape) keeps that step for the late member it
+// learns of from the collectives.
+func (p *barrierSkewProcessor) forwardHeld(ctx context.Context, td ptrace.Traces, ready []*heldBatch) error {
+	var errs []error
+	out, n := ptrace.NewTraces(), 0
+	send := func() {
+		if out.ResourceSpans().Len() > 0 {
+			if err := p.next.ConsumeTraces(ctx, out); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		out, n = ptrace.NewTraces(), 0
 	}
-	if err := p.next.ConsumeTraces(ctx, td); err != nil {
-		p.logger.Warn("forwarding released collective spans failed", zap.Error(err),
-			zap.Int("spans", td.SpanCount()))
+	for i, hb := range ready {
+		ready[i] = nil
+		spans, ok := hb.decode()
+		if !ok {
+			p.mu.Lock()
+			p.malformed[reasonHoldLost] += int64(hb.spans)
+			p.mu.Unlock()
+			p.logger.Error("a held batch of collective spans could not be decoded",
+				zap.Int("spans", hb.spans))
+			continue
+		}
+		if n > 0 && n+hb.spans > forwardChunk {
+			send()
+		}
+		spans.ResourceSpans().MoveAndAppendTo(out.ResourceSpans())
+		n += hb.spans
 	}
+	if rest := td.SpanCount(); rest > 0 {
+		if n > 0 && n+rest > forwardChunk {
+			send()
+		}
+		td.ResourceSpans().MoveAndAppendTo(out.ResourceSpans())
+	}
+	send()
+	return errors.Join(errs...)
 }
 
 // Shutdown forwards every pending collective (incomplete) and stops the ticker.
@@ -146,13 +207,13 @@ func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	out := ptrace.NewTraces()
 	p.scratch = p.engine.Drain(p.scratch[:0])
-	p.appendReleased(out)
+	p.noteReleased()
 	p.appendSummaries(out, true)
+	ready := p.takeReady()
 	p.mu.Unlock()
-	var err error
-	if out.ResourceSpans().Len() > 0 {
-		err = p.next.ConsumeTraces(ctx, out)
-	}
+	p.forwarding.Lock()
+	err := p.forwardHeld(ctx, out, ready)
+	p.forwarding.Unlock()
 	if p.telemetry != nil {
 		p.telemetry.Shutdown()
 		p.telemetry = nil
@@ -160,7 +221,8 @@ func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Capabilities: the processor moves collective spans out of the batch and annotates them.
+// Capabilities: the processor moves collective spans out of the batch (and forwards them,
+// annotated, later).
 func (p *barrierSkewProcessor) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
 }
@@ -192,7 +254,7 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		}
 	}
 	p.scratch = p.scratch[:0]
-	clear(p.batchOrigins)
+	p.taking = &heldBatch{}
 	moved := false
 	for i := range rss.Len() {
 		rs := rss.At(i)
@@ -213,12 +275,14 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 			return rs.ScopeSpans().Len() == 0
 		})
 	}
-	p.appendReleased(td)
+	p.noteReleased()
+	p.seal(p.taking)
+	p.taking = nil
+	ready := p.takeReady()
+	p.forwarding.RLock()
 	p.mu.Unlock()
-	if rss.Len() == 0 {
-		return nil
-	}
-	return p.next.ConsumeTraces(ctx, td)
+	defer p.forwarding.RUnlock()
+	return p.forwardHeld(ctx, td, ready)
 }
 
 // take moves a joinable collective span out of the batch into the engine and reports whether
@@ -246,75 +310,165 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 		spanio.MarkUnjoined(span, reason)
 		return false
 	}
-	held := ptrace.NewSpan()
-	span.MoveTo(held)
-	a.Ref = member{span: held, origin: p.originOf(rs, ss, at, res)}
+	hb := p.taking
+	a.Ref = member{batch: hb, index: hb.spans}
 	var outcome join.Outcome
 	outcome, p.scratch = p.engine.Add(&a, p.scratch)
 	if outcome != join.Accepted {
-		// Counted by the engine's rejection stats; the span goes back where it was.
-		held.MoveTo(span)
+		// Counted by the engine's rejection stats; the span stays where it is.
 		spanio.MarkUnjoined(span, outcome.Reason())
 		return false
 	}
+	span.MoveTo(hb.slice(rs, ss, at).AppendEmpty())
+	hb.spans++
+	hb.pending++
 	return true
 }
 
-// originOf returns the shared copy of a span's resource and scope, copying them only when
-// this rank's cached copy is missing or differs.
-func (p *barrierSkewProcessor) originOf(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans,
-	at [2]int, res *spanio.Resource,
-) *origin {
-	if o, ok := p.batchOrigins[at]; ok {
-		return o
+// slice returns where the held batch keeps the spans of the incoming batch's (resource,
+// scope) at, copying the resource and scope the first time. The spans are taken in the
+// incoming batch's order, so each (resource, scope)'s are contiguous and the order of the
+// held batch's traces is the order of the spans' indexes.
+func (hb *heldBatch) slice(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, at [2]int) ptrace.SpanSlice {
+	if spans, ok := hb.at[at]; ok {
+		return spans
 	}
-	key := originKey{job: res.Job, rank: res.Rank, scope: ss.Scope().Name()}
-	o, ok := p.origins[key]
-	if !ok || o.resourceSchema != rs.SchemaUrl() || o.scopeSchema != ss.SchemaUrl() ||
-		o.scope.Version() != ss.Scope().Version() ||
-		!o.resource.Attributes().Equal(rs.Resource().Attributes()) ||
-		!o.scope.Attributes().Equal(ss.Scope().Attributes()) {
-		o = &origin{
-			resource:       pcommon.NewResource(),
-			resourceSchema: rs.SchemaUrl(),
-			scope:          pcommon.NewInstrumentationScope(),
-			scopeSchema:    ss.SchemaUrl(),
-		}
-		rs.Resource().CopyTo(o.resource)
-		ss.Scope().CopyTo(o.scope)
-		if len(p.origins) >= maxOrigins {
-			clear(p.origins)
-		}
-		p.origins[key] = o
+	if hb.at == nil {
+		hb.traces = ptrace.NewTraces()
+		hb.at = make(map[[2]int]ptrace.SpanSlice)
 	}
-	p.batchOrigins[at] = o
-	return o
+	out := hb.traces.ResourceSpans().AppendEmpty()
+	rs.Resource().CopyTo(out.Resource())
+	out.SetSchemaUrl(rs.SchemaUrl())
+	outSS := out.ScopeSpans().AppendEmpty()
+	ss.Scope().CopyTo(outSS.Scope())
+	outSS.SetSchemaUrl(ss.SchemaUrl())
+	hb.at[at] = outSS.Spans()
+	return outSS.Spans()
 }
 
-// appendReleased annotates the spans of the collectives in p.scratch and moves them into td,
-// one ResourceSpans per origin.
-func (p *barrierSkewProcessor) appendReleased(td ptrace.Traces) {
-	if len(p.scratch) == 0 {
+// seal ends the taking of a held batch. The spans whose collectives this very batch released
+// (a tensor-parallel group whose ranks share the batch, say) are ready at once; the others
+// are encoded until their collectives are released.
+func (p *barrierSkewProcessor) seal(hb *heldBatch) {
+	hb.at = nil
+	switch {
+	case hb.spans == 0:
+		return
+	case hb.pending == 0:
+		p.ready = append(p.ready, hb)
+		return
+	case hb.pending < hb.spans:
+		p.ready = append(p.ready, hb.splitReleased())
+	}
+	data, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(hb.traces)
+	if err != nil {
+		// Held decoded instead: more memory, nothing lost.
+		p.logger.Warn("encoding held collective spans failed", zap.Error(err))
 		return
 	}
-	out := td.ResourceSpans()
-	byOrigin := make(map[*origin]ptrace.SpanSlice)
+	hb.data, hb.traces = data, ptrace.Traces{}
+}
+
+// splitReleased moves the spans whose notes are written out of the held batch into a batch
+// of their own, annotated, and records the original index of each span that stays.
+func (hb *heldBatch) splitReleased() *heldBatch {
+	done := &heldBatch{traces: ptrace.NewTraces(), written: true}
+	hb.order = make([]int32, 0, hb.pending)
+	i := 0
+	rss := hb.traces.ResourceSpans()
+	for r := range rss.Len() {
+		rs := rss.At(r)
+		sss := rs.ScopeSpans()
+		for s := range sss.Len() {
+			ss := sss.At(s)
+			var to ptrace.SpanSlice
+			moved := false
+			ss.Spans().RemoveIf(func(span ptrace.Span) bool {
+				index := i
+				i++
+				if index >= len(hb.notes) || hb.notes[index].CollectiveNote == nil {
+					hb.order = append(hb.order, int32(index))
+					return false
+				}
+				if !moved {
+					out := done.traces.ResourceSpans().AppendEmpty()
+					rs.Resource().CopyTo(out.Resource())
+					out.SetSchemaUrl(rs.SchemaUrl())
+					outSS := out.ScopeSpans().AppendEmpty()
+					ss.Scope().CopyTo(outSS.Scope())
+					outSS.SetSchemaUrl(ss.SchemaUrl())
+					to, moved = outSS.Spans(), true
+				}
+				hb.notes[index].Write(span)
+				hb.notes[index] = spanio.Note{}
+				span.MoveTo(to.AppendEmpty())
+				done.spans++
+				return true
+			})
+		}
+	}
+	return done
+}
+
+// decode returns the held batch's spans with their annotations written.
+func (hb *heldBatch) decode() (ptrace.Traces, bool) {
+	if hb.written {
+		return hb.traces, true
+	}
+	td := hb.traces
+	if hb.data != nil {
+		var err error
+		td, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(hb.data)
+		if err != nil {
+			return ptrace.Traces{}, false
+		}
+		hb.data = nil
+	}
+	want := hb.spans
+	if hb.order != nil {
+		want = len(hb.order)
+	}
+	if td.SpanCount() != want {
+		return ptrace.Traces{}, false
+	}
+	i := 0
+	rss := td.ResourceSpans()
+	for r := range rss.Len() {
+		sss := rss.At(r).ScopeSpans()
+		for s := range sss.Len() {
+			spans := sss.At(s).Spans()
+			for k := range spans.Len() {
+				index := i
+				if hb.order != nil {
+					index = int(hb.order[i])
+				}
+				hb.notes[index].Write(spans.At(k))
+				i++
+			}
+		}
+	}
+	hb.notes, hb.order = nil, nil
+	return td, true
+}
+
+// noteReleased writes the engine's figures for the members of the collectives in p.scratch
+// into their held batches' notes, and queues every sealed batch that has no pending member
+// left.
+func (p *barrierSkewProcessor) noteReleased() {
 	for _, r := range p.scratch {
+		c := spanio.NewCollectiveNote(r)
 		for i := range r.Members {
 			m := &r.Members[i]
-			spanio.Annotate(m.Ref.span, r, m)
-			spans, ok := byOrigin[m.Ref.origin]
-			if !ok {
-				rs := out.AppendEmpty()
-				m.Ref.origin.resource.CopyTo(rs.Resource())
-				rs.SetSchemaUrl(m.Ref.origin.resourceSchema)
-				ss := rs.ScopeSpans().AppendEmpty()
-				m.Ref.origin.scope.CopyTo(ss.Scope())
-				ss.SetSchemaUrl(m.Ref.origin.scopeSchema)
-				spans = ss.Spans()
-				byOrigin[m.Ref.origin] = spans
+			hb := m.Ref.batch
+			if m.Ref.index >= len(hb.notes) {
+				hb.notes = append(hb.notes, make([]spanio.Note, max(m.Ref.index+1, hb.spans)-len(hb.notes))...)
 			}
-			m.Ref.span.MoveTo(spans.AppendEmpty())
+			hb.notes[m.Ref.index] = spanio.NewNote(c, m)
+			hb.pending--
+			if hb.pending == 0 && hb != p.taking {
+				p.ready = append(p.ready, hb)
+			}
 		}
 		p.engine.Recycle(r)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
 )
 
@@ -711,5 +712,114 @@ func TestForgedSummariesAreDroppedAndClaimedFiguresIgnored(t *testing.T) {
 	}
 	if n := h.proc.malformed[reasonForeignSummary]; n != 1 {
 		t.Errorf("foreign summaries counted %d, want 1", n)
+	}
+}
+
+// TestHeldSpansComeBackWhole: collective spans are held encoded between batches; what comes
+// out is each span as it went in (IDs, times, name, status, events, links, attributes,
+// resource and scope) plus the annotations. Of a batch holding a collective that completes
+// in it and one that waits for wait_timeout, the first leaves at once, the second (decoded
+// from its encoding) at the timeout.
+func TestHeldSpansComeBackWhole(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.WaitTimeout = 5 * time.Second })
+	ranks := fixture.Ranks(3)
+	first := fixture.NewBatch()
+	for seq := range int64(2) {
+		for _, r := range ranks[:2] {
+			s := first.AddCollective(r, fixture.Collective{PGSize: 2 + int(seq), Seq: seq, Step: 0,
+				TrueEnd: trueEnd, Duration: time.Duration(5+r.Rank) * time.Millisecond})
+			s.Status().SetMessage("kept")
+			s.Events().AppendEmpty().SetName("an event")
+			s.Links().AppendEmpty().SetSpanID(pcommon.SpanID{1, 2, 3})
+		}
+	}
+	first.Traces.ResourceSpans().At(0).ScopeSpans().At(0).Scope().SetVersion("9.9")
+	want := map[[2]int64]ptrace.Span{}
+	for _, s := range fixture.Spans(first.Traces) {
+		seq, _ := s.Span.Attributes().Get(semconv.AttrCollectiveSeq)
+		c := ptrace.NewSpan()
+		s.Span.CopyTo(c)
+		want[[2]int64{int64(s.Rank()), seq.Int()}] = c
+	}
+	h.consume(t, first)
+	// Seq 0 (a 2-member group: ranks 0 and 1) completed in the batch that took it and leaves
+	// at once; seq 1 (3 members) waits for rank 2, which never comes, so the rest of the held
+	// batch leaves at wait_timeout.
+	for _, s := range h.collectives() {
+		if seq, _ := s.Span.Attributes().Get(semconv.AttrCollectiveSeq); seq.Int() != 0 {
+			t.Fatalf("rank %d seq %d forwarded before its collective was released", s.Rank(), seq.Int())
+		}
+	}
+	if n := len(h.collectives()); n != 2 {
+		t.Fatalf("%d spans of the collective the batch completed were forwarded, want 2", n)
+	}
+	h.clock.Advance(6 * time.Second)
+	h.proc.releaseExpired(context.Background())
+	got := h.collectives()
+	if len(got) != 4 {
+		t.Fatalf("want 4 collective spans after the timeout, got %d", len(got))
+	}
+	for _, s := range got {
+		seq, _ := s.Span.Attributes().Get(semconv.AttrCollectiveSeq)
+		w := want[[2]int64{int64(s.Rank()), seq.Int()}]
+		if _, ok := s.Span.Attributes().Get(semconv.AttrBarrierSkew); !ok {
+			t.Errorf("rank %d seq %d not annotated", s.Rank(), seq.Int())
+		}
+		missing, ok := s.Span.Attributes().Get(semconv.AttrBarrierMissingRanks)
+		if (seq.Int() == 1) != (ok && missing.Int() == 1) {
+			t.Errorf("rank %d seq %d: missing ranks %v", s.Rank(), seq.Int(), missing.AsRaw())
+		}
+		c := ptrace.NewSpan()
+		s.Span.CopyTo(c)
+		spanio.StripAnnotations(c)
+		if c.Name() != w.Name() || c.SpanID() != w.SpanID() || c.TraceID() != w.TraceID() ||
+			c.StartTimestamp() != w.StartTimestamp() || c.EndTimestamp() != w.EndTimestamp() ||
+			c.Status().Message() != "kept" || c.Events().Len() != 1 || c.Links().Len() != 1 ||
+			!c.Attributes().Equal(w.Attributes()) {
+			t.Errorf("rank %d seq %d came back changed: %v", s.Rank(), seq.Int(), c.Attributes().AsRaw())
+		}
+		if host, _ := s.Resource.Attributes().Get(semconv.AttrHostName); host.Str() == "" {
+			t.Errorf("resource lost on a held span")
+		}
+	}
+	var scopeVersion string
+	for _, td := range h.sink.AllTraces() {
+		for i := range td.ResourceSpans().Len() {
+			if v := td.ResourceSpans().At(i).ScopeSpans().At(0).Scope().Version(); v != "" {
+				scopeVersion = v
+			}
+		}
+	}
+	if scopeVersion != "9.9" {
+		t.Errorf("scope version %q came back, want 9.9", scopeVersion)
+	}
+}
+
+// TestManyReleasedBatchesAreForwardedInChunks: a step whose collectives all complete with
+// its last batch is forwarded in calls of at most forwardChunk spans, none lost.
+func TestManyReleasedBatchesAreForwardedInChunks(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxBufferedSpans = 1 << 20 })
+	const world, perBatch, collectives = 512, 8, 8
+	ranks := fixture.Ranks(world)
+	for from := 0; from < world; from += perBatch {
+		b := fixture.NewBatch()
+		for _, r := range ranks[from : from+perBatch] {
+			for seq := range int64(collectives) {
+				b.AddCollective(r, fixture.Collective{PGSize: world, Seq: seq, Step: 0,
+					TrueEnd: trueEnd, Duration: time.Duration(5+r.Rank%9) * time.Millisecond})
+			}
+		}
+		h.consume(t, b)
+	}
+	if got := len(h.collectives()); got != world*collectives {
+		t.Fatalf("%d of %d collective spans forwarded", got, world*collectives)
+	}
+	if calls := len(h.sink.AllTraces()); calls < world*collectives/forwardChunk {
+		t.Errorf("%d spans forwarded in %d calls", world*collectives, calls)
+	}
+	for _, td := range h.sink.AllTraces() {
+		if td.SpanCount() > forwardChunk {
+			t.Errorf("one call forwarded %d spans (chunk %d)", td.SpanCount(), forwardChunk)
+		}
 	}
 }

@@ -24,10 +24,15 @@ type Config struct {
 	// MaxJobs bounds the jobs whose shape (flags, split) is remembered; past it the state
 	// starts over. Default 1024.
 	MaxJobs int `mapstructure:"max_jobs"`
+	// MaxRequestSpans bounds the spans of one request the processor forwards (the copies it
+	// keeps of one incoming batch are split into requests of at most this many): many
+	// OTLP/gRPC receivers refuse messages over 4 MiB, and an annotated span with its
+	// resource is about 550 bytes. Default 4096; 0 does not split.
+	MaxRequestSpans int `mapstructure:"max_request_spans"`
 }
 
 func createDefaultConfig() *Config {
-	return &Config{MaxTraceSpans: 6000, SampleRanks: 32, MaxLinks: 64, MaxJobs: 1024}
+	return &Config{MaxTraceSpans: 6000, SampleRanks: 32, MaxLinks: 64, MaxJobs: 1024, MaxRequestSpans: 4096}
 }
 
 // Validate checks the configuration; each error names the YAML key.
@@ -44,6 +49,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxJobs < 1 {
 		errs = append(errs, fmt.Errorf("max_jobs must be >= 1, got %d", c.MaxJobs))
+	}
+	if c.MaxRequestSpans < 0 {
+		errs = append(errs, fmt.Errorf("max_request_spans must be >= 0, got %d", c.MaxRequestSpans))
 	}
 	return errors.Join(errs...)
 }

@@ -28,11 +28,11 @@ func TestConfigFromYAML(t *testing.T) {
 
 	custom := load("custom")
 	require.NoError(t, custom.Validate())
-	require.Equal(t, &Config{MaxTraceSpans: 2000, SampleRanks: 0, MaxLinks: 8, MaxJobs: 16}, custom)
+	require.Equal(t, &Config{MaxTraceSpans: 2000, SampleRanks: 0, MaxLinks: 8, MaxJobs: 16, MaxRequestSpans: 100}, custom)
 
 	err = load("bad").Validate()
 	require.Error(t, err)
-	for _, key := range []string{"max_trace_spans", "sample_ranks", "max_links", "max_jobs"} {
+	for _, key := range []string{"max_trace_spans", "sample_ranks", "max_links", "max_jobs", "max_request_spans"} {
 		require.ErrorContains(t, err, key)
 	}
 }

@@ -2,6 +2,7 @@ package traceshapeprocessor // import "github.com/skewtrace/skewtrace/src/collec
 
 import (
 	"context"
+	"errors"
 	"math/bits"
 	"slices"
 	"sync"
@@ -180,9 +181,10 @@ func (p *traceShapeProcessor) Shutdown(context.Context) error {
 	return nil
 }
 
-// Capabilities: the processor drops spans and rewrites trace IDs, parents and links.
+// Capabilities: the processor forwards copies of what it keeps (trace IDs, parents and links
+// rewritten on the copies) and never changes its input.
 func (p *traceShapeProcessor) Capabilities() consumer.Capabilities {
-	return consumer.Capabilities{MutatesData: true}
+	return consumer.Capabilities{MutatesData: false}
 }
 
 func (p *traceShapeProcessor) job(name string) *jobShape {
@@ -226,7 +228,64 @@ func (p *traceShapeProcessor) rankTrace(job string, step int64, rank int) pcommo
 	return id
 }
 
-// ConsumeTraces shapes the batch and forwards what is kept.
+// output builds what the processor forwards: copies of the kept spans under copies of
+// their resource and scope, in requests of at most max_request_spans spans. The input is
+// never changed (the processor is read-only, so the pipeline does not clone every batch
+// for it beside the barrierskew connector).
+type output struct {
+	max   int
+	done  []ptrace.Traces
+	cur   ptrace.Traces
+	spans int
+	rs    ptrace.ResourceSpans
+	ss    ptrace.ScopeSpans
+	// at: the input (resource, scope) that rs and ss copy in cur; -1 when none.
+	at [2]int
+}
+
+func newOutput(maxSpans int) *output {
+	return &output{max: maxSpans, cur: ptrace.NewTraces(), at: [2]int{-1, -1}}
+}
+
+// add copies span (of input resource i, scope j) into the output and returns the copy.
+func (o *output) add(in ptrace.ResourceSpans, i int, inSS ptrace.ScopeSpans, j int, span ptrace.Span) ptrace.Span {
+	if o.max > 0 && o.spans >= o.max {
+		o.done = append(o.done, o.cur)
+		o.cur, o.spans, o.at = ptrace.NewTraces(), 0, [2]int{-1, -1}
+	}
+	if o.at[0] != i {
+		o.rs = o.cur.ResourceSpans().AppendEmpty()
+		in.Resource().CopyTo(o.rs.Resource())
+		o.rs.SetSchemaUrl(in.SchemaUrl())
+		o.at = [2]int{i, -1}
+	}
+	if o.at[1] != j {
+		o.ss = o.rs.ScopeSpans().AppendEmpty()
+		inSS.Scope().CopyTo(o.ss.Scope())
+		o.ss.SetSchemaUrl(inSS.SchemaUrl())
+		o.at[1] = j
+	}
+	out := o.ss.Spans().AppendEmpty()
+	span.CopyTo(out)
+	o.spans++
+	return out
+}
+
+// requests returns the output's requests, none empty.
+func (o *output) requests() []ptrace.Traces {
+	if o.spans > 0 {
+		o.done = append(o.done, o.cur)
+	}
+	return o.done
+}
+
+// summaryCopy is the forwarded copy of a step summary, linked at the end of its batch.
+type summaryCopy struct {
+	span     ptrace.Span
+	resource pcommon.Resource
+}
+
+// ConsumeTraces shapes the batch and forwards copies of what is kept.
 func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
 	p.mu.Lock()
 	clear(p.traces)
@@ -239,6 +298,8 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		p.resources = append(p.resources, rankOf(rss.At(i).Resource()))
 		p.markLate(rss.At(i), p.resources[i])
 	}
+	out := newOutput(p.cfg.MaxRequestSpans)
+	var summaries []summaryCopy
 	var kept, healthy, full int64
 	splits := 0
 	for i := range rss.Len() {
@@ -246,19 +307,25 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		res := p.resources[i]
 		job, rank, world := res.job, res.rank, res.world
 		sss := rs.ScopeSpans()
-		if !res.ok {
-			for j := range sss.Len() {
-				kept += int64(sss.At(j).Spans().Len())
-			}
-			continue
+		var js *jobShape
+		if res.ok {
+			js = p.job(job)
 		}
-		js := p.job(job)
 		for j := range sss.Len() {
-			sss.At(j).Spans().RemoveIf(func(span ptrace.Span) bool {
-				step, hasStep := stepOf(span)
-				if !hasStep || span.Name() == semconv.SpanStepRoot {
+			ss := sss.At(j)
+			spans := ss.Spans()
+			for k := range spans.Len() {
+				span := spans.At(k)
+				if spanio.IsSummary(span) {
+					summaries = append(summaries, summaryCopy{out.add(rs, i, ss, j, span), rs.Resource()})
 					kept++
-					return false
+					continue
+				}
+				step, hasStep := stepOf(span)
+				if js == nil || !hasStep || span.Name() == semconv.SpanStepRoot {
+					out.add(rs, i, ss, j, span)
+					kept++
+					continue
 				}
 				if js.observe(rank, step, world, p.cfg.MaxTraceSpans) {
 					splits++
@@ -266,40 +333,42 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 				if !js.split {
 					if !p.admit(span.TraceID()) {
 						full++
-						return true
+						continue
 					}
+					out.add(rs, i, ss, j, span)
 					kept++
-					return false
+					continue
 				}
 				_, flagged := js.flagged[rank]
 				_, late := p.late[rankStep{job: job, step: step, rank: rank}]
 				if !flagged && !late && !js.sampled(rank, p.cfg.SampleRanks) {
 					healthy++
-					return true
+					continue
 				}
 				id := p.rankTrace(job, step, rank)
 				if !p.admit(id) {
 					full++
-					return true
+					continue
 				}
-				span.SetTraceID(id)
+				c := out.add(rs, i, ss, j, span)
+				c.SetTraceID(id)
 				// The rank's step is the root of the (step, rank) trace, one link away from
 				// its step's summary.
-				if span.Name() == semconv.SpanStep {
-					span.SetParentSpanID(pcommon.NewSpanIDEmpty())
-					link := span.Links().AppendEmpty()
+				if c.Name() == semconv.SpanStep {
+					c.SetParentSpanID(pcommon.NewSpanIDEmpty())
+					link := c.Links().AppendEmpty()
 					link.SetTraceID(spanio.StepTraceID(job, step))
 					link.SetSpanID(spanio.StepSummarySpanID(job, step))
 				}
 				kept++
-				return false
-			})
+			}
 		}
 	}
-	rss.RemoveIf(func(rs ptrace.ResourceSpans) bool {
-		rs.ScopeSpans().RemoveIf(func(ss ptrace.ScopeSpans) bool { return ss.Spans().Len() == 0 })
-		return rs.ScopeSpans().Len() == 0
-	})
+	// Linked once the batch's spans are counted: a summary may arrive with the first spans
+	// that split its job.
+	for _, s := range summaries {
+		p.linkSummary(s.span, s.resource)
+	}
 	p.mu.Unlock()
 
 	if t := p.telemetry; t != nil {
@@ -314,10 +383,13 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 			t.ProcessorTraceshapeJobsSplit.Add(ctx, int64(splits))
 		}
 	}
-	if rss.Len() == 0 {
-		return nil
+	var errs []error
+	for _, req := range out.requests() {
+		if err := p.next.ConsumeTraces(ctx, req); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return p.next.ConsumeTraces(ctx, td)
+	return errors.Join(errs...)
 }
 
 // markLate remembers the (job, step, rank) of the late member of each anomalous collective:
@@ -373,8 +445,7 @@ func (p *traceShapeProcessor) markLate(rs ptrace.ResourceSpans, res rankRes) {
 	}
 }
 
-// readSummaries takes the flagged ranks from the step summaries of a resource and links each
-// summary to the train.step spans of the ranks it names.
+// readSummaries takes the flagged ranks from the step summaries of a resource.
 func (p *traceShapeProcessor) readSummaries(rs ptrace.ResourceSpans) {
 	sss := rs.ScopeSpans()
 	for j := range sss.Len() {
@@ -396,30 +467,40 @@ func (p *traceShapeProcessor) readSummaries(rs ptrace.ResourceSpans) {
 					js.flagged[f.Rank] = struct{}{}
 				}
 			}
-			linked := make(map[int]bool)
-			link := func(rank int) {
-				if linked[rank] || len(linked) >= p.cfg.MaxLinks {
-					return
-				}
-				linked[rank] = true
-				l := span.Links().AppendEmpty()
-				if js.split {
-					l.SetTraceID(p.rankTrace(res.Job, res.Step, rank))
-				} else {
-					l.SetTraceID(span.TraceID())
-				}
-				l.SetSpanID(spanio.RankStepSpanID(res.Job, res.Step, rank))
-				l.Attributes().PutInt(semconv.AttrRank, int64(rank))
-			}
-			for _, rc := range res.RootCauses {
-				if rc.Rank >= 0 {
-					link(rc.Rank)
-				}
-			}
-			for _, f := range res.Flagged {
-				link(f.Rank)
-			}
 		}
+	}
+}
+
+// linkSummary links the forwarded copy of a step summary to the train.step spans of the ranks
+// it names (root causes first, then flagged ranks), at most max_links.
+func (p *traceShapeProcessor) linkSummary(span ptrace.Span, resource pcommon.Resource) {
+	res, ok := spanio.ReadSummary(span, resource, maxLabelLength)
+	if !ok {
+		return
+	}
+	js := p.job(res.Job)
+	linked := make(map[int]bool)
+	link := func(rank int) {
+		if linked[rank] || len(linked) >= p.cfg.MaxLinks {
+			return
+		}
+		linked[rank] = true
+		l := span.Links().AppendEmpty()
+		if js.split {
+			l.SetTraceID(p.rankTrace(res.Job, res.Step, rank))
+		} else {
+			l.SetTraceID(span.TraceID())
+		}
+		l.SetSpanID(spanio.RankStepSpanID(res.Job, res.Step, rank))
+		l.Attributes().PutInt(semconv.AttrRank, int64(rank))
+	}
+	for _, rc := range res.RootCauses {
+		if rc.Rank >= 0 {
+			link(rc.Rank)
+		}
+	}
+	for _, f := range res.Flagged {
+		link(f.Rank)
 	}
 }
 

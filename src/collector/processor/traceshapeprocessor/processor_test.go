@@ -389,3 +389,56 @@ func TestLargeJobShapeAt4096Ranks(t *testing.T) {
 	// A healthy, unsampled rank is not.
 	require.NotContains(t, got.traces, spanio.RankStepTraceID("job", steps-1, 4000))
 }
+
+// TestInputIsReadOnly: the processor is declared read-only (so the pipeline does not clone
+// every batch for it beside the barrierskew connector); it must then shape a read-only batch
+// (pdata panics on a write) and leave it as it was, the kept spans being copies.
+func TestInputIsReadOnly(t *testing.T) {
+	require.False(t, newHarness(t, nil).proc.Capabilities().MutatesData)
+	for _, tc := range []struct {
+		name  string
+		ranks int
+	}{{"one trace per step", 8}, {"split per rank", 256}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.MaxTraceSpans = 1000; c.SampleRanks = 4 })
+			sum := summary("ro", 2, 7)
+			in := annotatedStep("ro", tc.ranks, 4, 3, 7)
+			want := ptrace.NewTraces()
+			in.CopyTo(want)
+			sum.MarkReadOnly()
+			in.MarkReadOnly()
+			want.MarkReadOnly()
+			require.NotPanics(t, func() {
+				require.NoError(t, h.proc.ConsumeTraces(context.Background(), sum))
+				require.NoError(t, h.proc.ConsumeTraces(context.Background(), in))
+			})
+			require.Equal(t, want, in, "the input batch was changed")
+			require.Positive(t, h.sink.SpanCount())
+			// The summary's copy got its link; the input summary did not.
+			require.Equal(t, 1, h.sink.AllTraces()[0].ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Links().Len())
+			require.Equal(t, 0, sum.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Links().Len())
+		})
+	}
+}
+
+// TestRequestsAreSplitAtMaxRequestSpans: what one batch keeps leaves in requests of at most
+// max_request_spans spans, each span under its own resource, none lost.
+func TestRequestsAreSplitAtMaxRequestSpans(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxRequestSpans = 50 })
+	in := annotatedStep("req", 16, 4, 3, 5) // 16 x 9 = 144 spans, one trace
+	require.NoError(t, h.proc.ConsumeTraces(context.Background(), in))
+	require.Equal(t, in.SpanCount(), h.sink.SpanCount())
+	require.Len(t, h.sink.AllTraces(), 3)
+	ranksIn := map[int]int{}
+	for _, s := range fixture.Spans(in) {
+		ranksIn[s.Rank()]++
+	}
+	ranksOut := map[int]int{}
+	for _, td := range h.sink.AllTraces() {
+		require.LessOrEqual(t, td.SpanCount(), 50)
+		for _, s := range fixture.Spans(td) {
+			ranksOut[s.Rank()]++
+		}
+	}
+	require.Equal(t, ranksIn, ranksOut)
+}
