@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collector_e2e import Sink, peak_rss_mib
 from collector_harness import (
+    GATEWAY_BY_JOB_YAML,
     GATEWAY_YAML,
     OTELCOL_YAML,
     PASSTHROUGH_YAML,
@@ -100,6 +101,9 @@ def go_duration_s(text: str, default: float) -> float:
 
 
 PIPELINES = ("passthrough", "single", "gateway-passthrough", "gateway")
+# Also accepted by --verdict-pipelines: tier 1 routing by job (collector-config/
+# gateway-by-job.yaml) instead of by step.
+VERDICT_ONLY_PIPELINES = ("gateway-by-job",)
 
 
 def spans_per_rank_step(collectives: int, tp: int) -> int:
@@ -307,7 +311,7 @@ class Pipeline:
             endpoints = ", ".join(c.otlp_grpc_endpoint for c in self.second)
             self.first = CollectorProcess(
                 otelcol,
-                [GATEWAY_YAML],
+                [GATEWAY_YAML, GATEWAY_BY_JOB_YAML] if kind == "gateway-by-job" else [GATEWAY_YAML],
                 workdir,
                 name=f"{kind}-t1",
                 env={**env, "SKEWTRACE_TIER2_ENDPOINTS": f"[{endpoints}]"},
@@ -459,6 +463,8 @@ class VerdictResult:
     onset_step: int
     failed_requests: int = 0
     first_error: str = ""
+    # Each collector's peak RSS over the paced run (the job's own rate, not a flood).
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)
 
     def seconds_to_flag(self) -> float | None:
         return None if self.flag_unix is None else self.flag_unix - self.onset_unix
@@ -580,6 +586,7 @@ def run_verdict(
                 poller.stop_event.set()
                 poller.join(10)
             final_flags = pipeline.flagged()
+            rss = pipeline.peak_rss()
     finally:
         sink.close()
         if pacer.poll() is None:
@@ -611,6 +618,7 @@ def run_verdict(
         onset_step=args.straggler_from,
         failed_requests=int(sent.get("failed_requests", 0)),
         first_error=str(sent.get("first_error", "")),
+        peak_rss_mib=rss,
     )
 
 
@@ -733,6 +741,19 @@ def report_verdicts(results: Sequence[VerdictResult], args: argparse.Namespace) 
                 f"analysis_delay {delay:g} s = {floor_s:.2f} s, then up to {flush:g} s "
                 f"metrics flush and the {args.poll_s:g} s poll)"
             )
+        if r.peak_rss_mib:
+            worst = max(r.peak_rss_mib.values())
+            good = r.ranks < 4096 or worst <= MAX_RSS_MIB_AT_4096
+            ok &= good
+            print(
+                "  peak RSS at the job's rate: "
+                + ", ".join(f"{k} {v:.0f} MiB" for k, v in r.peak_rss_mib.items())
+                + (
+                    f"   target <= {MAX_RSS_MIB_AT_4096:.0f} MiB per instance: {verdict_word(good)}"
+                    if r.ranks >= 4096
+                    else ""
+                )
+            )
         scrape_med = statistics.median(r.scrape_s) if r.scrape_s else float("nan")
         print(f"  one poll of every analyzer's /metrics took {scrape_med * 1e3:.0f} ms (median)")
         if r.decision_unix is None:
@@ -786,7 +807,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--verdict-steps-after", type=int, default=16, help="steps sent after the onset in part 2"
     )
-    parser.add_argument("--verdict-pipelines", default="single,gateway")
+    parser.add_argument(
+        "--verdict-pipelines",
+        default="single,gateway",
+        help=f"comma-separated, of {', '.join((*PIPELINES[1:], *VERDICT_ONLY_PIPELINES))}",
+    )
     parser.add_argument("--poll-s", type=float, default=0.1)
     parser.add_argument(
         "--gomemlimit-mib", type=int, default=0,

@@ -44,6 +44,7 @@ CONFIG_DIR = REPO_ROOT / "collector-config"
 OTELCOL_YAML = CONFIG_DIR / "otelcol.yaml"
 FILE_EXPORT_YAML = CONFIG_DIR / "file-export.yaml"
 GATEWAY_YAML = CONFIG_DIR / "gateway.yaml"
+GATEWAY_BY_JOB_YAML = CONFIG_DIR / "gateway-by-job.yaml"
 PASSTHROUGH_YAML = CONFIG_DIR / "passthrough.yaml"
 LOADGEN_DIR = REPO_ROOT / "tools" / "loadgen"
 

@@ -14,6 +14,7 @@ import yaml
 from collector_harness import (
     CONFIG_DIR,
     FILE_EXPORT_YAML,
+    GATEWAY_BY_JOB_YAML,
     GATEWAY_YAML,
     OTELCOL_YAML,
     PASSTHROUGH_YAML,
@@ -241,6 +242,7 @@ def _run(
         [OTELCOL_YAML, FILE_EXPORT_YAML],
         [OTELCOL_YAML, PPROF_YAML],
         [GATEWAY_YAML],
+        [GATEWAY_YAML, GATEWAY_BY_JOB_YAML],
         [PASSTHROUGH_YAML],
         [OTELCOL_YAML, FILE_EXPORT_YAML, NETWORK_AUTH_YAML, METRICS_AUTH_YAML],
         [GATEWAY_YAML, NETWORK_AUTH_YAML, GATEWAY_AUTH_YAML],
@@ -248,7 +250,8 @@ def _run(
         [OTELCOL_YAML, NETWORK_AUTH_YAML, INTERNAL_OTLP_YAML],
     ],
     ids=[
-        "otelcol", "otelcol+file-export", "otelcol+pprof", "gateway", "passthrough",
+        "otelcol", "otelcol+file-export", "otelcol+pprof", "gateway", "gateway+by-job",
+        "passthrough",
         "otelcol+network-auth+metrics-auth", "gateway+network-auth+gateway-auth",
         "otelcol+network-auth+internal-otlp",
     ],

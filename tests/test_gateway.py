@@ -4,7 +4,9 @@ gateway.yaml, loadbalancing exporter routing by trace ID) in front of two tier-2
 tools/loadgen in many small requests so that each step's spans arrive interleaved.
 
 Because every span of a step shares the step's trace ID, each step, and so each collective,
-must land whole on exactly one tier-2 instance and be joined complete there.
+must land whole on exactly one tier-2 instance and be joined complete there. With the
+gateway-by-job.yaml overlay each job lands whole on one instance, and its straggler is
+flagged after as few steps as by a single collector.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 from collector_harness import (
     FILE_EXPORT_YAML,
+    GATEWAY_BY_JOB_YAML,
     GATEWAY_YAML,
     OTELCOL_YAML,
     CollectorProcess,
@@ -131,3 +134,76 @@ def test_gateway_routes_each_step_to_one_tier2_instance(
                 if e["name"] == semconv.EVENT_STRAGGLER
             }
             assert flagged == {(9, "compute")}, (name, flagged)
+
+
+def test_gateway_by_job_keeps_each_job_on_one_instance_and_flags_it_early(
+    otelcol_path: Path,
+    loadgen: Path,
+    tmp_path: Path,
+) -> None:
+    """Two jobs of 6 steps each, their stragglers slow from step 0: routed by job, each job's
+    spans are all on one tier-2 instance, whose last summary of the job flags the straggler
+    (flag_k is 4: routed by step, each of two instances would see about 3 of the 6 steps)."""
+    ranks, steps = 32, 6
+    tier2 = [
+        CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path, name=name)
+        for name in ("tier2-a", "tier2-b")
+    ]
+    endpoints = ", ".join(c.otlp_grpc_endpoint for c in tier2)
+    tier1 = CollectorProcess(
+        otelcol_path,
+        [GATEWAY_YAML, GATEWAY_BY_JOB_YAML],
+        tmp_path,
+        name="tier1",
+        env={"SKEWTRACE_TIER2_ENDPOINTS": f"[{endpoints}]"},
+    )
+    jobs = {"by-job-a": 5, "by-job-b": 20}
+    with tier2[0], tier2[1], tier1:
+        total = 0
+        for job, straggler in jobs.items():
+            sent = run_loadgen_send(
+                loadgen, tier1.otlp_grpc_endpoint,
+                "-job", job, "-ranks", str(ranks), "-steps", str(steps), "-collectives", "4",
+                "-ranks-per-request", "4", "-straggler", f"{straggler}:compute:30ms",
+            )  # fmt: skip
+            assert sent["failed_requests"] == 0
+            total += sent["spans"]
+
+        def exported() -> dict[str, list[FileSpan]]:
+            return {c.name: c.exported_spans() for c in tier2}
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            spans = exported()
+            summaries = [
+                s for ss in spans.values() for s in ss if s.name == semconv.SPAN_STEP_SUMMARY
+            ]
+            received = sum(len(ss) for ss in spans.values()) - len(summaries)
+            if received >= total and len(summaries) >= steps * len(jobs):
+                break
+            time.sleep(0.5)
+        assert received == total, f"tier 2 wrote {received} of {total} spans"
+
+    for job, straggler in jobs.items():
+        on = {
+            name
+            for name, ss in spans.items()
+            for s in ss
+            if s.resource.get(semconv.JOB_ID) == job or s.attributes.get(semconv.JOB_ID) == job
+        }
+        assert len(on) == 1, f"{job} spread over {sorted(on)}"
+        (name,) = on
+        mine = [
+            s
+            for s in spans[name]
+            if s.name == semconv.SPAN_STEP_SUMMARY
+            and (s.resource.get(semconv.JOB_ID) == job or s.attributes.get(semconv.JOB_ID) == job)
+        ]
+        assert sorted(s.attributes[semconv.STEP] for s in mine) == list(range(steps)), job
+        last = max(mine, key=lambda s: s.attributes[semconv.STEP])
+        flagged = {
+            (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
+            for e in last.events
+            if e["name"] == semconv.EVENT_STRAGGLER
+        }
+        assert flagged == {(straggler, "compute")}, (job, flagged)

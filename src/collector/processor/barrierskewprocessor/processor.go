@@ -57,6 +57,65 @@ type heldBatch struct {
 	written bool
 }
 
+// inFlight tracks the batches forwarding what they released, so that the release ticker
+// can wait for those that began before it analyzed a step, and only for those: waiting
+// behind a lock would stop every batch that arrives meanwhile (a 4096-rank step takes
+// seconds to forward), and with them the receiver. begin and mark are called under the
+// processor's lock, so an id orders a batch's release against the ticker's analysis.
+type inFlight struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	next     uint64
+	inFlight map[uint64]struct{}
+}
+
+func (f *inFlight) init() {
+	f.inFlight = make(map[uint64]struct{})
+	f.cond.L = &f.mu
+}
+
+func (f *inFlight) begin() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.next
+	f.next++
+	f.inFlight[id] = struct{}{}
+	return id
+}
+
+func (f *inFlight) end(id uint64) {
+	f.mu.Lock()
+	delete(f.inFlight, id)
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+// mark returns the id the next batch will get: waitBefore(mark()) waits for every batch
+// that began before.
+func (f *inFlight) mark() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.next
+}
+
+func (f *inFlight) waitBefore(mark uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		earlier := false
+		for id := range f.inFlight {
+			if id < mark {
+				earlier = true
+				break
+			}
+		}
+		if !earlier {
+			return
+		}
+		f.cond.Wait()
+	}
+}
+
 // member is how a held collective span is found: its batch and its index in it.
 type member struct {
 	batch *heldBatch
@@ -82,13 +141,12 @@ type barrierSkewProcessor struct {
 	clock  join.Clock
 
 	mu sync.Mutex
-	// forwarding orders what leaves the processor: batches forward their spans holding it
-	// shared (taken before mu is released), the ticker and Shutdown forward summaries holding
-	// it exclusively, so a step's summary never overtakes the spans released before it.
-	forwarding sync.RWMutex
-	engine     *join.Engine[member]
-	scratch    []*join.Released[member]
-	resources  []spanio.Resource
+	// forwards orders what leaves the processor: a step's summary never overtakes the spans
+	// released before it (see inFlight).
+	forwards  inFlight
+	engine    *join.Engine[member]
+	scratch   []*join.Released[member]
+	resources []spanio.Resource
 	// taking: the held batch of the incoming batch being taken.
 	taking *heldBatch
 	// ready: held batches whose every collective was released, to forward.
@@ -111,6 +169,7 @@ func newProcessor(
 		engine:    join.New[member](cfg.Config, clock),
 		malformed: make(map[string]int64),
 	}
+	p.forwards.init()
 	tb, err := newTelemetry(set.TelemetrySettings, p.snapshot)
 	if err != nil {
 		return nil, err
@@ -134,9 +193,9 @@ func (p *barrierSkewProcessor) releaseExpired(ctx context.Context) {
 	p.noteReleased()
 	p.appendSummaries(out, false)
 	ready := p.takeReady()
+	before := p.forwards.mark()
 	p.mu.Unlock()
-	p.forwarding.Lock()
-	defer p.forwarding.Unlock()
+	p.forwards.waitBefore(before)
 	if err := p.forwardHeld(ctx, out, ready); err != nil {
 		p.logger.Warn("forwarding released collective spans failed", zap.Error(err))
 	}
@@ -210,10 +269,10 @@ func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
 	p.noteReleased()
 	p.appendSummaries(out, true)
 	ready := p.takeReady()
+	before := p.forwards.mark()
 	p.mu.Unlock()
-	p.forwarding.Lock()
+	p.forwards.waitBefore(before)
 	err := p.forwardHeld(ctx, out, ready)
-	p.forwarding.Unlock()
 	if p.telemetry != nil {
 		p.telemetry.Shutdown()
 		p.telemetry = nil
@@ -279,9 +338,9 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 	p.seal(p.taking)
 	p.taking = nil
 	ready := p.takeReady()
-	p.forwarding.RLock()
+	id := p.forwards.begin()
 	p.mu.Unlock()
-	defer p.forwarding.RUnlock()
+	defer p.forwards.end(id)
 	return p.forwardHeld(ctx, td, ready)
 }
 

@@ -823,3 +823,31 @@ func TestManyReleasedBatchesAreForwardedInChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestSummariesWaitOnlyForEarlierForwards: the ticker waits for the batches that began
+// forwarding before it analyzed, not for those that began after (waiting behind every
+// batch would stall the receiver while a large step is forwarded).
+func TestSummariesWaitOnlyForEarlierForwards(t *testing.T) {
+	var f inFlight
+	f.init()
+	early := f.begin()
+	mark := f.mark()
+	late := f.begin()
+	done := make(chan struct{})
+	go func() {
+		f.waitBefore(mark)
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("waitBefore returned while an earlier forward was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.end(early)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waitBefore kept waiting for a forward that began after the mark")
+	}
+	f.end(late)
+}
