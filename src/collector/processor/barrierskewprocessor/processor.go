@@ -55,6 +55,14 @@ type heldBatch struct {
 	order []int32
 	// written: the spans in traces are annotated already.
 	written bool
+	// sealed: the incoming batch is done; the held batch is forwarded once pending is 0.
+	sealed bool
+}
+
+// stepKey is a (job, step): the unit a held batch holds.
+type stepKey struct {
+	job  string
+	step int64
 }
 
 // inFlight tracks the batches forwarding what they released, so that the release ticker
@@ -147,8 +155,10 @@ type barrierSkewProcessor struct {
 	engine    *join.Engine[member]
 	scratch   []*join.Released[member]
 	resources []spanio.Resource
-	// taking: the held batch of the incoming batch being taken.
-	taking *heldBatch
+	// taking: the held batches of the incoming batch being taken, one per (job, step): a
+	// rank's batch often ends one step and begins the next, and the spans of the step that
+	// completes first must not wait for the next one's.
+	taking map[stepKey]*heldBatch
 	// ready: held batches whose every collective was released, to forward.
 	ready         []*heldBatch
 	malformed     map[string]int64
@@ -168,6 +178,7 @@ func newProcessor(
 		clock:     clock,
 		engine:    join.New[member](cfg.Config, clock),
 		malformed: make(map[string]int64),
+		taking:    make(map[stepKey]*heldBatch),
 	}
 	p.forwards.init()
 	tb, err := newTelemetry(set.TelemetrySettings, p.snapshot)
@@ -313,7 +324,7 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		}
 	}
 	p.scratch = p.scratch[:0]
-	p.taking = &heldBatch{}
+	clear(p.taking)
 	moved := false
 	for i := range rss.Len() {
 		rs := rss.At(i)
@@ -335,8 +346,10 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		})
 	}
 	p.noteReleased()
-	p.seal(p.taking)
-	p.taking = nil
+	for _, hb := range p.taking {
+		p.seal(hb)
+	}
+	clear(p.taking)
 	ready := p.takeReady()
 	id := p.forwards.begin()
 	p.mu.Unlock()
@@ -369,7 +382,7 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 		spanio.MarkUnjoined(span, reason)
 		return false
 	}
-	hb := p.taking
+	hb := p.takingFor(a.Job, a.Step)
 	a.Ref = member{batch: hb, index: hb.spans}
 	var outcome join.Outcome
 	outcome, p.scratch = p.engine.Add(&a, p.scratch)
@@ -382,6 +395,17 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 	hb.spans++
 	hb.pending++
 	return true
+}
+
+// takingFor returns the held batch of the incoming batch for (job, step).
+func (p *barrierSkewProcessor) takingFor(job string, step int64) *heldBatch {
+	k := stepKey{job: job, step: step}
+	hb, ok := p.taking[k]
+	if !ok {
+		hb = &heldBatch{}
+		p.taking[k] = hb
+	}
+	return hb
 }
 
 // slice returns where the held batch keeps the spans of the incoming batch's (resource,
@@ -411,6 +435,7 @@ func (hb *heldBatch) slice(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, at [2]
 // are encoded until their collectives are released.
 func (p *barrierSkewProcessor) seal(hb *heldBatch) {
 	hb.at = nil
+	hb.sealed = true
 	switch {
 	case hb.spans == 0:
 		return
@@ -525,7 +550,7 @@ func (p *barrierSkewProcessor) noteReleased() {
 			}
 			hb.notes[m.Ref.index] = spanio.NewNote(c, m)
 			hb.pending--
-			if hb.pending == 0 && hb != p.taking {
+			if hb.pending == 0 && hb.sealed {
 				p.ready = append(p.ready, hb)
 			}
 		}

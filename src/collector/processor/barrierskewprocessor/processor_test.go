@@ -566,15 +566,15 @@ func TestReleasedSpansKeepTheirResourceAndShareIt(t *testing.T) {
 	// Rank 0's resource changes between seq 0 and seq 1 (a restarted process, say).
 	for seq, version := range []string{"a", "b"} {
 		b := fixture.NewBatch()
-		b.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: int64(seq), Step: int64(seq),
+		b.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: int64(seq), Step: 0,
 			TrueEnd: trueEnd, Duration: 2 * time.Millisecond})
 		fixture.Spans(b.Traces)[0].Resource.Attributes().PutStr("service.version", version)
 		h.consume(t, b)
 	}
-	// Rank 1's two spans arrive in one batch and complete both collectives at once.
+	// Rank 1's two spans (one step) arrive in one batch and complete both collectives at once.
 	b := fixture.NewBatch()
 	for seq := range int64(2) {
-		b.AddCollective(ranks[1], fixture.Collective{PGSize: 2, Seq: seq, Step: seq,
+		b.AddCollective(ranks[1], fixture.Collective{PGSize: 2, Seq: seq, Step: 0,
 			TrueEnd: trueEnd, Duration: time.Millisecond})
 	}
 	h.consume(t, b)
@@ -593,7 +593,7 @@ func TestReleasedSpansKeepTheirResourceAndShareIt(t *testing.T) {
 				version.Str(), want)
 		}
 	}
-	// Rank 1's two released spans share one ResourceSpans in the output.
+	// Rank 1's two released spans (one batch, one step) share one ResourceSpans in the output.
 	out := h.sink.AllTraces()
 	last := out[len(out)-1]
 	rank1Resources := 0
@@ -850,4 +850,32 @@ func TestSummariesWaitOnlyForEarlierForwards(t *testing.T) {
 		t.Fatal("waitBefore kept waiting for a forward that began after the mark")
 	}
 	f.end(late)
+}
+
+// TestABatchSpanningTwoStepsReleasesEachStepOnItsOwn: a rank's batch often ends one step and
+// begins the next. Its span of the step that completes first leaves when that step's
+// collective does, not when the next step's does.
+func TestABatchSpanningTwoStepsReleasesEachStepOnItsOwn(t *testing.T) {
+	h := newHarness(t, nil)
+	ranks := fixture.Ranks(2)
+	b := fixture.NewBatch()
+	for step := range int64(2) {
+		b.AddCollective(ranks[0], fixture.Collective{PGSize: 2, Seq: step, Step: step,
+			TrueEnd: trueEnd, Duration: 2 * time.Millisecond})
+	}
+	h.consume(t, b)
+	// Rank 1 completes step 0 only.
+	b = fixture.NewBatch()
+	b.AddCollective(ranks[1], fixture.Collective{PGSize: 2, Seq: 0, Step: 0, TrueEnd: trueEnd,
+		Duration: time.Millisecond})
+	h.consume(t, b)
+	got := map[[2]int64]bool{}
+	for _, s := range h.collectives() {
+		step, _ := s.Span.Attributes().Get(semconv.AttrStep)
+		got[[2]int64{int64(s.Rank()), step.Int()}] = true
+	}
+	want := map[[2]int64]bool{{0, 0}: true, {1, 0}: true}
+	if len(got) != len(want) || !got[[2]int64{0, 0}] || !got[[2]int64{1, 0}] {
+		t.Fatalf("forwarded (rank, step) %v, want %v", got, want)
+	}
 }
