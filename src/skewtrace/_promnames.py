@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 
 # The exporter's unit suffixes for the units skewtrace uses; `{...}` annotations add none.
-_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "By": "bytes"}
+_UNIT_WORDS = {
+    "s": "seconds",
+    "ms": "milliseconds",
+    "By": "bytes",
+    "Hz": "hertz",
+    "W": "watts",
+    "Cel": "celsius",
+}
 _INVALID = re.compile(r"[^a-zA-Z0-9_:]")
 _ANNOTATION = re.compile(r"\{[^}]*\}")
 

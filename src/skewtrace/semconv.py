@@ -72,6 +72,15 @@ SPAN_PACING_DELAY = "pacing.delay"
 #: train.step.summary: the step's analysis: its duration, what-if duration and slowdown, its
 #: root causes and the flags after it (as events)
 SPAN_STEP_SUMMARY = "train.step.summary"
+#: checkpoint.save: one `torch.save`: `training.checkpoint.bytes` and
+#: `training.checkpoint.path_kind`
+SPAN_CHECKPOINT_SAVE = "checkpoint.save"
+#: checkpoint.load: one `torch.load`: `training.checkpoint.bytes` and
+#: `training.checkpoint.path_kind`
+SPAN_CHECKPOINT_LOAD = "checkpoint.load"
+#: timeline.first_change: the components that changed before a step-time regression, earliest
+#: first (attributes of the first, all as `training.change` events)
+SPAN_FIRST_CHANGE = "timeline.first_change"
 
 # Events on the train.step.summary span.
 #: training.root_cause: one contributor to this step's delay: a rank (`training.rank`, its
@@ -114,6 +123,13 @@ TIMING = "training.timing"
 PACING_DELAY = "training.pacing.delay"
 #: training.pacing.version (int): the controller decision version it came from
 PACING_VERSION = "training.pacing.version"
+#: training.checkpoint.bytes (int): the checkpoint file's size (absent when written to or read
+#: from a stream)
+CHECKPOINT_BYTES = "training.checkpoint.bytes"
+#: training.checkpoint.path_kind (string): where the file lives: `local` (a block-device
+#: filesystem), `network` (NFS, Lustre, GPFS, CephFS, ...), `memory` (tmpfs), `stream` (a file
+#: object), `unknown`
+CHECKPOINT_PATH_KIND = "training.checkpoint.path_kind"
 
 # Values of training.collective.op.
 #: from `all_reduce`, and DDP's gradient buckets
@@ -299,6 +315,9 @@ METRIC_RANK_MISSING = "training.rank.missing"
 METRIC_CLOCK_OFFSET = "training.clock.offset"
 #: training.step.duration (histogram, s): A rank's training step duration.
 METRIC_STEP_DURATION = "training.step.duration"
+#: training.collective.transfer (histogram, s): A joined collective's transfer: the time after
+#: its last arrival, `training.barrier.transfer` (what the network took).
+METRIC_COLLECTIVE_TRANSFER = "training.collective.transfer"
 
 # Their Prometheus names (histograms add HISTOGRAM_SERIES).
 PROM_BARRIER_SKEW = "training_barrier_skew_seconds"
@@ -313,6 +332,7 @@ PROM_COLLECTIVE_INCOMPLETE = "training_collective_incomplete_total"
 PROM_RANK_MISSING = "training_rank_missing_total"
 PROM_CLOCK_OFFSET = "training_clock_offset_seconds"
 PROM_STEP_DURATION = "training_step_duration_seconds"
+PROM_COLLECTIVE_TRANSFER = "training_collective_transfer_seconds"
 
 CONNECTOR_METRICS = (
     METRIC_BARRIER_SKEW,
@@ -327,6 +347,7 @@ CONNECTOR_METRICS = (
     METRIC_RANK_MISSING,
     METRIC_CLOCK_OFFSET,
     METRIC_STEP_DURATION,
+    METRIC_COLLECTIVE_TRANSFER,
 )
 
 # Metrics from the training process (its own health).
@@ -341,6 +362,200 @@ METRIC_SPANS_EXPORT_FAILED = "skewtrace.spans.export_failed"
 PROM_EVENTS_DROPPED = "skewtrace_events_dropped_total"
 PROM_SPANS_EXPORTED = "skewtrace_spans_exported_total"
 PROM_SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
+
+# Node telemetry from the training process (local rank 0 samples its node; every rank its own GPU and I/O).
+#: system.network.io (counter, By): bytes through an interface
+#: (`/sys/class/net/<if>/statistics`)
+METRIC_NETWORK_IO = "system.network.io"
+#: system.network.packet.count (counter, 1): packets through an interface
+METRIC_NETWORK_PACKETS = "system.network.packet.count"
+#: system.network.errors (counter, 1): an interface's receive or transmit errors
+METRIC_NETWORK_ERRORS = "system.network.errors"
+#: system.network.packet.dropped (counter, 1): packets an interface dropped
+METRIC_NETWORK_DROPPED = "system.network.packet.dropped"
+#: training.nic.port.counter (counter, 1): an InfiniBand or RoCE port counter
+#: (`/sys/class/infiniband/<dev>/ports/<p>/counters` and `hw_counters`), raw name in
+#: `training.nic.counter`, its operational meaning in `training.nic.signal`
+METRIC_NIC_PORT_COUNTER = "training.nic.port.counter"
+#: training.tcp.retransmits (counter, 1): TCP segments retransmitted in the rank's network
+#: namespace (`/proc/net/snmp` `RetransSegs`)
+METRIC_TCP_RETRANSMITS = "training.tcp.retransmits"
+#: training.qdisc.drops (counter, 1): packets a queueing discipline dropped
+METRIC_QDISC_DROPS = "training.qdisc.drops"
+#: training.qdisc.overlimits (counter, 1): times a shaping qdisc held a packet back over its
+#: rate
+METRIC_QDISC_OVERLIMITS = "training.qdisc.overlimits"
+#: training.qdisc.backlog (gauge, By): bytes queued in a qdisc at the sample
+METRIC_QDISC_BACKLOG = "training.qdisc.backlog"
+#: system.disk.io (counter, By): bytes read from or written to a block device
+#: (`/proc/diskstats`)
+METRIC_DISK_IO = "system.disk.io"
+#: system.disk.operations (counter, 1): a block device's completed reads or writes
+METRIC_DISK_OPERATIONS = "system.disk.operations"
+#: system.disk.operation_time (counter, s): time spent on a block device's reads or writes (rate
+#: over the operations' rate is the latency)
+METRIC_DISK_OPERATION_TIME = "system.disk.operation_time"
+#: training.process.io (counter, By): storage bytes the rank process and its data-loader workers
+#: read or wrote (`/proc/<pid>/io`)
+METRIC_PROCESS_IO = "training.process.io"
+#: training.dataloader.wait (counter, s): time the rank waited for batches, the sum of its
+#: `dataloader.fetch` spans (rate over the fetches' rate is the latency the training loop sees)
+METRIC_DATALOADER_WAIT = "training.dataloader.wait"
+#: training.dataloader.fetches (counter, 1): batches the rank fetched
+METRIC_DATALOADER_FETCHES = "training.dataloader.fetches"
+#: hw.gpu.utilization (gauge, 1): fraction of the sample period a kernel ran on the rank's GPU
+#: (NVML)
+METRIC_GPU_UTILIZATION = "hw.gpu.utilization"
+#: hw.gpu.memory.usage (gauge, By): GPU memory in use
+METRIC_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
+#: training.gpu.sm_clock (gauge, Hz): the GPU's current SM clock
+METRIC_GPU_SM_CLOCK = "training.gpu.sm_clock"
+#: training.gpu.throttle (gauge 0/1, 1): 1 while NVML reports the clock held back for this
+#: reason
+METRIC_GPU_THROTTLE = "training.gpu.throttle"
+#: training.gpu.power (gauge, W): GPU power draw
+METRIC_GPU_POWER = "training.gpu.power"
+#: training.gpu.temperature (gauge, Cel): GPU core temperature
+METRIC_GPU_TEMPERATURE = "training.gpu.temperature"
+#: training.gpu.ecc.errors (counter, 1): ECC errors since the driver loaded (`error.type`
+#: `corrected` or `uncorrected`)
+METRIC_GPU_ECC_ERRORS = "training.gpu.ecc.errors"
+#: training.gpu.xid (counter, 1): XID error events NVML reported while the rank ran
+METRIC_GPU_XID = "training.gpu.xid"
+#: hw.gpu.io (counter, By): PCIe bytes to (`receive`) and from (`transmit`) the GPU, integrated
+#: from NVML's throughput samples
+METRIC_GPU_PCIE_IO = "hw.gpu.io"
+#: training.gpu.nvlink.io (counter, By): NVLink bytes over all the GPU's links, where NVML
+#: exposes the counters
+METRIC_GPU_NVLINK_IO = "training.gpu.nvlink.io"
+
+# Their Prometheus names (histograms add HISTOGRAM_SERIES).
+PROM_NETWORK_IO = "system_network_io_bytes_total"
+PROM_NETWORK_PACKETS = "system_network_packet_count_total"
+PROM_NETWORK_ERRORS = "system_network_errors_total"
+PROM_NETWORK_DROPPED = "system_network_packet_dropped_total"
+PROM_NIC_PORT_COUNTER = "training_nic_port_counter_total"
+PROM_TCP_RETRANSMITS = "training_tcp_retransmits_total"
+PROM_QDISC_DROPS = "training_qdisc_drops_total"
+PROM_QDISC_OVERLIMITS = "training_qdisc_overlimits_total"
+PROM_QDISC_BACKLOG = "training_qdisc_backlog_bytes"
+PROM_DISK_IO = "system_disk_io_bytes_total"
+PROM_DISK_OPERATIONS = "system_disk_operations_total"
+PROM_DISK_OPERATION_TIME = "system_disk_operation_time_seconds_total"
+PROM_PROCESS_IO = "training_process_io_bytes_total"
+PROM_DATALOADER_WAIT = "training_dataloader_wait_seconds_total"
+PROM_DATALOADER_FETCHES = "training_dataloader_fetches_total"
+PROM_GPU_UTILIZATION = "hw_gpu_utilization_ratio"
+PROM_GPU_MEMORY_USAGE = "hw_gpu_memory_usage_bytes"
+PROM_GPU_SM_CLOCK = "training_gpu_sm_clock_hertz"
+PROM_GPU_THROTTLE = "training_gpu_throttle_ratio"
+PROM_GPU_POWER = "training_gpu_power_watts"
+PROM_GPU_TEMPERATURE = "training_gpu_temperature_celsius"
+PROM_GPU_ECC_ERRORS = "training_gpu_ecc_errors_total"
+PROM_GPU_XID = "training_gpu_xid_total"
+PROM_GPU_PCIE_IO = "hw_gpu_io_bytes_total"
+PROM_GPU_NVLINK_IO = "training_gpu_nvlink_io_bytes_total"
+
+# Data point attributes of the node telemetry and the timeline.
+#: network.interface.name (string): a network interface, as the node names it (`eth0`)
+NETWORK_INTERFACE = "network.interface.name"
+#: network.io.direction (string): `transmit` or `receive`
+NETWORK_DIRECTION = "network.io.direction"
+#: system.device (string): a block device (`sda`, `nvme0n1`, `loop3`)
+SYSTEM_DEVICE = "system.device"
+#: disk.io.direction (string): `read` or `write`
+DISK_DIRECTION = "disk.io.direction"
+#: training.nic.device (string): an RDMA device (`mlx5_0`)
+NIC_DEVICE = "training.nic.device"
+#: training.nic.port (int): the RDMA device's port number
+NIC_PORT = "training.nic.port"
+#: training.nic.counter (string): the counter's file name as the driver exposes it
+#: (`port_xmit_wait`, `np_cnp_sent`)
+NIC_COUNTER = "training.nic.counter"
+#: training.nic.signal (string): what the counter means operationally, the same for InfiniBand
+#: and RoCE
+NIC_SIGNAL = "training.nic.signal"
+#: training.qdisc.kind (string): the qdisc's kind (`tbf`, `htb`, `fq_codel`, `mq`)
+QDISC_KIND = "training.qdisc.kind"
+#: training.gpu.throttle.reason (string): NVML's clock event reason: `sw_power_cap`,
+#: `hw_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown`, `sw_thermal_slowdown`,
+#: `sync_boost`
+GPU_THROTTLE_REASON = "training.gpu.throttle.reason"
+#: error.type (string): `corrected` or `uncorrected` (ECC)
+ERROR_TYPE = "error.type"
+#: training.gpu.xid.code (int): the XID number NVML reported
+GPU_XID_CODE = "training.gpu.xid.code"
+#: training.component.kind (string): the kind of component a change was found on
+COMPONENT_KIND = "training.component.kind"
+#: training.component (string): the component's name (`node3/eth0`, `leaf1`, `node0/loop7`)
+COMPONENT = "training.component"
+#: training.signal (string): the metric whose level changed, with its distinguishing labels
+#: (`training.qdisc.drops{tbf}`)
+SIGNAL = "training.signal"
+#: training.change.order (int): 0 for the first component to change, then in order of onset
+CHANGE_ORDER = "training.change.order"
+#: training.change.onset (float s): when the signal changed (Unix seconds)
+CHANGE_ONSET = "training.change.onset"
+#: training.change.ratio (float): the signal's level after the change over its level before (the
+#: rate for counters)
+CHANGE_RATIO = "training.change.ratio"
+
+# Values of network.io.direction.
+#: sent by the interface (or the GPU)
+DIRECTION_TRANSMIT = "transmit"
+#: received by the interface (or the GPU)
+DIRECTION_RECEIVE = "receive"
+
+# Values of disk.io.direction.
+#: read from storage
+DIRECTION_READ = "read"
+#: written to storage
+DIRECTION_WRITE = "write"
+
+# Values of training.nic.signal.
+#: symbol, link-recovery, link-down and integrity errors
+NIC_SIGNAL_LINK_ERROR = "link_error"
+#: packets received with errors
+NIC_SIGNAL_RECEIVE_ERROR = "receive_error"
+#: packets the port discarded
+NIC_SIGNAL_DISCARD = "discard"
+#: ticks the port had data to send and no credit (back-pressure)
+NIC_SIGNAL_XMIT_WAIT = "xmit_wait"
+#: transport retries and timeouts (`local_ack_timeout_err`, `out_of_sequence`, ...)
+NIC_SIGNAL_RETRANSMIT = "retransmit"
+#: ECN marks and congestion notification packets (`np_ecn_marked_roce_packets`,
+#: `rp_cnp_handled`, ...)
+NIC_SIGNAL_CONGESTION = "congestion"
+#: data and packet counts
+NIC_SIGNAL_TRAFFIC = "traffic"
+#: any counter not mapped above (still exported, raw)
+NIC_SIGNAL_OTHER = "other"
+
+# Values of training.component.kind.
+#: the ranks' step time (the regression being explained)
+COMPONENT_STEP = "step"
+#: collective transfer time of a process group
+COMPONENT_COLLECTIVE = "collective"
+#: a rank's data-loader wait
+COMPONENT_DATALOADER = "dataloader"
+#: a host's network interface (`<host>/<interface>`)
+COMPONENT_NIC = "nic"
+#: a switch (signals of the nodes behind it that change together)
+COMPONENT_SWITCH = "switch"
+#: a rank's GPU (`<host>/<gpu.uuid>`)
+COMPONENT_GPU = "gpu"
+#: a host's block device or the rank's own storage I/O (`<host>/<device>`)
+COMPONENT_DISK = "disk"
+#: a host-wide signal (TCP retransmits)
+COMPONENT_HOST = "host"
+
+# Metrics from `skewtrace timeline watch` (the first component to change).
+#: training.first_change (gauge, s): a change found before the job's latest step-time
+#: regression: its onset in Unix seconds; order 0 is the first component to change
+METRIC_FIRST_CHANGE = "training.first_change"
+
+# Their Prometheus names (histograms add HISTOGRAM_SERIES).
+PROM_FIRST_CHANGE = "training_first_change_seconds"
 
 # Data point attributes of the training process's own metrics.
 #: reason (string): why the counted items were dropped, refused or rejected; the values depend

@@ -93,6 +93,18 @@ const (
 	// spanStepSummary is train.step.summary: the step's analysis: its duration, what-if duration
 	// and slowdown, its root causes and the flags after it (as events)
 	spanStepSummary = "train.step.summary"
+
+	// spanCheckpointSave is checkpoint.save: one `torch.save`: `training.checkpoint.bytes` and
+	// `training.checkpoint.path_kind`
+	spanCheckpointSave = "checkpoint.save"
+
+	// spanCheckpointLoad is checkpoint.load: one `torch.load`: `training.checkpoint.bytes` and
+	// `training.checkpoint.path_kind`
+	spanCheckpointLoad = "checkpoint.load"
+
+	// spanFirstChange is timeline.first_change: the components that changed before a step-time
+	// regression, earliest first (attributes of the first, all as `training.change` events)
+	spanFirstChange = "timeline.first_change"
 )
 
 // Events on the train.step.summary span.
@@ -157,6 +169,15 @@ const (
 	// attrPacingVersion is training.pacing.version (int): the controller decision version it came
 	// from
 	attrPacingVersion = "training.pacing.version"
+
+	// attrCheckpointBytes is training.checkpoint.bytes (int): the checkpoint file's size (absent
+	// when written to or read from a stream)
+	attrCheckpointBytes = "training.checkpoint.bytes"
+
+	// attrCheckpointPathKind is training.checkpoint.path_kind (string): where the file lives:
+	// `local` (a block-device filesystem), `network` (NFS, Lustre, GPFS, CephFS, ...), `memory`
+	// (tmpfs), `stream` (a file object), `unknown`
+	attrCheckpointPathKind = "training.checkpoint.path_kind"
 )
 
 // Values of training.collective.op.
@@ -439,6 +460,11 @@ const (
 	// metricStepDuration is training.step.duration (histogram, s): A rank's training step
 	// duration.
 	metricStepDuration = "training.step.duration"
+
+	// metricCollectiveTransfer is training.collective.transfer (histogram, s): A joined
+	// collective's transfer: the time after its last arrival, `training.barrier.transfer` (what
+	// the network took).
+	metricCollectiveTransfer = "training.collective.transfer"
 )
 
 // Metrics from the training process (its own health).
@@ -453,6 +479,258 @@ const (
 	// metricSpansExportFailed is skewtrace.spans.export_failed (counter, 1): spans the exporter
 	// reported as failed
 	metricSpansExportFailed = "skewtrace.spans.export_failed"
+)
+
+// Node telemetry from the training process (local rank 0 samples its node; every rank its own GPU and I/O).
+const (
+	// metricNetworkIO is system.network.io (counter, By): bytes through an interface
+	// (`/sys/class/net/<if>/statistics`)
+	metricNetworkIO = "system.network.io"
+
+	// metricNetworkPackets is system.network.packet.count (counter, 1): packets through an
+	// interface
+	metricNetworkPackets = "system.network.packet.count"
+
+	// metricNetworkErrors is system.network.errors (counter, 1): an interface's receive or
+	// transmit errors
+	metricNetworkErrors = "system.network.errors"
+
+	// metricNetworkDropped is system.network.packet.dropped (counter, 1): packets an interface
+	// dropped
+	metricNetworkDropped = "system.network.packet.dropped"
+
+	// metricNICPortCounter is training.nic.port.counter (counter, 1): an InfiniBand or RoCE port
+	// counter (`/sys/class/infiniband/<dev>/ports/<p>/counters` and `hw_counters`), raw name in
+	// `training.nic.counter`, its operational meaning in `training.nic.signal`
+	metricNICPortCounter = "training.nic.port.counter"
+
+	// metricTCPRetransmits is training.tcp.retransmits (counter, 1): TCP segments retransmitted in
+	// the rank's network namespace (`/proc/net/snmp` `RetransSegs`)
+	metricTCPRetransmits = "training.tcp.retransmits"
+
+	// metricQdiscDrops is training.qdisc.drops (counter, 1): packets a queueing discipline dropped
+	metricQdiscDrops = "training.qdisc.drops"
+
+	// metricQdiscOverlimits is training.qdisc.overlimits (counter, 1): times a shaping qdisc held
+	// a packet back over its rate
+	metricQdiscOverlimits = "training.qdisc.overlimits"
+
+	// metricQdiscBacklog is training.qdisc.backlog (gauge, By): bytes queued in a qdisc at the
+	// sample
+	metricQdiscBacklog = "training.qdisc.backlog"
+
+	// metricDiskIO is system.disk.io (counter, By): bytes read from or written to a block device
+	// (`/proc/diskstats`)
+	metricDiskIO = "system.disk.io"
+
+	// metricDiskOperations is system.disk.operations (counter, 1): a block device's completed
+	// reads or writes
+	metricDiskOperations = "system.disk.operations"
+
+	// metricDiskOperationTime is system.disk.operation_time (counter, s): time spent on a block
+	// device's reads or writes (rate over the operations' rate is the latency)
+	metricDiskOperationTime = "system.disk.operation_time"
+
+	// metricProcessIO is training.process.io (counter, By): storage bytes the rank process and its
+	// data-loader workers read or wrote (`/proc/<pid>/io`)
+	metricProcessIO = "training.process.io"
+
+	// metricDataloaderWait is training.dataloader.wait (counter, s): time the rank waited for
+	// batches, the sum of its `dataloader.fetch` spans (rate over the fetches' rate is the latency
+	// the training loop sees)
+	metricDataloaderWait = "training.dataloader.wait"
+
+	// metricDataloaderFetches is training.dataloader.fetches (counter, 1): batches the rank
+	// fetched
+	metricDataloaderFetches = "training.dataloader.fetches"
+
+	// metricGPUUtilization is hw.gpu.utilization (gauge, 1): fraction of the sample period a
+	// kernel ran on the rank's GPU (NVML)
+	metricGPUUtilization = "hw.gpu.utilization"
+
+	// metricGPUMemoryUsage is hw.gpu.memory.usage (gauge, By): GPU memory in use
+	metricGPUMemoryUsage = "hw.gpu.memory.usage"
+
+	// metricGPUSMClock is training.gpu.sm_clock (gauge, Hz): the GPU's current SM clock
+	metricGPUSMClock = "training.gpu.sm_clock"
+
+	// metricGPUThrottle is training.gpu.throttle (gauge 0/1, 1): 1 while NVML reports the clock
+	// held back for this reason
+	metricGPUThrottle = "training.gpu.throttle"
+
+	// metricGPUPower is training.gpu.power (gauge, W): GPU power draw
+	metricGPUPower = "training.gpu.power"
+
+	// metricGPUTemperature is training.gpu.temperature (gauge, Cel): GPU core temperature
+	metricGPUTemperature = "training.gpu.temperature"
+
+	// metricGPUECCErrors is training.gpu.ecc.errors (counter, 1): ECC errors since the driver
+	// loaded (`error.type` `corrected` or `uncorrected`)
+	metricGPUECCErrors = "training.gpu.ecc.errors"
+
+	// metricGPUXID is training.gpu.xid (counter, 1): XID error events NVML reported while the rank
+	// ran
+	metricGPUXID = "training.gpu.xid"
+
+	// metricGPUPCIeIO is hw.gpu.io (counter, By): PCIe bytes to (`receive`) and from (`transmit`)
+	// the GPU, integrated from NVML's throughput samples
+	metricGPUPCIeIO = "hw.gpu.io"
+
+	// metricGPUNVLinkIO is training.gpu.nvlink.io (counter, By): NVLink bytes over all the GPU's
+	// links, where NVML exposes the counters
+	metricGPUNVLinkIO = "training.gpu.nvlink.io"
+)
+
+// Data point attributes of the node telemetry and the timeline.
+const (
+	// attrNetworkInterface is network.interface.name (string): a network interface, as the node
+	// names it (`eth0`)
+	attrNetworkInterface = "network.interface.name"
+
+	// attrNetworkDirection is network.io.direction (string): `transmit` or `receive`
+	attrNetworkDirection = "network.io.direction"
+
+	// attrSystemDevice is system.device (string): a block device (`sda`, `nvme0n1`, `loop3`)
+	attrSystemDevice = "system.device"
+
+	// attrDiskDirection is disk.io.direction (string): `read` or `write`
+	attrDiskDirection = "disk.io.direction"
+
+	// attrNICDevice is training.nic.device (string): an RDMA device (`mlx5_0`)
+	attrNICDevice = "training.nic.device"
+
+	// attrNICPort is training.nic.port (int): the RDMA device's port number
+	attrNICPort = "training.nic.port"
+
+	// attrNICCounter is training.nic.counter (string): the counter's file name as the driver
+	// exposes it (`port_xmit_wait`, `np_cnp_sent`)
+	attrNICCounter = "training.nic.counter"
+
+	// attrNICSignal is training.nic.signal (string): what the counter means operationally, the
+	// same for InfiniBand and RoCE
+	attrNICSignal = "training.nic.signal"
+
+	// attrQdiscKind is training.qdisc.kind (string): the qdisc's kind (`tbf`, `htb`, `fq_codel`,
+	// `mq`)
+	attrQdiscKind = "training.qdisc.kind"
+
+	// attrGPUThrottleReason is training.gpu.throttle.reason (string): NVML's clock event reason:
+	// `sw_power_cap`, `hw_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown`,
+	// `sw_thermal_slowdown`, `sync_boost`
+	attrGPUThrottleReason = "training.gpu.throttle.reason"
+
+	// attrErrorType is error.type (string): `corrected` or `uncorrected` (ECC)
+	attrErrorType = "error.type"
+
+	// attrGPUXIDCode is training.gpu.xid.code (int): the XID number NVML reported
+	attrGPUXIDCode = "training.gpu.xid.code"
+
+	// attrComponentKind is training.component.kind (string): the kind of component a change was
+	// found on
+	attrComponentKind = "training.component.kind"
+
+	// attrComponent is training.component (string): the component's name (`node3/eth0`, `leaf1`,
+	// `node0/loop7`)
+	attrComponent = "training.component"
+
+	// attrSignal is training.signal (string): the metric whose level changed, with its
+	// distinguishing labels (`training.qdisc.drops{tbf}`)
+	attrSignal = "training.signal"
+
+	// attrChangeOrder is training.change.order (int): 0 for the first component to change, then in
+	// order of onset
+	attrChangeOrder = "training.change.order"
+
+	// attrChangeOnset is training.change.onset (float s): when the signal changed (Unix seconds)
+	attrChangeOnset = "training.change.onset"
+
+	// attrChangeRatio is training.change.ratio (float): the signal's level after the change over
+	// its level before (the rate for counters)
+	attrChangeRatio = "training.change.ratio"
+)
+
+// Values of network.io.direction.
+const (
+	// directionTransmit is "transmit": sent by the interface (or the GPU)
+	directionTransmit = "transmit"
+
+	// directionReceive is "receive": received by the interface (or the GPU)
+	directionReceive = "receive"
+)
+
+// Values of disk.io.direction.
+const (
+	// directionRead is "read": read from storage
+	directionRead = "read"
+
+	// directionWrite is "write": written to storage
+	directionWrite = "write"
+)
+
+// Values of training.nic.signal.
+const (
+	// nICSignalLinkError is "link_error": symbol, link-recovery, link-down and integrity errors
+	nICSignalLinkError = "link_error"
+
+	// nICSignalReceiveError is "receive_error": packets received with errors
+	nICSignalReceiveError = "receive_error"
+
+	// nICSignalDiscard is "discard": packets the port discarded
+	nICSignalDiscard = "discard"
+
+	// nICSignalXmitWait is "xmit_wait": ticks the port had data to send and no credit
+	// (back-pressure)
+	nICSignalXmitWait = "xmit_wait"
+
+	// nICSignalRetransmit is "retransmit": transport retries and timeouts
+	// (`local_ack_timeout_err`, `out_of_sequence`, ...)
+	nICSignalRetransmit = "retransmit"
+
+	// nICSignalCongestion is "congestion": ECN marks and congestion notification packets
+	// (`np_ecn_marked_roce_packets`, `rp_cnp_handled`, ...)
+	nICSignalCongestion = "congestion"
+
+	// nICSignalTraffic is "traffic": data and packet counts
+	nICSignalTraffic = "traffic"
+
+	// nICSignalOther is "other": any counter not mapped above (still exported, raw)
+	nICSignalOther = "other"
+)
+
+// Values of training.component.kind.
+const (
+	// componentStep is "step": the ranks' step time (the regression being explained)
+	componentStep = "step"
+
+	// componentCollective is "collective": collective transfer time of a process group
+	componentCollective = "collective"
+
+	// componentDataloader is "dataloader": a rank's data-loader wait
+	componentDataloader = "dataloader"
+
+	// componentNIC is "nic": a host's network interface (`<host>/<interface>`)
+	componentNIC = "nic"
+
+	// componentSwitch is "switch": a switch (signals of the nodes behind it that change together)
+	componentSwitch = "switch"
+
+	// componentGPU is "gpu": a rank's GPU (`<host>/<gpu.uuid>`)
+	componentGPU = "gpu"
+
+	// componentDisk is "disk": a host's block device or the rank's own storage I/O
+	// (`<host>/<device>`)
+	componentDisk = "disk"
+
+	// componentHost is "host": a host-wide signal (TCP retransmits)
+	componentHost = "host"
+)
+
+// Metrics from `skewtrace timeline watch` (the first component to change).
+const (
+	// metricFirstChange is training.first_change (gauge, s): a change found before the job's
+	// latest step-time regression: its onset in Unix seconds; order 0 is the first component to
+	// change
+	metricFirstChange = "training.first_change"
 )
 
 // Data point attributes of the training process's own metrics.

@@ -94,6 +94,18 @@ const (
 	// SpanStepSummary is train.step.summary: the step's analysis: its duration, what-if duration
 	// and slowdown, its root causes and the flags after it (as events)
 	SpanStepSummary = "train.step.summary"
+
+	// SpanCheckpointSave is checkpoint.save: one `torch.save`: `training.checkpoint.bytes` and
+	// `training.checkpoint.path_kind`
+	SpanCheckpointSave = "checkpoint.save"
+
+	// SpanCheckpointLoad is checkpoint.load: one `torch.load`: `training.checkpoint.bytes` and
+	// `training.checkpoint.path_kind`
+	SpanCheckpointLoad = "checkpoint.load"
+
+	// SpanFirstChange is timeline.first_change: the components that changed before a step-time
+	// regression, earliest first (attributes of the first, all as `training.change` events)
+	SpanFirstChange = "timeline.first_change"
 )
 
 // Events on the train.step.summary span.
@@ -158,6 +170,15 @@ const (
 	// AttrPacingVersion is training.pacing.version (int): the controller decision version it came
 	// from
 	AttrPacingVersion = "training.pacing.version"
+
+	// AttrCheckpointBytes is training.checkpoint.bytes (int): the checkpoint file's size (absent
+	// when written to or read from a stream)
+	AttrCheckpointBytes = "training.checkpoint.bytes"
+
+	// AttrCheckpointPathKind is training.checkpoint.path_kind (string): where the file lives:
+	// `local` (a block-device filesystem), `network` (NFS, Lustre, GPFS, CephFS, ...), `memory`
+	// (tmpfs), `stream` (a file object), `unknown`
+	AttrCheckpointPathKind = "training.checkpoint.path_kind"
 )
 
 // Values of training.collective.op.
@@ -440,6 +461,11 @@ const (
 	// MetricStepDuration is training.step.duration (histogram, s): A rank's training step
 	// duration.
 	MetricStepDuration = "training.step.duration"
+
+	// MetricCollectiveTransfer is training.collective.transfer (histogram, s): A joined
+	// collective's transfer: the time after its last arrival, `training.barrier.transfer` (what
+	// the network took).
+	MetricCollectiveTransfer = "training.collective.transfer"
 )
 
 // Metrics from the training process (its own health).
@@ -454,6 +480,258 @@ const (
 	// MetricSpansExportFailed is skewtrace.spans.export_failed (counter, 1): spans the exporter
 	// reported as failed
 	MetricSpansExportFailed = "skewtrace.spans.export_failed"
+)
+
+// Node telemetry from the training process (local rank 0 samples its node; every rank its own GPU and I/O).
+const (
+	// MetricNetworkIO is system.network.io (counter, By): bytes through an interface
+	// (`/sys/class/net/<if>/statistics`)
+	MetricNetworkIO = "system.network.io"
+
+	// MetricNetworkPackets is system.network.packet.count (counter, 1): packets through an
+	// interface
+	MetricNetworkPackets = "system.network.packet.count"
+
+	// MetricNetworkErrors is system.network.errors (counter, 1): an interface's receive or
+	// transmit errors
+	MetricNetworkErrors = "system.network.errors"
+
+	// MetricNetworkDropped is system.network.packet.dropped (counter, 1): packets an interface
+	// dropped
+	MetricNetworkDropped = "system.network.packet.dropped"
+
+	// MetricNICPortCounter is training.nic.port.counter (counter, 1): an InfiniBand or RoCE port
+	// counter (`/sys/class/infiniband/<dev>/ports/<p>/counters` and `hw_counters`), raw name in
+	// `training.nic.counter`, its operational meaning in `training.nic.signal`
+	MetricNICPortCounter = "training.nic.port.counter"
+
+	// MetricTCPRetransmits is training.tcp.retransmits (counter, 1): TCP segments retransmitted in
+	// the rank's network namespace (`/proc/net/snmp` `RetransSegs`)
+	MetricTCPRetransmits = "training.tcp.retransmits"
+
+	// MetricQdiscDrops is training.qdisc.drops (counter, 1): packets a queueing discipline dropped
+	MetricQdiscDrops = "training.qdisc.drops"
+
+	// MetricQdiscOverlimits is training.qdisc.overlimits (counter, 1): times a shaping qdisc held
+	// a packet back over its rate
+	MetricQdiscOverlimits = "training.qdisc.overlimits"
+
+	// MetricQdiscBacklog is training.qdisc.backlog (gauge, By): bytes queued in a qdisc at the
+	// sample
+	MetricQdiscBacklog = "training.qdisc.backlog"
+
+	// MetricDiskIO is system.disk.io (counter, By): bytes read from or written to a block device
+	// (`/proc/diskstats`)
+	MetricDiskIO = "system.disk.io"
+
+	// MetricDiskOperations is system.disk.operations (counter, 1): a block device's completed
+	// reads or writes
+	MetricDiskOperations = "system.disk.operations"
+
+	// MetricDiskOperationTime is system.disk.operation_time (counter, s): time spent on a block
+	// device's reads or writes (rate over the operations' rate is the latency)
+	MetricDiskOperationTime = "system.disk.operation_time"
+
+	// MetricProcessIO is training.process.io (counter, By): storage bytes the rank process and its
+	// data-loader workers read or wrote (`/proc/<pid>/io`)
+	MetricProcessIO = "training.process.io"
+
+	// MetricDataloaderWait is training.dataloader.wait (counter, s): time the rank waited for
+	// batches, the sum of its `dataloader.fetch` spans (rate over the fetches' rate is the latency
+	// the training loop sees)
+	MetricDataloaderWait = "training.dataloader.wait"
+
+	// MetricDataloaderFetches is training.dataloader.fetches (counter, 1): batches the rank
+	// fetched
+	MetricDataloaderFetches = "training.dataloader.fetches"
+
+	// MetricGPUUtilization is hw.gpu.utilization (gauge, 1): fraction of the sample period a
+	// kernel ran on the rank's GPU (NVML)
+	MetricGPUUtilization = "hw.gpu.utilization"
+
+	// MetricGPUMemoryUsage is hw.gpu.memory.usage (gauge, By): GPU memory in use
+	MetricGPUMemoryUsage = "hw.gpu.memory.usage"
+
+	// MetricGPUSMClock is training.gpu.sm_clock (gauge, Hz): the GPU's current SM clock
+	MetricGPUSMClock = "training.gpu.sm_clock"
+
+	// MetricGPUThrottle is training.gpu.throttle (gauge 0/1, 1): 1 while NVML reports the clock
+	// held back for this reason
+	MetricGPUThrottle = "training.gpu.throttle"
+
+	// MetricGPUPower is training.gpu.power (gauge, W): GPU power draw
+	MetricGPUPower = "training.gpu.power"
+
+	// MetricGPUTemperature is training.gpu.temperature (gauge, Cel): GPU core temperature
+	MetricGPUTemperature = "training.gpu.temperature"
+
+	// MetricGPUECCErrors is training.gpu.ecc.errors (counter, 1): ECC errors since the driver
+	// loaded (`error.type` `corrected` or `uncorrected`)
+	MetricGPUECCErrors = "training.gpu.ecc.errors"
+
+	// MetricGPUXID is training.gpu.xid (counter, 1): XID error events NVML reported while the rank
+	// ran
+	MetricGPUXID = "training.gpu.xid"
+
+	// MetricGPUPCIeIO is hw.gpu.io (counter, By): PCIe bytes to (`receive`) and from (`transmit`)
+	// the GPU, integrated from NVML's throughput samples
+	MetricGPUPCIeIO = "hw.gpu.io"
+
+	// MetricGPUNVLinkIO is training.gpu.nvlink.io (counter, By): NVLink bytes over all the GPU's
+	// links, where NVML exposes the counters
+	MetricGPUNVLinkIO = "training.gpu.nvlink.io"
+)
+
+// Data point attributes of the node telemetry and the timeline.
+const (
+	// AttrNetworkInterface is network.interface.name (string): a network interface, as the node
+	// names it (`eth0`)
+	AttrNetworkInterface = "network.interface.name"
+
+	// AttrNetworkDirection is network.io.direction (string): `transmit` or `receive`
+	AttrNetworkDirection = "network.io.direction"
+
+	// AttrSystemDevice is system.device (string): a block device (`sda`, `nvme0n1`, `loop3`)
+	AttrSystemDevice = "system.device"
+
+	// AttrDiskDirection is disk.io.direction (string): `read` or `write`
+	AttrDiskDirection = "disk.io.direction"
+
+	// AttrNICDevice is training.nic.device (string): an RDMA device (`mlx5_0`)
+	AttrNICDevice = "training.nic.device"
+
+	// AttrNICPort is training.nic.port (int): the RDMA device's port number
+	AttrNICPort = "training.nic.port"
+
+	// AttrNICCounter is training.nic.counter (string): the counter's file name as the driver
+	// exposes it (`port_xmit_wait`, `np_cnp_sent`)
+	AttrNICCounter = "training.nic.counter"
+
+	// AttrNICSignal is training.nic.signal (string): what the counter means operationally, the
+	// same for InfiniBand and RoCE
+	AttrNICSignal = "training.nic.signal"
+
+	// AttrQdiscKind is training.qdisc.kind (string): the qdisc's kind (`tbf`, `htb`, `fq_codel`,
+	// `mq`)
+	AttrQdiscKind = "training.qdisc.kind"
+
+	// AttrGPUThrottleReason is training.gpu.throttle.reason (string): NVML's clock event reason:
+	// `sw_power_cap`, `hw_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown`,
+	// `sw_thermal_slowdown`, `sync_boost`
+	AttrGPUThrottleReason = "training.gpu.throttle.reason"
+
+	// AttrErrorType is error.type (string): `corrected` or `uncorrected` (ECC)
+	AttrErrorType = "error.type"
+
+	// AttrGPUXIDCode is training.gpu.xid.code (int): the XID number NVML reported
+	AttrGPUXIDCode = "training.gpu.xid.code"
+
+	// AttrComponentKind is training.component.kind (string): the kind of component a change was
+	// found on
+	AttrComponentKind = "training.component.kind"
+
+	// AttrComponent is training.component (string): the component's name (`node3/eth0`, `leaf1`,
+	// `node0/loop7`)
+	AttrComponent = "training.component"
+
+	// AttrSignal is training.signal (string): the metric whose level changed, with its
+	// distinguishing labels (`training.qdisc.drops{tbf}`)
+	AttrSignal = "training.signal"
+
+	// AttrChangeOrder is training.change.order (int): 0 for the first component to change, then in
+	// order of onset
+	AttrChangeOrder = "training.change.order"
+
+	// AttrChangeOnset is training.change.onset (float s): when the signal changed (Unix seconds)
+	AttrChangeOnset = "training.change.onset"
+
+	// AttrChangeRatio is training.change.ratio (float): the signal's level after the change over
+	// its level before (the rate for counters)
+	AttrChangeRatio = "training.change.ratio"
+)
+
+// Values of network.io.direction.
+const (
+	// DirectionTransmit is "transmit": sent by the interface (or the GPU)
+	DirectionTransmit = "transmit"
+
+	// DirectionReceive is "receive": received by the interface (or the GPU)
+	DirectionReceive = "receive"
+)
+
+// Values of disk.io.direction.
+const (
+	// DirectionRead is "read": read from storage
+	DirectionRead = "read"
+
+	// DirectionWrite is "write": written to storage
+	DirectionWrite = "write"
+)
+
+// Values of training.nic.signal.
+const (
+	// NICSignalLinkError is "link_error": symbol, link-recovery, link-down and integrity errors
+	NICSignalLinkError = "link_error"
+
+	// NICSignalReceiveError is "receive_error": packets received with errors
+	NICSignalReceiveError = "receive_error"
+
+	// NICSignalDiscard is "discard": packets the port discarded
+	NICSignalDiscard = "discard"
+
+	// NICSignalXmitWait is "xmit_wait": ticks the port had data to send and no credit
+	// (back-pressure)
+	NICSignalXmitWait = "xmit_wait"
+
+	// NICSignalRetransmit is "retransmit": transport retries and timeouts
+	// (`local_ack_timeout_err`, `out_of_sequence`, ...)
+	NICSignalRetransmit = "retransmit"
+
+	// NICSignalCongestion is "congestion": ECN marks and congestion notification packets
+	// (`np_ecn_marked_roce_packets`, `rp_cnp_handled`, ...)
+	NICSignalCongestion = "congestion"
+
+	// NICSignalTraffic is "traffic": data and packet counts
+	NICSignalTraffic = "traffic"
+
+	// NICSignalOther is "other": any counter not mapped above (still exported, raw)
+	NICSignalOther = "other"
+)
+
+// Values of training.component.kind.
+const (
+	// ComponentStep is "step": the ranks' step time (the regression being explained)
+	ComponentStep = "step"
+
+	// ComponentCollective is "collective": collective transfer time of a process group
+	ComponentCollective = "collective"
+
+	// ComponentDataloader is "dataloader": a rank's data-loader wait
+	ComponentDataloader = "dataloader"
+
+	// ComponentNIC is "nic": a host's network interface (`<host>/<interface>`)
+	ComponentNIC = "nic"
+
+	// ComponentSwitch is "switch": a switch (signals of the nodes behind it that change together)
+	ComponentSwitch = "switch"
+
+	// ComponentGPU is "gpu": a rank's GPU (`<host>/<gpu.uuid>`)
+	ComponentGPU = "gpu"
+
+	// ComponentDisk is "disk": a host's block device or the rank's own storage I/O
+	// (`<host>/<device>`)
+	ComponentDisk = "disk"
+
+	// ComponentHost is "host": a host-wide signal (TCP retransmits)
+	ComponentHost = "host"
+)
+
+// Metrics from `skewtrace timeline watch` (the first component to change).
+const (
+	// MetricFirstChange is training.first_change (gauge, s): a change found before the job's
+	// latest step-time regression: its onset in Unix seconds; order 0 is the first component to
+	// change
+	MetricFirstChange = "training.first_change"
 )
 
 // Data point attributes of the training process's own metrics.
