@@ -219,6 +219,7 @@ func (c *barrierSkewConnector) observeAnnotated(
 		c.agg.observeCollective(now, collective{
 			key:          collectiveKey{job: a.Job, pg: a.PG, op: a.Op},
 			skew:         ann.Skew,
+			transfer:     ann.Transfer,
 			missingRanks: ann.MissingRanks,
 			missing:      ann.Missing,
 			released:     ann.Released,
@@ -260,6 +261,7 @@ func (c *barrierSkewConnector) observeReleased(now time.Time) {
 		col := collective{
 			key:          collectiveKey{job: r.Job, pg: r.PG, op: r.Op},
 			skew:         r.Skew,
+			transfer:     r.Transfer,
 			missingRanks: r.MissingRanks,
 			missing:      r.Missing,
 		}

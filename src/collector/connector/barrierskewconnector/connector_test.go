@@ -171,6 +171,17 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 	if dp.Exemplars().Len() == 0 || dp.Exemplars().At(0).TraceID().IsEmpty() {
 		t.Errorf("skew histogram without exemplars")
 	}
+	// Every member's collective lasts 3 ms after the slow rank's arrival: the transfer.
+	transfer := findMetric(t, md, semconv.MetricCollectiveTransfer)
+	if transfer.Unit() != "s" || transfer.Histogram().DataPoints().Len() != 1 {
+		t.Fatalf("transfer metric: unit %q, %d series", transfer.Unit(),
+			transfer.Histogram().DataPoints().Len())
+	}
+	if tp := transfer.Histogram().DataPoints().At(0); tp.Count() != 5 ||
+		math.Abs(tp.Sum()-0.015) > 1e-6 || attrs(tp.Attributes())[semconv.AttrCollectivePG] != "default" {
+		t.Errorf("transfer count %d sum %g attrs %v, want 5, 0.015, pg default", tp.Count(),
+			tp.Sum(), attrs(tp.Attributes()))
+	}
 
 	lateness := findMetric(t, md, semconv.MetricRankLateness).Histogram().DataPoints()
 	if lateness.Len() != 4 {
@@ -487,8 +498,8 @@ func TestProcessorThenConnectorJoinsOnce(t *testing.T) {
 		t.Errorf("connector read %d annotated spans, want 24", chained.conn.passedThrough)
 	}
 	a, c := alone.flush(t), chained.flush(t)
-	for _, name := range []string{semconv.MetricBarrierSkew, semconv.MetricRankLateness,
-		semconv.MetricRankWait, semconv.MetricStepDuration} {
+	for _, name := range []string{semconv.MetricBarrierSkew, semconv.MetricCollectiveTransfer,
+		semconv.MetricRankLateness, semconv.MetricRankWait, semconv.MetricStepDuration} {
 		sa, sc := histogramTotals(findMetric(t, a, name)), histogramTotals(findMetric(t, c, name))
 		if sa.count != sc.count || math.Abs(sa.sum-sc.sum) > 1e-9 {
 			t.Errorf("%s: alone count %d sum %g, chained count %d sum %g", name, sa.count, sa.sum,

@@ -124,6 +124,7 @@ type aggregator struct {
 	cfg *Config
 
 	skew         map[collectiveKey]*histogram
+	transfer     map[collectiveKey]*histogram
 	lateness     map[rankKey]*histogram
 	wait         map[rankKey]*histogram
 	stepDuration map[rankKey]*histogram
@@ -147,6 +148,7 @@ func newAggregator(cfg *Config) *aggregator {
 	return &aggregator{
 		cfg:          cfg,
 		skew:         make(map[collectiveKey]*histogram),
+		transfer:     make(map[collectiveKey]*histogram),
 		lateness:     make(map[rankKey]*histogram),
 		wait:         make(map[rankKey]*histogram),
 		stepDuration: make(map[rankKey]*histogram),
@@ -245,6 +247,7 @@ func (a *aggregator) observe(h *histogram, now time.Time, value float64, ref spa
 type collective struct {
 	key          collectiveKey
 	skew         float64
+	transfer     float64
 	missingRanks int
 	// missing names the ranks that never arrived (as far as known).
 	missing []int
@@ -267,6 +270,11 @@ func (a *aggregator) observeCollective(now time.Time, c collective) {
 	a.now = now
 	a.observe(lookup(a, a.skew, c.key, func() *histogram { return a.newHistogram(now) }),
 		now, c.skew, c.skewRef)
+	// An incomplete collective's transfer is not the network's: a member never arrived.
+	if c.missingRanks == 0 {
+		a.observe(lookup(a, a.transfer, c.key, func() *histogram { return a.newHistogram(now) }),
+			now, c.transfer, c.skewRef)
+	}
 	newCounter := func() *incompleteCounter {
 		return &incompleteCounter{start: pcommon.NewTimestampFromTime(now)}
 	}
@@ -402,6 +410,7 @@ func containsString(list []string, s string) bool {
 func (a *aggregator) expire(now time.Time) {
 	cutoff := now.Add(-a.cfg.SeriesIdleTimeout)
 	expireMap(a.skew, cutoff, func(h *histogram) time.Time { return h.updated })
+	expireMap(a.transfer, cutoff, func(h *histogram) time.Time { return h.updated })
 	expireMap(a.lateness, cutoff, func(h *histogram) time.Time { return h.updated })
 	expireMap(a.wait, cutoff, func(h *histogram) time.Time { return h.updated })
 	expireMap(a.stepDuration, cutoff, func(h *histogram) time.Time { return h.updated })
@@ -458,6 +467,9 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 
 	buildHistograms(a, metrics, semconv.MetricBarrierSkew,
 		"Barrier skew: latest minus earliest arrival at a collective.", a.skew, ts, putCollective)
+	buildHistograms(a, metrics, semconv.MetricCollectiveTransfer,
+		"A joined collective's transfer: the time after its last arrival.", a.transfer, ts,
+		putCollective)
 	buildHistograms(a, metrics, semconv.MetricRankLateness,
 		"A rank's arrival at a collective minus the earliest arrival.", a.lateness, ts, putRank)
 	buildHistograms(a, metrics, semconv.MetricRankWait,

@@ -419,6 +419,7 @@ func FormatRanks(ranks []int) string {
 // Annotations are the processor's annotations read back from a span.
 type Annotations struct {
 	Skew         float64
+	Transfer     float64
 	Lateness     float64
 	Wait         float64
 	ClockOffset  float64
@@ -443,6 +444,7 @@ func ReadAnnotations(span ptrace.Span) Annotations {
 	}
 	a := Annotations{
 		Skew:        num(semconv.AttrBarrierSkew),
+		Transfer:    num(semconv.AttrBarrierTransfer),
 		Lateness:    num(semconv.AttrBarrierLateness),
 		Wait:        num(semconv.AttrBarrierWait),
 		ClockOffset: num(semconv.AttrClockOffset),
