@@ -60,7 +60,7 @@ func TestAnnotateThenReadBack(t *testing.T) {
 		t.Fatal("annotated span not recognised")
 	}
 	got := ReadAnnotations(span)
-	want := Annotations{Skew: 0.02, Lateness: 0.02, ClockOffset: -1.5,
+	want := Annotations{Skew: 0.02, Transfer: 0.001, Lateness: 0.02, ClockOffset: -1.5,
 		Verdict: join.VerdictStraggler, Cause: semconv.CauseData, MissingRanks: 2,
 		Missing: []int{3, 5}, Released: semconv.ReleasedTimeout}
 	if !reflect.DeepEqual(got, want) {
