@@ -86,6 +86,18 @@ CAUSE = semconv.prometheus_label(semconv.STRAGGLER_CAUSE)
 KIND = semconv.prometheus_label(semconv.SUSPECT_KIND)
 NAME = semconv.prometheus_label(semconv.SUSPECT_NAME)
 REASON = semconv.prometheus_label(semconv.REASON)
+IFACE = semconv.prometheus_label(semconv.NETWORK_INTERFACE)
+NET_DIRECTION = semconv.prometheus_label(semconv.NETWORK_DIRECTION)
+DEVICE = semconv.prometheus_label(semconv.SYSTEM_DEVICE)
+DISK_DIRECTION = semconv.prometheus_label(semconv.DISK_DIRECTION)
+QDISC = semconv.prometheus_label(semconv.QDISC_KIND)
+NIC_DEVICE = semconv.prometheus_label(semconv.NIC_DEVICE)
+NIC_SIGNAL = semconv.prometheus_label(semconv.NIC_SIGNAL)
+THROTTLE = semconv.prometheus_label(semconv.GPU_THROTTLE_REASON)
+COMPONENT_KIND = semconv.prometheus_label(semconv.COMPONENT_KIND)
+COMPONENT = semconv.prometheus_label(semconv.COMPONENT)
+SIGNAL = semconv.prometheus_label(semconv.SIGNAL)
+CHANGE_ORDER = semconv.prometheus_label(semconv.CHANGE_ORDER)
 BUCKET = "le"  # Prometheus's own label on histogram buckets
 
 # The rank labels every per-rank series carries (the topology of the rank).
@@ -691,6 +703,265 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
     )
 
 
+# Onsets of the first changes in milliseconds, what Grafana's time units and annotations read.
+FIRST_CHANGE_MILLIS = (
+    f"max by ({JOB}, {CHANGE_ORDER}, {COMPONENT_KIND}, {COMPONENT}, {SIGNAL}) "
+    f"({semconv.PROM_FIRST_CHANGE}{{{IN_JOBS}}}) * 1000"
+)
+
+
+def _annotations() -> list[dict[str, Any]]:
+    """Verdicts and first changes as annotations on every time-series panel.
+
+    Written as Grafana's JSON (the SDK's AnnotationQuery has no Prometheus fields):
+    ``titleFormat``/``textFormat`` take legend templates; ``useValueForTime`` puts a first
+    change at its onset (the series' value, in ms) rather than when it was found.
+    """
+
+    def prometheus_annotation(name: str, color: str, expr: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "datasource": {"type": "prometheus", "uid": PROMETHEUS_UID},
+            "enable": True,
+            "hide": False,
+            "iconColor": color,
+            "name": name,
+            "expr": expr,
+            "step": "10s",
+            **fields,
+        }
+
+    return [
+        {
+            "builtIn": 1,
+            "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True,
+            "hide": True,
+            "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts",
+            "type": "dashboard",
+        },
+        prometheus_annotation(
+            "Stragglers flagged",
+            "red",
+            f"max by ({JOB}, {RANK}, {HOST}, {CAUSE}) ({semconv.PROM_STRAGGLER}{{{IN_JOBS}}}) == 1",
+            titleFormat=f"straggler: rank {_legend(RANK)} ({_legend(CAUSE)})",
+            textFormat=f"{_legend(JOB)} on {_legend(HOST)}",
+            useValueForTime=False,
+        ),
+        prometheus_annotation(
+            "First change",
+            "orange",
+            FIRST_CHANGE_MILLIS,
+            titleFormat=f"change {_legend(CHANGE_ORDER)}: {_legend(COMPONENT)}",
+            textFormat=f"{_legend(SIGNAL)} ({_legend(COMPONENT_KIND)})",
+            useValueForTime=True,
+        ),
+    ]
+
+
+def _timeline_row(board: dashboard.Dashboard) -> None:
+    """Step time, collectives, data loading, network, GPU and storage of the selected jobs on
+    the dashboard's shared time axis (crosshair shared across panels), with the first changes
+    ``skewtrace timeline watch`` found. Node series carry the ranks' resource labels, so
+    ``$job`` selects the hosts, NICs and volumes the job's ranks use."""
+    board.with_row(dashboard.Row("Timeline: what changed first"))
+    board.with_panel(
+        _timeseries(
+            "Step time (slowest and median rank)",
+            "The job's step time: the slowest rank's mean iteration time and the median over "
+            "ranks. A regression starts here; the panels below say which component changed "
+            "before it.",
+            [
+                _promql(
+                    "A",
+                    f"max by ({JOB}) ({_mean(semconv.PROM_STEP_DURATION, IN_JOBS, RANK)})",
+                    f"slowest {_legend(JOB)}",
+                ),
+                _promql(
+                    "B",
+                    f"quantile by ({JOB}) (0.5, "
+                    f"{_mean(semconv.PROM_STEP_DURATION, IN_JOBS, RANK)})",
+                    f"median {_legend(JOB)}",
+                ),
+            ],
+            12,
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Collective transfer per process group",
+            "Mean time each group's collectives took after their last member arrived: what the "
+            "network took. It rises with a slow link or a congested switch, not with a slow rank.",
+            [
+                _promql(
+                    "A",
+                    _mean(semconv.PROM_COLLECTIVE_TRANSFER, IN_JOBS_AND_PGS, PG),
+                    _legend(PG),
+                )
+            ],
+            12,
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Data-loader wait per batch",
+            "Mean time each rank's training loop waited for a batch (its dataloader.fetch spans): "
+            "a slow volume or an overloaded data pipeline shows here first.",
+            [
+                _promql(
+                    "A",
+                    f"{_rate(semconv.PROM_DATALOADER_WAIT, IN_JOBS, RANK)}\n/\n"
+                    f"{_rate(semconv.PROM_DATALOADER_FETCHES, IN_JOBS, RANK)}",
+                    f"rank {_legend(RANK)}",
+                )
+            ],
+            8,
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Network interfaces",
+            "Bytes per second through each interface of the job's hosts, by direction.",
+            [
+                _promql(
+                    "A",
+                    _rate(semconv.PROM_NETWORK_IO, IN_JOBS, f"{HOST}, {IFACE}, {NET_DIRECTION}"),
+                    f"{_legend(HOST)}/{_legend(IFACE)} {_legend(NET_DIRECTION)}",
+                )
+            ],
+            8,
+            unit="Bps",
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Network errors, drops and retransmits",
+            "Per second: interface errors and drops, qdisc drops (a full shaping queue), TCP "
+            "retransmits, and InfiniBand/RoCE port signals other than traffic (link errors, "
+            "discards, xmit wait, retransmits, congestion marks).",
+            [
+                _promql(
+                    "A",
+                    _rate(semconv.PROM_NETWORK_ERRORS, IN_JOBS, f"{HOST}, {IFACE}"),
+                    f"errors {_legend(HOST)}/{_legend(IFACE)}",
+                ),
+                _promql(
+                    "B",
+                    _rate(semconv.PROM_NETWORK_DROPPED, IN_JOBS, f"{HOST}, {IFACE}"),
+                    f"dropped {_legend(HOST)}/{_legend(IFACE)}",
+                ),
+                _promql(
+                    "C",
+                    _rate(semconv.PROM_QDISC_DROPS, IN_JOBS, f"{HOST}, {IFACE}, {QDISC}"),
+                    f"qdisc drops {_legend(HOST)}/{_legend(IFACE)} {_legend(QDISC)}",
+                ),
+                _promql(
+                    "D",
+                    _rate(semconv.PROM_TCP_RETRANSMITS, IN_JOBS, HOST),
+                    f"TCP retransmits {_legend(HOST)}",
+                ),
+                _promql(
+                    "E",
+                    _rate(
+                        semconv.PROM_NIC_PORT_COUNTER,
+                        f'{IN_JOBS}, {NIC_SIGNAL}!="{semconv.NIC_SIGNAL_TRAFFIC}"',
+                        f"{HOST}, {NIC_DEVICE}, {NIC_SIGNAL}",
+                    ),
+                    f"{_legend(NIC_SIGNAL)} {_legend(HOST)}/{_legend(NIC_DEVICE)}",
+                ),
+            ],
+            8,
+            unit="short",
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Qdisc backlog",
+            "Bytes waiting in each interface's queueing discipline: a shaped or congested link "
+            "fills it before it drops.",
+            [
+                _promql(
+                    "A",
+                    f"max by ({HOST}, {IFACE}, {QDISC}) "
+                    f"({semconv.PROM_QDISC_BACKLOG}{{{IN_JOBS}}})",
+                    f"{_legend(HOST)}/{_legend(IFACE)} {_legend(QDISC)}",
+                )
+            ],
+            8,
+            unit="bytes",
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "GPU utilization and throttling",
+            "Each rank's GPU: the fraction of time a kernel ran, and 1 per clock-throttle reason "
+            "while NVML reports it (power cap, thermal, hardware slowdown). Empty without GPUs.",
+            [
+                _promql(
+                    "A",
+                    f"max by ({RANK}) ({semconv.PROM_GPU_UTILIZATION}{{{IN_JOBS}}})",
+                    f"utilization rank {_legend(RANK)}",
+                ),
+                _promql(
+                    "B",
+                    f"max by ({RANK}, {THROTTLE}) ({semconv.PROM_GPU_THROTTLE}{{{IN_JOBS}}}) > 0",
+                    f"throttled rank {_legend(RANK)} {_legend(THROTTLE)}",
+                ),
+            ],
+            8,
+            unit="percentunit",
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Storage latency and rank I/O",
+            "Mean time per operation of each block device of the job's hosts (left), and the "
+            "bytes per second each rank and its data-loader workers read.",
+            [
+                _promql(
+                    "A",
+                    f"{_rate(semconv.PROM_DISK_OPERATION_TIME, IN_JOBS, f'{HOST}, {DEVICE}')}"
+                    f"\n/\n{_rate(semconv.PROM_DISK_OPERATIONS, IN_JOBS, f'{HOST}, {DEVICE}')}",
+                    f"latency {_legend(HOST)}/{_legend(DEVICE)}",
+                ),
+                _promql(
+                    "B",
+                    _rate(
+                        semconv.PROM_PROCESS_IO,
+                        f'{IN_JOBS}, {DISK_DIRECTION}="{semconv.DIRECTION_READ}"',
+                        RANK,
+                    ),
+                    f"read rank {_legend(RANK)} (B/s)",
+                ),
+            ],
+            8,
+        )
+    )
+    board.with_panel(
+        _table(
+            "First changes before the latest regression",
+            "From `skewtrace timeline watch`: the components whose signals changed before the "
+            "job's step time regressed, order 0 first, with the onset of each change (Unix "
+            "seconds). Empty while no regression is explained.",
+            _promql(
+                "A",
+                f"{FIRST_CHANGE_MILLIS}",
+                instant=True,
+                table_format=True,
+            ),
+            6,
+            {
+                JOB: "Job",
+                CHANGE_ORDER: "Order",
+                COMPONENT_KIND: "Kind",
+                COMPONENT: "Component",
+                SIGNAL: "Signal",
+            },
+            ("Onset", "dateTimeAsIso"),
+        ).span(24)
+    )
+
+
 def _pacing_row(board: dashboard.Dashboard) -> None:
     board.with_row(dashboard.Row("Pacing"))
     board.with_panel(
@@ -843,12 +1114,14 @@ def build_dashboard() -> dict[str, Any]:
     )
     # Rows and panels are laid out left to right, wrapping at 24 columns; each row's widths
     # add up to 24, so every line starts at x=0.
-    for section in (_fabric_row, _pacing_row, _collector_row):
+    for section in (_fabric_row, _timeline_row, _pacing_row, _collector_row):
         section(board)
     built = board.build()
     for panel_id, panel in enumerate(built.panels or [], start=1):
         panel.id_val = panel_id
-    return dict(json.loads(json.dumps(built, cls=JSONEncoder)))
+    model_json = dict(json.loads(json.dumps(built, cls=JSONEncoder)))
+    model_json["annotations"] = {"list": _annotations()}
+    return model_json
 
 
 def render() -> str:

@@ -77,7 +77,7 @@ def _datasource_uid(node: Mapping[str, Any]) -> str | None:
 
 
 def dashboard_queries(dashboard: Mapping[str, Any]) -> list[PanelQuery]:
-    """The Prometheus expressions of every panel (targets on another datasource are skipped)."""
+    """The Prometheus expressions of every panel and annotation (other datasources skipped)."""
     queries = []
     for panel in iter_panels(dashboard):
         panel_uid = _datasource_uid(panel)
@@ -94,6 +94,20 @@ def dashboard_queries(dashboard: Mapping[str, Any]) -> list[PanelQuery]:
                     instant=bool(target.get("instant", False)) and not target.get("range", False),
                 )
             )
+    # Annotation queries run in Prometheus the same way (a range query over the dashboard's
+    # time range); they are numbered 0 and named after the annotation.
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if _datasource_uid(annotation) != PROMETHEUS_UID:
+            continue
+        queries.append(
+            PanelQuery(
+                panel_id=0,
+                panel_title=f"annotation: {annotation.get('name', '')}",
+                ref_id="annotation",
+                expr=str(annotation.get("expr", "")),
+                instant=False,
+            )
+        )
     return queries
 
 
