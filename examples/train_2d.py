@@ -33,7 +33,8 @@ Size: ``--activation-bytes`` (the size of each pipeline message: the activations
 shaped to it), ``--hidden`` and ``--layers`` (each stage's width and depth, and with them
 the gradient bytes all-reduced per stage), ``--batch-size``. Faults (``--straggler``,
 ``--jitter``, ``--slow-rank``, with step windows ``@START:END``) are described in
-``examples/_faults.py``.
+``examples/_faults.py``. ``--read-file PATH`` makes every batch also read ``--read-bytes``
+from that file or block device with ``O_DIRECT`` (real storage in the data loader's fetch).
 
 ``--progress-file PATH``: rank 0 appends ``{"step": n, "t": <unix time>}`` per finished step
 (n counts from 0, as the spans' ``training.step``), flushed at once, so a program outside the
@@ -65,6 +66,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from _faults import (
+    DirectReader,
     RankFaults,
     SlowCollate,
     busy_compute,
@@ -140,6 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="blocking",
         help="pipeline messages by send/recv (default) or by isend/irecv and wait()",
     )
+    parser.add_argument(
+        "--read-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="read --read-bytes from this file or block device per batch, with O_DIRECT "
+        "(real storage in the data loader's fetch)",
+    )
+    parser.add_argument("--read-bytes", type=int, default=256 * 1024, metavar="N")
     parser.add_argument("--progress-file", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-instrument", action="store_true", help="baseline: no skewtrace")
     parser.add_argument("--job-id", default=None, help="default: SKEWTRACE_JOB_ID or generated")
@@ -349,7 +360,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     sampler: DistributedSampler[int] = DistributedSampler(
         dataset, num_replicas=layout.dp, rank=layout.replica, seed=args.seed
     )
-    collate = SlowCollate()
+    collate = SlowCollate(
+        DirectReader(args.read_file, args.read_bytes) if args.read_file is not None else None
+    )
     loader = DataLoader(
         dataset, batch_size=args.batch_size, sampler=sampler, collate_fn=collate, drop_last=True
     )
