@@ -94,6 +94,12 @@ EVENT_STRAGGLER = "training.straggler"
 #: `host.name` for a NIC), `training.fabric.cost`, and whether it was derived from flagged ranks
 EVENT_SUSPECT = "training.fabric.suspect"
 
+# Events on the timeline.first_change span.
+#: training.change: one component whose signal changed before the regression:
+#: `training.component.kind`, `training.component`, `training.signal`, `training.change.order`,
+#: `training.change.onset` and `training.change.ratio`
+EVENT_CHANGE = "training.change"
+
 # Span attributes set by the instrumentation.
 #: training.step (int): the step index (0-based)
 STEP = "training.step"
@@ -363,7 +369,8 @@ PROM_EVENTS_DROPPED = "skewtrace_events_dropped_total"
 PROM_SPANS_EXPORTED = "skewtrace_spans_exported_total"
 PROM_SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
 
-# Node telemetry from the training process (local rank 0 samples its node; every rank its own GPU and I/O).
+# Node telemetry from the training process (local rank 0 samples its node; every rank its own
+# GPU and I/O).
 #: system.network.io (counter, By): bytes through an interface
 #: (`/sys/class/net/<if>/statistics`)
 METRIC_NETWORK_IO = "system.network.io"

@@ -125,6 +125,14 @@ const (
 	eventSuspect = "training.fabric.suspect"
 )
 
+// Events on the timeline.first_change span.
+const (
+	// eventChange is training.change: one component whose signal changed before the regression:
+	// `training.component.kind`, `training.component`, `training.signal`, `training.change.order`,
+	// `training.change.onset` and `training.change.ratio`
+	eventChange = "training.change"
+)
+
 // Span attributes set by the instrumentation.
 const (
 	// attrStep is training.step (int): the step index (0-based)
@@ -481,7 +489,8 @@ const (
 	metricSpansExportFailed = "skewtrace.spans.export_failed"
 )
 
-// Node telemetry from the training process (local rank 0 samples its node; every rank its own GPU and I/O).
+// Node telemetry from the training process (local rank 0 samples its node; every rank its own
+// GPU and I/O).
 const (
 	// metricNetworkIO is system.network.io (counter, By): bytes through an interface
 	// (`/sys/class/net/<if>/statistics`)

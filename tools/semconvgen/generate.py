@@ -300,7 +300,8 @@ def render_python(registry: Registry, prom: ModuleType) -> str:
     ]
 
     def block(title: str, lines: Iterable[str]) -> None:
-        out.extend(["", f"# {title}"])
+        out.append("")
+        out.extend(_comment("# ", title))
         out.extend(lines)
 
     for group in registry.groups:
@@ -335,7 +336,7 @@ def render_python(registry: Registry, prom: ModuleType) -> str:
 
 
 def _go_const_block(comment: str, rows: list[tuple[str, str, str]]) -> list[str]:
-    lines = ["", f"// {comment}", "const ("]
+    lines = ["", *_comment("// ", comment), "const ("]
     for i, (name, value, doc) in enumerate(rows):
         if i:
             lines.append("")

@@ -126,6 +126,14 @@ const (
 	EventSuspect = "training.fabric.suspect"
 )
 
+// Events on the timeline.first_change span.
+const (
+	// EventChange is training.change: one component whose signal changed before the regression:
+	// `training.component.kind`, `training.component`, `training.signal`, `training.change.order`,
+	// `training.change.onset` and `training.change.ratio`
+	EventChange = "training.change"
+)
+
 // Span attributes set by the instrumentation.
 const (
 	// AttrStep is training.step (int): the step index (0-based)
@@ -482,7 +490,8 @@ const (
 	MetricSpansExportFailed = "skewtrace.spans.export_failed"
 )
 
-// Node telemetry from the training process (local rank 0 samples its node; every rank its own GPU and I/O).
+// Node telemetry from the training process (local rank 0 samples its node; every rank its own
+// GPU and I/O).
 const (
 	// MetricNetworkIO is system.network.io (counter, By): bytes through an interface
 	// (`/sys/class/net/<if>/statistics`)
