@@ -1,7 +1,7 @@
 """The events the hooks record: one ``NamedTuple`` per kind, the only place their fields are named.
 
 On the hot path an event is a plain tuple: an integer kind (``PHASE``, ``STEP``,
-``COLLECTIVE``, ``PACING``) and then the fields of that kind's class in order, e.g.
+``COLLECTIVE``, ``PACING``, ``CHECKPOINT``) and then the fields of that kind's class in order, e.g.
 ``(PHASE, name, step, start_ns, end_ns, timing, cuda_handle)``. Building the NamedTuple
 itself there would cost more per event (``tuple.__new__`` about 0.1 us, the class call
 about 0.3 us), and so would a head that is the class object (a tuple holding only ints,
@@ -75,7 +75,21 @@ class PacingEvent(NamedTuple):
     version: int
 
 
-Event = PhaseEvent | StepEvent | CollectiveEvent | PacingEvent
+class CheckpointEvent(NamedTuple):
+    """One ``torch.save`` (``checkpoint.save``) or ``torch.load`` (``checkpoint.load``)."""
+
+    name: str
+    """The span name (a ``semconv.SPAN_CHECKPOINT_*`` constant)."""
+    step: int
+    start_ns: int
+    end_ns: int
+    nbytes: int | None
+    """The file's size; None for a stream, or a file not there after a failed call."""
+    path_kind: str
+    """``training.checkpoint.path_kind``: ``local``, ``network``, ``memory``, ``stream``, ..."""
+
+
+Event = PhaseEvent | StepEvent | CollectiveEvent | PacingEvent | CheckpointEvent
 
 PHASE = 0
 """Kind of a raw :class:`PhaseEvent`."""
@@ -85,8 +99,16 @@ COLLECTIVE = 2
 """Kind of a raw :class:`CollectiveEvent`."""
 PACING = 3
 """Kind of a raw :class:`PacingEvent`."""
+CHECKPOINT = 4
+"""Kind of a raw :class:`CheckpointEvent`."""
 
-EVENT_CLASSES: tuple[type[Event], ...] = (PhaseEvent, StepEvent, CollectiveEvent, PacingEvent)
+EVENT_CLASSES: tuple[type[Event], ...] = (
+    PhaseEvent,
+    StepEvent,
+    CollectiveEvent,
+    PacingEvent,
+    CheckpointEvent,
+)
 """The event class of each kind, indexed by kind."""
 
 RawEvent = tuple[Any, ...]

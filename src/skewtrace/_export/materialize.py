@@ -37,6 +37,7 @@ from opentelemetry.trace import (
 
 from skewtrace import semconv
 from skewtrace._events import (
+    CheckpointEvent,
     CollectiveEvent,
     Event,
     PacingEvent,
@@ -271,8 +272,19 @@ class SpanMaterializer:
                 event.end_ns,
                 attributes,
             )
+        elif isinstance(event, CheckpointEvent):
+            self._checkpoint_span(event, spans)
         else:
             raise ValueError(f"unknown event {event!r}")
+
+    def _checkpoint_span(self, event: CheckpointEvent, spans: list[ReadableSpan]) -> None:
+        attributes: dict[str, Any] = {
+            semconv.STEP: event.step,
+            semconv.CHECKPOINT_PATH_KIND: event.path_kind,
+        }
+        if event.nbytes is not None:  # a stream has no size
+            attributes[semconv.CHECKPOINT_BYTES] = int(event.nbytes)
+        self._child(spans, event.name, event.step, event.start_ns, event.end_ns, attributes)
 
     def _step_spans(self, event: StepEvent, spans: list[ReadableSpan]) -> None:
         entry = self._step(event.step)

@@ -1,4 +1,5 @@
-"""Where skewtrace attaches to PyTorch: collectives, DDP buckets, module, optimizer, data.
+"""Where skewtrace attaches to PyTorch: collectives, DDP buckets, module, optimizer, data,
+checkpoints (``torch.save``/``torch.load``).
 
 Each hook only reads clocks and appends an event (:mod:`skewtrace._events`) to the
 session's recorder (:mod:`skewtrace._recorder`). Everything installed here is undone by
