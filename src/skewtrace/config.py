@@ -11,6 +11,7 @@ environment variables. Pacing settings share the pacer's family, ``SKEWTRACE_PAC
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -41,6 +42,22 @@ TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 TORCHELASTIC_UNSET = "none"
 SLURM_JOB_ID = "SLURM_JOB_ID"
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+
+MIN_NODE_TELEMETRY_INTERVAL_S = 0.1
+
+
+def _node_telemetry_interval(value: object) -> str | None:
+    """Sampling faster than 10 times a second would cost more than it shows (see
+    docs/telemetry.md, Cost)."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= MIN_NODE_TELEMETRY_INTERVAL_S
+    )
+    return (
+        None if ok else f"must be at least {MIN_NODE_TELEMETRY_INTERVAL_S * 1000:g} (milliseconds)"
+    )
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,18 @@ class Settings:
 
     pacer_token: str | None = option(None, parse=text, check=not_blank, secret=True)
     """Bearer token sent to the pacer (kept out of ``repr`` so it does not reach logs)."""
+
+    node_telemetry: bool = option(True, parse=boolean)
+    """Node telemetry as OTel metrics (interfaces, RDMA ports, qdiscs, disks, TCP
+    retransmits from local rank 0; the rank's GPU, process I/O and data-loader wait from every
+    rank); see ``docs/telemetry.md``."""
+
+    node_telemetry_interval_s: float = option(1.0, check=_node_telemetry_interval, seconds=True)
+    """How often node telemetry is sampled and exported (with a MeterProvider of the user's,
+    its readers' schedule applies instead)."""
+
+    node_telemetry_root: str = option("/", parse=text, check=not_blank)
+    """The directory ``proc/`` and ``sys/`` are read under (a fake tree in tests)."""
 
     def __post_init__(self) -> None:
         check_fields(self)

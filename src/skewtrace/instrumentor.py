@@ -6,9 +6,10 @@ change. There are two modes, chosen by the ``zero_code`` keyword:
 
 - ``zero_code=False`` (``skewtrace.instrument()``'s default): called after
   ``init_process_group``; rank, world size and job id are resolved at once, so a missing job
-  id raises ``ConfigError`` at the call. Hooks go on every ``torch.distributed`` collective
-  and on what is passed: ``model`` (forward, backward, DDP gradient buckets), ``optimizer``
-  (else every optimizer's step ends a ``train.step``), ``dataloader``.
+  id raises ``ConfigError`` at the call. Hooks go on every ``torch.distributed`` collective,
+  on ``torch.save``/``torch.load`` (checkpoint spans), and on what is passed: ``model``
+  (forward, backward, DDP gradient buckets), ``optimizer`` (else every optimizer's step ends
+  a ``train.step``), ``dataloader``.
 - ``zero_code=True`` (what ``opentelemetry-instrument`` does): may run before
   ``init_process_group``; rank, world size and job id are resolved when the first spans are
   exported (a missing job id is then logged and the spans discarded; training goes on).
@@ -44,6 +45,7 @@ from skewtrace.config import Settings, resolve_job_id
 from skewtrace.hooks import Patches
 from skewtrace.hooks._context import HookContext
 from skewtrace.resource import RankInfo, build_resource, discover_rank_info
+from skewtrace.telemetry import FetchCountingRecorder, NodeTelemetry
 
 logger = logging.getLogger("skewtrace")
 
@@ -113,7 +115,12 @@ class Session:
 
         device = _model_device(model) if model is not None else None
         use_cuda, cuda_timer = self._cuda(model)
-        self.recorder = Recorder(settings.buffer_events)
+        # Node telemetry's data-loader counters are summed as the export thread drains.
+        self.recorder = (
+            FetchCountingRecorder(settings.buffer_events)
+            if settings.node_telemetry
+            else Recorder(settings.buffer_events)
+        )
         self._log_limit_installed = False
         # Our HTTP pacing client needs the job id, so it starts once the identity is known.
         self._own_pacer = pacing_client is None and settings.pacer_url is not None
@@ -132,6 +139,16 @@ class Session:
         self.metrics = SelfMetrics(
             self.recorder, self.exporter.stats, meter_provider, self._resource_or_none
         )
+        # Started once the rank's identity is known (at once, or at the first export in
+        # zero-code mode): local rank 0 samples the node, the GPU comes from gpu.uuid.
+        self.node_telemetry: NodeTelemetry | None = None
+        if settings.node_telemetry:
+            self.node_telemetry = NodeTelemetry(
+                interval_s=settings.node_telemetry_interval_s,
+                root=settings.node_telemetry_root,
+                meter_provider=meter_provider,
+                fetches=self.recorder if isinstance(self.recorder, FetchCountingRecorder) else None,
+            )
 
         self.patches = Patches()
         try:
@@ -205,6 +222,7 @@ class Session:
         use_cuda: bool,
         zero_code: bool,
     ) -> None:
+        from skewtrace.hooks.checkpoint import patch_checkpoint
         from skewtrace.hooks.collectives import patch_collectives, patch_ddp_register
         from skewtrace.hooks.dataloader import instrument_dataloader
         from skewtrace.hooks.optimizer import instrument_optimizer
@@ -213,6 +231,7 @@ class Session:
         patch_collectives(self.ctx, self.patches)
         patch_point_to_point(self.ctx, self.patches)
         patch_ddp_register(self.patches)
+        patch_checkpoint(self.ctx, self.patches)
         if model is not None:
             self._instrument_model(model, use_cuda)
         elif zero_code:
@@ -270,8 +289,10 @@ class Session:
         self._instrument_model(model, use_cuda)
 
     def identity(self) -> Identity | None:
+        created = False
         with self._lock:
             if self._identity is None:
+                created = True
                 info = self._rank_info or discover_rank_info()
                 job_id = resolve_job_id(self.settings.job_id, info.world_size)
                 device_index = getattr(self.ctx.device, "index", None)
@@ -280,7 +301,18 @@ class Session:
                 self._identity = Identity(job_id=job_id, rank=info.rank, resource=resource)
                 if self._own_pacer and not self._closed:
                     self.ctx.pacer = self._pacing_client(self._identity)
-            return self._identity
+            identity = self._identity
+        if created:
+            self._start_node_telemetry(identity)
+        return identity
+
+    def _start_node_telemetry(self, identity: Identity) -> None:
+        if self.node_telemetry is None:
+            return
+        try:
+            self.node_telemetry.start(identity.resource)
+        except Exception:
+            logger.warning("skewtrace: node telemetry disabled", exc_info=True)
 
     def _resource_or_none(self) -> Any | None:
         try:
@@ -333,6 +365,11 @@ class Session:
             self.metrics.shutdown(timeout_millis)
         except Exception:
             logger.debug("skewtrace: metrics shutdown failed", exc_info=True)
+        if self.node_telemetry is not None:
+            try:
+                self.node_telemetry.shutdown(timeout_millis)
+            except Exception:
+                logger.debug("skewtrace: node telemetry shutdown failed", exc_info=True)
 
 
 class SkewtraceInstrumentor(BaseInstrumentor):
