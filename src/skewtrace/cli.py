@@ -6,6 +6,8 @@ Subcommands:
 - ``skewtrace demo``: the collector, the pacer and a 4-rank job with a straggler, end to end.
 - ``skewtrace report``: the HTML report of a run from the Collector's span file
   (:mod:`skewtrace.report`).
+- ``skewtrace timeline``: the first component to change before a slowdown, and before/after
+  figures, read from Prometheus (:mod:`skewtrace.timeline`).
 
 The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig`,
 :class:`~skewtrace.pacer.policy.PolicyParams` and
@@ -51,6 +53,7 @@ from skewtrace.pacer.policy import PolicyParams
 from skewtrace.pacer.rebalance import RebalanceParams
 from skewtrace.pacer.service import PacerConfig
 from skewtrace.report import command as report_command
+from skewtrace.timeline import command as timeline_command
 
 ENV_PREFIX = "SKEWTRACE_PACER_"
 
@@ -246,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pacer(subparsers)
     demo.add_parser(subparsers)
     report_command.add_parser(subparsers)
+    timeline_command.add_parser(subparsers)
     return parser
 
 

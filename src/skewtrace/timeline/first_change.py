@@ -1,0 +1,400 @@
+"""The first component to change before a job's step time regressed.
+
+1. The regression: each rank's mean step time (``training.step.duration``: rate of its sum
+   over rate of its count) and, per sample, the job's step time as the maximum over ranks
+   (synchronous training waits for the slowest). The first sustained rise of that series in
+   the window is the regression (:func:`~.changepoint.detect`); the ranks whose own step time
+   rose within ``slack_s`` of it are the regressed ranks.
+2. The suspects: every series of :data:`~.signals.SIGNALS` on the regressed ranks' hosts (the
+   collective transfer of every process group of the job) whose level shifted with an onset
+   from ``lookback_s`` before the regression to ``slack_s`` after it, and is still at its new
+   level when the regression starts (a burst that ended before does not explain it).
+3. The order: by onset. Onsets within one sampling interval (``tie_s``) cannot be ordered by
+   time (targets are scraped at different phases, rates smear over their window), so such
+   ties are ordered by what feeds what: switch, then NIC, host, disk and GPU signals, then
+   data loader, then collective transfer, then throughput figures, the step last; then by
+   the change's strength.
+4. Switches: when NIC or host signals of every node behind one switch (at least two of the
+   job's nodes) change within one sampling interval of each other, they become one change
+   named after the switch.
+
+The regression itself is the last change (kind ``step``). The step number of its onset is
+the regressed rank's cumulative step count at that time (approximate: the count the
+Collector has seen, sampled at the scrape interval).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from skewtrace import semconv
+from skewtrace.timeline import signals as sig
+from skewtrace.timeline.changepoint import (
+    ZERO_BASELINE_RATIO,
+    Change,
+    DetectorParams,
+    detect,
+    level_ratio,
+)
+from skewtrace.timeline.source import Query, Series, SeriesSource
+
+DEFAULT_LOOKBACK_S = 300.0
+
+
+@dataclass(frozen=True)
+class ComponentChange:
+    """One component whose signal changed before (or with) the regression."""
+
+    kind: str
+    """``training.component.kind``."""
+    component: str
+    """``training.component``."""
+    signal: str
+    """``training.signal``."""
+    onset: float
+    before: float
+    after: float
+    score: float = 0.0
+    order: int = 0
+    """``training.change.order``: 0 for the first."""
+    members: tuple[str, ...] = ()
+    """For a switch: the components behind it that changed."""
+    effect: bool = False
+    """A throughput figure (:mod:`.signals`): not a cause on its own."""
+    precedence: int = sig.EFFECT_PRECEDENCE
+    """Its place among changes of one sampling interval (:func:`.signals.precedence`)."""
+
+    @property
+    def ratio(self) -> float:
+        return level_ratio(self.before, self.after)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "order": self.order,
+            "kind": self.kind,
+            "component": self.component,
+            "signal": self.signal,
+            "onset": self.onset,
+            "ratio": self.ratio,
+            "before": self.before,
+            "after": self.after,
+        }
+        if self.members:
+            out["members"] = list(self.members)
+        return out
+
+    def attributes(self) -> dict[str, Any]:
+        """The change as ``training.*`` attributes (span event, span)."""
+        return {
+            semconv.COMPONENT_KIND: self.kind,
+            semconv.COMPONENT: self.component,
+            semconv.SIGNAL: self.signal,
+            semconv.CHANGE_ORDER: self.order,
+            semconv.CHANGE_ONSET: self.onset,
+            semconv.CHANGE_RATIO: self.ratio,
+        }
+
+
+@dataclass(frozen=True)
+class Regression:
+    """When the job's step time rose, by how much, on which ranks."""
+
+    onset: float
+    before: float
+    after: float
+    ranks: tuple[int, ...]
+    step: int | None = None
+    """The step running at the onset (approximate), when it could be read."""
+
+    @property
+    def ratio(self) -> float:
+        return level_ratio(self.before, self.after)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "onset": self.onset,
+            "ratio": self.ratio,
+            "before": self.before,
+            "after": self.after,
+            "ranks": list(self.ranks),
+            "step": self.step,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    job: str
+    start: float
+    end: float
+    resolution: float
+    regression: Regression | None
+    changes: tuple[ComponentChange, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def first(self) -> ComponentChange | None:
+        return self.changes[0] if self.changes else None
+
+    def summary(self) -> str:
+        """One line: what changed first, then what followed, the step last."""
+        if self.regression is None:
+            return (
+                f"job {self.job}: no step-time regression between {_clock(self.start)} "
+                f"and {_clock(self.end)}"
+            )
+        return ", ".join(_describe(change) for change in self.changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "start": self.start,
+            "end": self.end,
+            "resolution": self.resolution,
+            "regression": self.regression.to_json() if self.regression else None,
+            "changes": [change.to_json() for change in self.changes],
+            "summary": self.summary(),
+            "notes": list(self.notes),
+        }
+
+
+def _clock(unix_s: float) -> str:
+    return datetime.datetime.fromtimestamp(unix_s).strftime("%H:%M:%S")
+
+
+def _amount(ratio: float) -> str:
+    """``+240%``; empty for a level that was zero (``... from 11:42:10`` says it started)."""
+    if abs(ratio) >= ZERO_BASELINE_RATIO:
+        return ""
+    return f" {(ratio - 1) * 100:+.0f}%"
+
+
+def _describe(change: ComponentChange) -> str:
+    when = f"from {_clock(change.onset)}"
+    if change.kind == semconv.COMPONENT_STEP:
+        return f"step time x{change.ratio:.1f} {when}"
+    if change.kind == semconv.COMPONENT_COLLECTIVE:
+        return f"collective transfer {change.component}{_amount(change.ratio)} {when}"
+    return f"{change.component} {change.signal}{_amount(change.ratio)} {when}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    lookback_s: float = DEFAULT_LOOKBACK_S
+    """How long before the regression a change may start."""
+    slack_s: float | None = None
+    """How long after the regression's onset a change still counts (default: two samples)."""
+    tie_s: float | None = None
+    """Onsets this close are simultaneous (default: one sample)."""
+    detector: DetectorParams = field(default_factory=DetectorParams)
+
+
+def _job_max(per_rank: Sequence[Series]) -> tuple[list[float], list[float]]:
+    """Per timestamp, the largest value over the series (timestamps of a range query align)."""
+    worst: dict[float, float] = {}
+    for series in per_rank:
+        for t, v in zip(series.times, series.values, strict=True):
+            if math.isfinite(v):
+                key = round(t, 3)
+                worst[key] = max(worst.get(key, -math.inf), v)
+    stamps = sorted(worst)
+    return stamps, [worst[t] for t in stamps]
+
+
+def _rank_of(labels: Mapping[str, str]) -> int | None:
+    try:
+        return int(labels.get(sig.RANK, ""))
+    except ValueError:
+        return None
+
+
+def _still_changed(series: Series, change: Change, at: float, points: int) -> bool:
+    """Whether the series is past the midpoint of ``change`` from ``at`` on."""
+    after = [v for t, v in zip(series.times, series.values, strict=True) if t >= at][:points]
+    if not after:
+        return True  # no samples after: nothing says it went back
+    midpoint = (change.before + change.after) / 2
+    after.sort()
+    middle = after[len(after) // 2]
+    return (middle - midpoint) * (change.after - change.before) > 0
+
+
+def _step_at(source: SeriesSource, job: str, rank: int, at: float, step_s: float) -> int | None:
+    query = Query(sig.STEP_COUNT.metric, sig.STEP_COUNT.form, labels=((sig.RANK, str(rank)),))
+    found = source.series(query, job, at - 4 * step_s, at)
+    samples = [(t, v) for s in found for t, v in zip(s.times, s.values, strict=True) if t <= at]
+    if not samples:
+        return None
+    return int(max(samples)[1])
+
+
+def _switch_changes(
+    changes: list[ComponentChange], switch_of: Mapping[str, str], tie_s: float
+) -> list[ComponentChange]:
+    """NIC/host changes covering every node behind a switch (2+ nodes) become one switch change."""
+    nodes_behind: dict[str, set[str]] = {}
+    for host, switch in switch_of.items():
+        if switch and switch != semconv.UNKNOWN:
+            nodes_behind.setdefault(switch, set()).add(host)
+    out = list(changes)
+    for switch, nodes in sorted(nodes_behind.items()):
+        if len(nodes) < 2:
+            continue
+        network = [
+            c
+            for c in out
+            if c.kind in (semconv.COMPONENT_NIC, semconv.COMPONENT_HOST)
+            and not c.effect
+            and c.component.split("/")[0] in nodes
+        ]
+        network.sort(key=lambda c: c.onset)
+        # The earliest group of such changes, within one sampling interval, that covers all nodes.
+        for i, first in enumerate(network):
+            group = [c for c in network[i:] if c.onset - first.onset <= tie_s]
+            if {c.component.split("/")[0] for c in group} == nodes:
+                members = tuple(sorted({c.component for c in group}))
+                merged = ComponentChange(
+                    kind=semconv.COMPONENT_SWITCH,
+                    component=switch,
+                    signal=first.signal,
+                    onset=first.onset,
+                    before=first.before,
+                    after=first.after,
+                    score=first.score,
+                    members=members,
+                    precedence=sig.PRECEDENCE[semconv.COMPONENT_SWITCH],
+                )
+                out = [c for c in out if c not in group] + [merged]
+                break
+    return out
+
+
+def _earliest_per_component(
+    changes: Iterable[ComponentChange], tie_s: float
+) -> list[ComponentChange]:
+    """One change per component: its first signal to change (the report names components)."""
+    best: dict[tuple[str, str], ComponentChange] = {}
+    for change in order_changes(changes, tie_s):
+        best.setdefault((change.kind, change.component), change)
+    return list(best.values())
+
+
+def order_changes(changes: Iterable[ComponentChange], tie_s: float) -> list[ComponentChange]:
+    """By onset; within one sampling interval of a group's first onset, by precedence, then
+    onset, then strength. Numbers them from 0."""
+    remaining = sorted(changes, key=lambda c: (c.onset, c.precedence, -c.score))
+    ordered: list[ComponentChange] = []
+    while remaining:
+        anchor = remaining[0].onset
+        group = [c for c in remaining if c.onset - anchor <= tie_s + 1e-9]
+        group.sort(key=lambda c: (c.precedence, c.onset, -c.score))
+        ordered.extend(group)
+        remaining = remaining[len(group) :]
+    return [replace(c, order=i) for i, c in enumerate(ordered)]
+
+
+def first_change(
+    source: SeriesSource,
+    job: str,
+    start: float,
+    end: float | None = None,
+    settings: Settings | None = None,
+) -> Report:
+    """The report for ``job`` over [start, end] (end: now)."""
+    cfg = settings or Settings()
+    end = time.time() if end is None else end
+    step_s = source.resolution(start, end)
+    slack_s = 2 * step_s if cfg.slack_s is None else cfg.slack_s
+    tie_s = step_s if cfg.tie_s is None else cfg.tie_s
+    detector = cfg.detector
+
+    per_rank = [s for s in source.series(sig.STEP_TIME, job, start, end) if s.times]
+    if not per_rank:
+        return Report(
+            job,
+            start,
+            end,
+            step_s,
+            None,
+            notes=(f"no {semconv.PROM_STEP_DURATION} series for the job",),
+        )
+    times, values = _job_max(per_rank)
+    step_change = detect(times, values, detector, direction=1)
+    if step_change is None:
+        return Report(job, start, end, step_s, None)
+    onset = step_change.onset
+
+    ranks: list[int] = []
+    hosts: set[str] = set()
+    switch_of: dict[str, str] = {}
+    for series in per_rank:
+        host = series.labels.get(sig.HOST, "")
+        switch_of[host] = series.labels.get(sig.SWITCH, "")
+        own = detect(
+            series.times,
+            series.values,
+            detector,
+            direction=1,
+            not_before=onset - slack_s,
+            not_after=onset + slack_s,
+        )
+        rank = _rank_of(series.labels)
+        if own is not None and rank is not None:
+            ranks.append(rank)
+            hosts.add(host)
+    notes: list[str] = []
+    if not hosts:  # the job's maximum rose but no single rank clearly did: look everywhere
+        hosts = set(switch_of)
+        notes.append("no single rank's step time rose clearly; all the job's hosts examined")
+
+    changes: list[ComponentChange] = []
+    for signal in sig.SIGNALS:
+        for series in source.series(signal.query, job, start, end):
+            if signal.per_host and series.labels.get(sig.HOST, "") not in hosts:
+                continue
+            change = detect(
+                series.times,
+                series.values,
+                detector,
+                not_before=onset - cfg.lookback_s,
+                not_after=onset + slack_s,
+            )
+            if change is None or not _still_changed(series, change, onset, detector.after_points):
+                continue
+            changes.append(
+                ComponentChange(
+                    kind=signal.kind,
+                    component=signal.component(series.labels),
+                    signal=signal.signal_name(series.labels),
+                    onset=change.onset,
+                    before=change.before,
+                    after=change.after,
+                    score=change.score,
+                    effect=signal.effect,
+                    precedence=sig.precedence(signal),
+                )
+            )
+    changes = _switch_changes(_earliest_per_component(changes, tie_s), switch_of, tie_s)
+    changes.append(
+        ComponentChange(
+            kind=semconv.COMPONENT_STEP,
+            component=job,
+            signal=semconv.METRIC_STEP_DURATION,
+            onset=onset,
+            before=step_change.before,
+            after=step_change.after,
+            score=step_change.score,
+            precedence=sig.STEP_PRECEDENCE,
+        )
+    )
+    step = _step_at(source, job, min(ranks), onset, step_s) if ranks else None
+    regression = Regression(
+        onset, step_change.before, step_change.after, tuple(sorted(ranks)), step
+    )
+    return Report(
+        job, start, end, step_s, regression, tuple(order_changes(changes, tie_s)), tuple(notes)
+    )

@@ -1,0 +1,202 @@
+"""The series the timeline looks at, and how each names the component it belongs to.
+
+Every entry reads one registered metric (``semconv.PROM_*``) of the job and says which
+``training.component.kind`` a change in it points at, how its labels name the component
+(``<host>/<interface>``, ``<host>/<device>``, a process group) and which labels tell its
+series apart in ``training.signal`` (``training.qdisc.drops{tbf}``).
+
+``effect`` marks throughput figures (bytes and packets moved, GPU utilisation): they fall
+whenever steps slow down, whatever the cause, so when they change in the same sampling
+interval as a cause-type signal (drops, latency, throttling) they are ordered after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from skewtrace import semconv
+from skewtrace.timeline.source import Form, Query
+
+label = semconv.prometheus_label
+
+JOB = label(semconv.JOB_ID)
+RANK = label(semconv.RANK)
+HOST = label(semconv.HOST_NAME)
+SWITCH = label(semconv.SWITCH)
+PG = label(semconv.COLLECTIVE_PG)
+OP = label(semconv.COLLECTIVE_OP)
+IFACE = label(semconv.NETWORK_INTERFACE)
+NET_DIRECTION = label(semconv.NETWORK_DIRECTION)
+DEVICE = label(semconv.SYSTEM_DEVICE)
+DISK_DIRECTION = label(semconv.DISK_DIRECTION)
+QDISC_KIND = label(semconv.QDISC_KIND)
+NIC_DEVICE = label(semconv.NIC_DEVICE)
+NIC_COUNTER = label(semconv.NIC_COUNTER)
+NIC_SIGNAL = label(semconv.NIC_SIGNAL)
+GPU_UUID = label(semconv.GPU_UUID)
+THROTTLE_REASON = label(semconv.GPU_THROTTLE_REASON)
+ERROR_TYPE = label(semconv.ERROR_TYPE)
+
+Labels = Mapping[str, str]
+
+
+def _get(labels: Labels, key: str) -> str:
+    return labels.get(key) or semconv.UNKNOWN
+
+
+def on_host(*keys: str) -> Callable[[Labels], str]:
+    """``<host>/<value of the first key present>`` (``node3/eth0``)."""
+
+    def name(labels: Labels) -> str:
+        part = next((labels[k] for k in keys if labels.get(k)), semconv.UNKNOWN)
+        return f"{_get(labels, HOST)}/{part}"
+
+    return name
+
+
+def host_only(labels: Labels) -> str:
+    return _get(labels, HOST)
+
+
+def rank_on_host(labels: Labels) -> str:
+    """``<host>/rank<r>``: a rank's own figures (its data loader, its process's I/O)."""
+    return f"{_get(labels, HOST)}/rank{_get(labels, RANK)}"
+
+
+def process_group(labels: Labels) -> str:
+    return _get(labels, PG)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One metric the timeline watches."""
+
+    name: str
+    """Its OTel name, the start of ``training.signal``."""
+    query: Query
+    kind: str
+    """The ``training.component.kind`` a change in it points at."""
+    component: Callable[[Labels], str]
+    detail: tuple[str, ...] = ()
+    """Labels whose values go in braces after the name."""
+    per_host: bool = True
+    """Read only on the hosts of the regressed ranks (False: the job's process groups)."""
+    effect: bool = False
+    """A throughput figure (see the module doc)."""
+
+    def signal_name(self, labels: Labels) -> str:
+        values = [labels[k] for k in self.detail if labels.get(k)]
+        return f"{self.name}{{{','.join(values)}}}" if values else self.name
+
+
+def _rate(
+    name: str,
+    metric: str,
+    kind: str,
+    component: Callable[[Labels], str],
+    *detail: str,
+    effect: bool = False,
+) -> Signal:
+    """A counter, read as its per-second rate."""
+    return Signal(name, Query(metric, Form.RATE), kind, component, detail, effect=effect)
+
+
+def _gauge(
+    name: str,
+    metric: str,
+    kind: str,
+    component: Callable[[Labels], str],
+    *detail: str,
+    effect: bool = False,
+) -> Signal:
+    """A gauge, read as sampled."""
+    return Signal(name, Query(metric, Form.GAUGE), kind, component, detail, effect=effect)
+
+
+sc = semconv
+NIC = sc.COMPONENT_NIC
+DISK = sc.COMPONENT_DISK
+GPU = sc.COMPONENT_GPU
+nic_name = on_host(IFACE)
+disk_name = on_host(DEVICE)
+gpu_name = on_host(GPU_UUID)
+
+SIGNALS: tuple[Signal, ...] = (
+    # A host's network interface and its qdisc.
+    _rate(sc.METRIC_QDISC_DROPS, sc.PROM_QDISC_DROPS, NIC, nic_name, QDISC_KIND),
+    _rate(sc.METRIC_QDISC_OVERLIMITS, sc.PROM_QDISC_OVERLIMITS, NIC, nic_name, QDISC_KIND),
+    _gauge(sc.METRIC_QDISC_BACKLOG, sc.PROM_QDISC_BACKLOG, NIC, nic_name, QDISC_KIND),
+    _rate(sc.METRIC_NETWORK_ERRORS, sc.PROM_NETWORK_ERRORS, NIC, nic_name, NET_DIRECTION),
+    _rate(sc.METRIC_NETWORK_DROPPED, sc.PROM_NETWORK_DROPPED, NIC, nic_name, NET_DIRECTION),
+    _rate(sc.METRIC_NETWORK_IO, sc.PROM_NETWORK_IO, NIC, nic_name, NET_DIRECTION, effect=True),
+    _rate(sc.METRIC_NETWORK_PACKETS, sc.PROM_NETWORK_PACKETS, NIC, nic_name, NET_DIRECTION,
+          effect=True),
+    _rate(sc.METRIC_NIC_PORT_COUNTER, sc.PROM_NIC_PORT_COUNTER, NIC, on_host(NIC_DEVICE),
+          NIC_SIGNAL, NIC_COUNTER),
+    # The host's TCP stack.
+    _rate(sc.METRIC_TCP_RETRANSMITS, sc.PROM_TCP_RETRANSMITS, sc.COMPONENT_HOST, host_only),
+    # Storage: a host's block devices, a rank's own reads and writes.
+    _rate(sc.METRIC_DISK_OPERATION_TIME, sc.PROM_DISK_OPERATION_TIME, DISK, disk_name,
+          DISK_DIRECTION),
+    _rate(sc.METRIC_DISK_IO, sc.PROM_DISK_IO, DISK, disk_name, DISK_DIRECTION),
+    _rate(sc.METRIC_DISK_OPERATIONS, sc.PROM_DISK_OPERATIONS, DISK, disk_name, DISK_DIRECTION),
+    _rate(sc.METRIC_PROCESS_IO, sc.PROM_PROCESS_IO, DISK, rank_on_host, DISK_DIRECTION),
+    # A rank's data loader: seconds waited per batch.
+    Signal(
+        sc.METRIC_DATALOADER_WAIT,
+        Query(sc.PROM_DATALOADER_WAIT, Form.RATIO, sc.PROM_DATALOADER_FETCHES),
+        sc.COMPONENT_DATALOADER,
+        rank_on_host,
+    ),
+    # A rank's GPU.
+    _gauge(sc.METRIC_GPU_THROTTLE, sc.PROM_GPU_THROTTLE, GPU, gpu_name, THROTTLE_REASON),
+    _gauge(sc.METRIC_GPU_SM_CLOCK, sc.PROM_GPU_SM_CLOCK, GPU, gpu_name),
+    _gauge(sc.METRIC_GPU_TEMPERATURE, sc.PROM_GPU_TEMPERATURE, GPU, gpu_name),
+    _gauge(sc.METRIC_GPU_POWER, sc.PROM_GPU_POWER, GPU, gpu_name),
+    _rate(sc.METRIC_GPU_XID, sc.PROM_GPU_XID, GPU, gpu_name),
+    _rate(sc.METRIC_GPU_ECC_ERRORS, sc.PROM_GPU_ECC_ERRORS, GPU, gpu_name, ERROR_TYPE),
+    _gauge(sc.METRIC_GPU_UTILIZATION, sc.PROM_GPU_UTILIZATION, GPU, gpu_name, effect=True),
+    _rate(sc.METRIC_GPU_PCIE_IO, sc.PROM_GPU_PCIE_IO, GPU, gpu_name, NET_DIRECTION, effect=True),
+    _rate(sc.METRIC_GPU_NVLINK_IO, sc.PROM_GPU_NVLINK_IO, GPU, gpu_name, effect=True),
+    # The job's collectives: transfer time per process group.
+    Signal(
+        sc.METRIC_COLLECTIVE_TRANSFER,
+        Query(sc.PROM_COLLECTIVE_TRANSFER, Form.MEAN),
+        sc.COMPONENT_COLLECTIVE,
+        process_group,
+        (OP,),
+        per_host=False,
+    ),
+)  # fmt: skip
+
+STEP_TIME = Query(semconv.PROM_STEP_DURATION, Form.MEAN)
+"""Each rank's mean step time."""
+STEP_COUNT = Query(semconv.PROM_STEP_DURATION + "_count", Form.RAW)
+"""Each rank's cumulative step count (the step number at a time)."""
+
+# Among changes in the same sampling interval, which comes first: storage feeds the data
+# loader, links and GPUs feed the collectives, everything feeds the step. A block device comes
+# before a rank's own reads and writes (they wait for it); throughput figures (effects) come
+# after the collectives, the step last.
+PRECEDENCE = {
+    semconv.COMPONENT_SWITCH: 0,
+    semconv.COMPONENT_NIC: 10,
+    semconv.COMPONENT_HOST: 10,
+    semconv.COMPONENT_DISK: 10,
+    semconv.COMPONENT_GPU: 10,
+    semconv.COMPONENT_DATALOADER: 20,
+    semconv.COMPONENT_COLLECTIVE: 30,
+}
+PROCESS_IO_PRECEDENCE = 15
+EFFECT_PRECEDENCE = 40
+STEP_PRECEDENCE = 50
+
+
+def precedence(signal: Signal) -> int:
+    """The signal's place among changes of one sampling interval (lower first)."""
+    if signal.effect:
+        return EFFECT_PRECEDENCE
+    if signal.name == semconv.METRIC_PROCESS_IO:
+        return PROCESS_IO_PRECEDENCE
+    return PRECEDENCE.get(signal.kind, EFFECT_PRECEDENCE)

@@ -1,0 +1,738 @@
+"""The timeline: change points, the first component to change, before/after, the watch service.
+
+Unit tests feed series in memory (``MemorySource``); the end-to-end tests run a real
+Prometheus scraping a prometheus_client exporter in this process whose series the test
+changes over time, and call the ``skewtrace timeline`` CLI against it.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import math
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+import otlp_sink
+from conftest import free_port
+from otlp_sink import OtlpSink
+from prometheus_harness import PrometheusServer, find_binary
+from skewtrace import _ids, semconv
+from skewtrace.timeline import command
+from skewtrace.timeline.changepoint import (
+    ZERO_BASELINE_RATIO,
+    DetectorParams,
+    counter_rate,
+    detect,
+)
+from skewtrace.timeline.compare import TimeRange, compare
+from skewtrace.timeline.first_change import Report, first_change
+from skewtrace.timeline.prometheus_source import PrometheusError, PrometheusSource, promql
+from skewtrace.timeline.service import SERVICE_NAME, WatchConfig, Watcher
+from skewtrace.timeline.signals import (
+    DEVICE,
+    GPU_UUID,
+    HOST,
+    IFACE,
+    JOB,
+    OP,
+    PG,
+    QDISC_KIND,
+    RANK,
+    STEP_COUNT,
+    STEP_TIME,
+    SWITCH,
+)
+from skewtrace.timeline.source import Form, MemorySource, Query
+
+T0 = 1_760_000_000.0
+
+# ----------------------------------------------------------------------------- change points
+
+
+def _steps(levels: Sequence[tuple[int, float]], noise: float = 0.0, seed: int = 0) -> tuple[
+    list[float], list[float]
+]:  # fmt: skip
+    """Times 0, 1, 2, ... and values: ``levels`` is [(samples, level), ...]."""
+    rng = random.Random(seed)
+    values = [level + rng.gauss(0, noise) for count, level in levels for _ in range(count)]
+    return [float(i) for i in range(len(values))], values
+
+
+def test_step_up_is_found_at_its_first_sample() -> None:
+    times, values = _steps([(40, 1.0), (30, 2.0)], noise=0.03)
+    change = detect(times, values)
+    assert change is not None
+    assert change.onset == 40.0
+    assert change.ratio == pytest.approx(2.0, rel=0.05)
+    assert change.direction == 1
+
+
+def test_step_down_is_found() -> None:
+    times, values = _steps([(30, 5.0), (20, 2.5)], noise=0.05, seed=3)
+    change = detect(times, values)
+    assert change is not None
+    assert change.onset == 30.0
+    assert change.ratio == pytest.approx(0.5, rel=0.05)
+    assert detect(times, values, direction=1) is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_noise_alone_is_no_change(seed: int) -> None:
+    rng = random.Random(seed)
+    gaussian = [10 + rng.gauss(0, 1.0) for _ in range(300)]
+    # Heavy tails: occasional outliers five times the usual spread.
+    spiky = [10 + (rng.gauss(0, 5.0) if rng.random() < 0.03 else rng.gauss(0, 0.5))
+             for _ in range(300)]  # fmt: skip
+    times = [float(i) for i in range(300)]
+    assert detect(times, gaussian) is None
+    assert detect(times, spiky) is None
+
+
+def test_zero_baseline_that_becomes_nonzero_is_a_change() -> None:
+    times, values = _steps([(30, 0.0), (10, 3.0)])
+    change = detect(times, values)
+    assert change is not None
+    assert change.onset == 30.0
+    assert change.before == 0.0
+    assert change.ratio == ZERO_BASELINE_RATIO
+
+
+def test_one_spike_is_no_change() -> None:
+    times, values = _steps([(60, 1.0)], noise=0.02)
+    values[30] = 50.0
+    assert detect(times, values) is None
+
+
+def test_too_short_series_gives_none() -> None:
+    times, values = _steps([(3, 1.0), (2, 5.0)])
+    assert detect(times, values) is None
+    assert detect([], []) is None
+
+
+def test_nan_and_inf_are_skipped() -> None:
+    times, values = _steps([(30, 1.0), (20, 3.0)], noise=0.02)
+    for i in (5, 17, 29, 35):
+        values[i] = math.nan
+    values[10] = math.inf
+    change = detect(times, values)
+    assert change is not None
+    assert change.onset == 30.0
+
+
+def test_ramp_onset_is_where_the_ramp_starts() -> None:
+    # What rate() over a 4-sample window makes of a step at t=40.
+    times = [float(i) for i in range(70)]
+    values = [1.0 if t < 40 else min(2.0, 1.0 + (t - 39) / 4) for t in times]
+    change = detect(times, values)
+    assert change is not None
+    assert change.onset == 40.0
+
+
+def test_onset_bounds_and_parameters() -> None:
+    times, values = _steps([(30, 1.0), (30, 2.0)], noise=0.01)
+    assert detect(times, values, not_before=31.0) is None
+    assert detect(times, values, not_after=29.0) is None
+    with pytest.raises(ValueError):
+        DetectorParams(min_before=1)
+
+
+def test_counter_rate_handles_resets() -> None:
+    times, rates = counter_rate([0, 1, 2, 3, 4], [0, 10, 20, 5, 15])
+    assert times == [1, 2, 3, 4]
+    assert rates == [10, 10, 5, 10]
+
+
+# ---------------------------------------------------------------------------- first change
+
+JOB_ID = "job-a"
+NODES = {"node0": "leaf1", "node1": "leaf1", "node2": "leaf2", "node3": "leaf2"}
+
+
+def _series(length: int, before: float, after: float, at: float | None, noise: float,
+            rng: random.Random) -> tuple[list[float], list[float]]:  # fmt: skip
+    times = [T0 + i for i in range(length)]
+    values = [
+        (after if at is not None and t - T0 >= at else before) + rng.gauss(0, noise) for t in times
+    ]
+    return times, values
+
+
+class Job:
+    """A four-rank job (rank r on node r) in a MemorySource; every series flat unless told."""
+
+    def __init__(self, length: int = 200, seed: int = 0) -> None:
+        self.length = length
+        self.rng = random.Random(seed)
+        self.source = MemorySource(job_label=JOB)
+
+    def rank_labels(self, rank: int) -> dict[str, str]:
+        host = f"node{rank}"
+        return {JOB: JOB_ID, RANK: str(rank), HOST: host, SWITCH: NODES[host]}
+
+    def add(self, metric: str, labels: dict[str, str], before: float, after: float | None = None,
+            at: float | None = None, noise: float = 0.0) -> None:  # fmt: skip
+        times, values = _series(
+            self.length, before, before if after is None else after, at, noise, self.rng
+        )
+        self.source.add(metric, labels, times, values)
+
+    def healthy(self, step_at: float | None, step_after: float = 1.0) -> None:
+        """Step time 0.5 s (rising at ``step_at``), flat GPU, disk, qdisc, transfer, loader."""
+        for rank in range(4):
+            labels = self.rank_labels(rank)
+            self.add(STEP_TIME.metric, labels, 0.5, step_after, step_at, noise=0.005)
+            self.source.add(
+                STEP_COUNT.metric, labels,
+                [T0 + i for i in range(self.length)],
+                [2.0 * i for i in range(self.length)],
+            )  # fmt: skip
+            self.add(semconv.PROM_GPU_UTILIZATION, {**labels, GPU_UUID: f"GPU-{rank}"}, 0.9,
+                     noise=0.01)  # fmt: skip
+            self.add(semconv.PROM_DATALOADER_WAIT, labels, 0.01, noise=0.0005)
+            self.add(semconv.PROM_DISK_OPERATION_TIME, {**labels, DEVICE: "nvme0n1"}, 0.05,
+                     noise=0.002)  # fmt: skip
+            self.add(semconv.PROM_QDISC_DROPS, {**labels, IFACE: "eth0", QDISC_KIND: "tbf"}, 0.0)
+        self.add(semconv.PROM_COLLECTIVE_TRANSFER, {JOB: JOB_ID, PG: "dp", OP: "all_reduce"},
+                 0.01, noise=0.0002)  # fmt: skip
+
+    def replace(self, metric: str, match: dict[str, str], before: float, after: float,
+                at: float, noise: float = 0.0) -> None:  # fmt: skip
+        stored = self.source._series[metric]
+        for index, series in enumerate(stored):
+            if all(series.labels.get(k) == v for k, v in match.items()):
+                times, values = _series(self.length, before, after, at, noise, self.rng)
+                stored[index] = type(series)(series.labels, times, values)
+                return
+        raise KeyError(match)
+
+    def report(self) -> Report:
+        return first_change(self.source, JOB_ID, T0, T0 + self.length - 1)
+
+
+def test_nic_drops_are_named_first_then_transfer_then_step() -> None:
+    job = Job()
+    job.healthy(step_at=108)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=100)
+    job.replace(semconv.PROM_COLLECTIVE_TRANSFER, {PG: "dp"}, 0.01, 0.034, at=102, noise=0.0002)
+    report = job.report()
+
+    assert report.regression is not None
+    assert report.regression.onset == T0 + 108
+    assert report.regression.ratio == pytest.approx(2.0, rel=0.05)
+    assert report.regression.ranks == (0, 1, 2, 3)
+    assert report.regression.step == 216  # the step count at the onset
+    kinds = [(c.kind, c.component, c.onset - T0) for c in report.changes]
+    assert kinds == [
+        (semconv.COMPONENT_NIC, "node3/eth0", 100),
+        (semconv.COMPONENT_COLLECTIVE, "dp", 102),
+        (semconv.COMPONENT_STEP, JOB_ID, 108),
+    ]
+    first = report.changes[0]
+    assert first.signal == "training.qdisc.drops{tbf}"
+    assert first.order == 0 and report.changes[2].order == 2
+    assert report.changes[1].ratio == pytest.approx(3.4, rel=0.05)
+    summary = report.summary()
+    assert summary.startswith("node3/eth0 training.qdisc.drops{tbf} from ")
+    assert re.search(r"collective transfer dp \+2[34]\d% from", summary), summary
+    assert "step time x2.0 from" in summary
+    encoded = json.loads(json.dumps(report.to_json()))
+    assert encoded["changes"][0]["component"] == "node3/eth0"
+
+
+def test_dataloader_first_and_throughput_effects_after_it() -> None:
+    job = Job(seed=1)
+    job.healthy(step_at=101)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "2"}, 0.01, 0.08, at=100, noise=0.003)
+    # Every node's traffic falls as steps slow down: an effect, in the same interval (and a
+    # stronger change, in baseline spreads, than the data loader's).
+    for rank in range(4):
+        job.add(semconv.PROM_NETWORK_IO, {**job.rank_labels(rank), IFACE: "eth0"}, 1e8, 2e7,
+                at=100, noise=1e5)  # fmt: skip
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (
+        semconv.COMPONENT_DATALOADER,
+        "node2/rank2",
+    )
+    kinds = [c.kind for c in report.changes]
+    assert kinds.count(semconv.COMPONENT_NIC) == 4
+    assert kinds[-1] == semconv.COMPONENT_STEP
+
+
+def test_disk_first() -> None:
+    job = Job(seed=2)
+    job.healthy(step_at=105)
+    job.replace(semconv.PROM_DISK_OPERATION_TIME, {HOST: "node1"}, 0.05, 0.6, at=100, noise=0.002)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.2, at=103, noise=0.0005)
+    report = job.report()
+    components = [(c.kind, c.component) for c in report.changes]
+    assert components == [
+        (semconv.COMPONENT_DISK, "node1/nvme0n1"),
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ]
+    assert report.changes[0].signal == "system.disk.operation_time"
+
+
+def test_block_device_comes_before_the_ranks_own_io_in_one_interval() -> None:
+    job = Job(seed=9)
+    job.healthy(step_at=104)
+    # A throttled volume: the device's reads and rank 1's reads fall in the same interval.
+    job.add(semconv.PROM_DISK_IO, {**job.rank_labels(1), DEVICE: "loop7"}, 4e6, 1e6, at=100,
+            noise=1e4)  # fmt: skip
+    job.add(semconv.PROM_PROCESS_IO, job.rank_labels(1), 2e6, 1e5, at=100, noise=1e4)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.2, at=100, noise=0.0005)
+    report = job.report()
+    assert [(c.kind, c.component) for c in report.changes] == [
+        (semconv.COMPONENT_DISK, "node1/loop7"),
+        (semconv.COMPONENT_DISK, "node1/rank1"),
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ]
+
+
+def test_nodes_behind_one_switch_changing_together_name_the_switch() -> None:
+    job = Job(seed=3)
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 30.0, at=100)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node1"}, 0.0, 25.0, at=100)
+    report = job.report()
+    first = report.first
+    assert first is not None
+    assert (first.kind, first.component) == (semconv.COMPONENT_SWITCH, "leaf1")
+    assert first.members == ("node0/eth0", "node1/eth0")
+    assert [c.kind for c in report.changes] == [semconv.COMPONENT_SWITCH, semconv.COMPONENT_STEP]
+
+
+def test_one_node_of_a_switch_is_not_the_switch() -> None:
+    job = Job(seed=4)
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 30.0, at=100)
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node0/eth0")
+
+
+def test_no_regression_means_no_changes() -> None:
+    job = Job(seed=5)
+    job.healthy(step_at=None)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=100)
+    report = job.report()
+    assert report.regression is None
+    assert report.changes == ()
+    assert "no step-time regression" in report.summary()
+    assert report.to_json()["regression"] is None
+
+
+def test_changes_that_ended_or_started_too_early_are_not_suspects() -> None:
+    job = Job(length=600, seed=6)
+    job.healthy(step_at=500)
+    # A burst on node2's disk that was over before the regression.
+    stored = job.source._series[semconv.PROM_DISK_OPERATION_TIME]
+    for index, series in enumerate(stored):
+        if series.labels[HOST] == "node2":
+            values = [0.9 if 300 <= t - T0 < 320 else v for t, v in
+                      zip(series.times, series.values, strict=True)]  # fmt: skip
+            stored[index] = type(series)(series.labels, series.times, values)
+    # Node0's drops started 400 s before the regression: past the 300 s lookback.
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 5.0, at=100)
+    report = job.report()
+    assert [c.kind for c in report.changes] == [semconv.COMPONENT_STEP]
+
+
+# --------------------------------------------------------------------------------- compare
+
+
+def test_compare_sorts_by_relative_change() -> None:
+    job = Job(seed=7)
+    job.healthy(step_at=100, step_after=0.75)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=100)
+    job.replace(semconv.PROM_COLLECTIVE_TRANSFER, {PG: "dp"}, 0.01, 0.03, at=100, noise=0.0002)
+    result = compare(job.source, JOB_ID, TimeRange(T0 + 10, T0 + 90), TimeRange(T0 + 110, T0 + 190))
+    rows = result.rows
+    assert (rows[0].component, rows[0].signal) == ("node3/eth0", "training.qdisc.drops{tbf}")
+    assert rows[0].change == ZERO_BASELINE_RATIO
+    assert (rows[1].component, rows[1].kind) == ("dp", semconv.COMPONENT_COLLECTIVE)
+    assert rows[1].change == pytest.approx(2.0, rel=0.05)
+    step = {row.statistic: row for row in rows if row.kind == semconv.COMPONENT_STEP}
+    assert step["mean"].change == pytest.approx(0.5, rel=0.05)
+    assert step["p50"].before == pytest.approx(0.5, rel=0.05)
+    changes = [abs(row.change) for row in rows]
+    assert changes == sorted(changes, reverse=True)
+    table = result.table()
+    assert table.splitlines()[1].startswith("node3/eth0") and "from zero" in table
+    assert json.loads(json.dumps(result.to_json()))["rows"][0]["component"] == "node3/eth0"
+
+
+# ---------------------------------------------------------------------- queries and parsing
+
+
+def test_promql_of_each_form() -> None:
+    assert promql(Query("m", Form.GAUGE), "j", 4) == 'm{training_job_id="j"}'
+    assert (
+        promql(Query("m_total", Form.RATE), "j", 4) == 'rate(m_total{training_job_id="j"}[4000ms])'
+    )
+    assert promql(Query("h", Form.MEAN, labels=((RANK, "1"),)), 'a"b', 2) == (
+        'rate(h_sum{training_job_id="a\\"b", training_rank="1"}[2000ms]) / '
+        'rate(h_count{training_job_id="a\\"b", training_rank="1"}[2000ms])'
+    )
+    assert promql(Query("w", Form.RATIO, "f"), "j", 4) == (
+        'rate(w{training_job_id="j"}[4000ms]) / rate(f{training_job_id="j"}[4000ms])'
+    )
+
+
+def test_time_parsing() -> None:
+    now = 1_000_000.0
+    assert command.parse_time("now", now) == now
+    assert command.parse_time("-30m", now) == now - 1800
+    assert command.parse_time("-1h30m", now) == now - 5400
+    assert command.parse_time("1700000000.5", now) == 1700000000.5
+    assert command.parse_time("2023-11-14T22:13:20Z", now) == 1700000000.0
+    assert command.parse_time("2023-11-14T23:13:20+01:00", now) == 1700000000.0
+    assert command.parse_range("-10m..-5m", now) == (now - 600, now - 300)
+    for bad in ("yesterday", "2023-11-14T22:13:20", "-10x"):
+        with pytest.raises(ValueError):
+            command.parse_time(bad, now)
+    with pytest.raises(ValueError):
+        command.parse_range("-10m", now)
+    assert command.parse_duration("90") == 90 and command.parse_duration("1m30s") == 90
+    with pytest.raises(ValueError):
+        command.parse_duration("0s")
+
+
+def _cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skewtrace.cli", "timeline", *argv],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def test_cli_with_prometheus_down_is_a_clear_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    for argv in (
+        ("first-change", "--prometheus", url, "--job", "x"),
+        ("compare", "--prometheus", url, "--job", "x", "--before", "-20m..-10m",
+         "--after", "-10m..now", "--json"),
+    ):  # fmt: skip
+        done = _cli(*argv)
+        assert done.returncode == 1, done
+        assert url in done.stderr and "not reachable" in done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_cli_bad_range_is_a_usage_error() -> None:
+    done = _cli("compare", "--prometheus", "http://127.0.0.1:1", "--job", "x",
+                "--before", "yesterday", "--after", "-10m..now")  # fmt: skip
+    assert done.returncode == 2
+    assert "--before" in done.stderr and "Traceback" not in done.stderr
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    status = 500
+    body = b"<html>proxy error</html>"
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def answering_server() -> Iterator[Callable[[int, bytes], str]]:
+    servers: list[http.server.HTTPServer] = []
+
+    def serve(status: int, body: bytes) -> str:
+        handler = type("Handler", (_Answer,), {"status": status, "body": body})
+        server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_prometheus_errors_name_the_url_and_the_message(
+    answering_server: Callable[[int, bytes], str],
+) -> None:
+    url = answering_server(500, b"<html>proxy error</html>")
+    with pytest.raises(PrometheusError, match="HTTP 500") as caught:
+        PrometheusSource(url, step_s=1).series(STEP_TIME, "x", T0, T0 + 60)
+    assert caught.value.url == url and caught.value.kind == "http"
+    error = b'{"status":"error","errorType":"bad_data","error":"parse error at char 3"}'
+    url = answering_server(400, error)
+    with pytest.raises(PrometheusError, match="bad_data: parse error at char 3"):
+        PrometheusSource(url, step_s=1).series(STEP_TIME, "x", T0, T0 + 60)
+
+
+# ---------------------------------------------------------------------------------- watch
+
+RECORDED_EVENTS: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
+
+
+class _EventRecordingTraceService(otlp_sink._TraceService):
+    """otlp_sink's trace service, also keeping each span's events (it keeps none)."""
+
+    def Export(self, request: Any, context: Any) -> Any:
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    RECORDED_EVENTS[span.span_id.hex()] = [
+                        (e.name, e.time_unix_nano, otlp_sink.attributes(e.attributes))
+                        for e in span.events
+                    ]
+        return super().Export(request, context)
+
+
+@pytest.fixture
+def sink(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpSink]:
+    RECORDED_EVENTS.clear()
+    monkeypatch.setattr(otlp_sink, "_TraceService", _EventRecordingTraceService)
+    with OtlpSink() as running:
+        yield running
+
+
+def test_watch_publishes_the_gauge_and_one_span_per_regression(sink: OtlpSink) -> None:
+    from skewtrace.timeline.service import timeline_tracer_provider
+
+    job = Job(seed=8)
+    job.healthy(step_at=108)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=100)
+    job.replace(semconv.PROM_COLLECTIVE_TRANSFER, {PG: "dp"}, 0.01, 0.034, at=102, noise=0.0002)
+    provider = timeline_tracer_provider(sink.endpoint)
+    watcher = Watcher(
+        job.source,
+        WatchConfig(JOB_ID, since_s=199, interval_s=1),
+        tracer_provider=provider,
+        clock=lambda: T0 + 199,
+    )
+    port = free_port()
+    server, _ = start_http_server(port, "127.0.0.1", registry=watcher.registry)
+    try:
+        report = watcher.run_once()
+        assert report is not None and report.regression is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        watcher.run_once()  # the same regression again: no second span
+        provider.force_flush()
+    finally:
+        server.shutdown()
+        provider.shutdown()
+
+    samples = [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == semconv.PROM_FIRST_CHANGE
+    ]
+    by_order = {sample.labels["training_change_order"]: sample for sample in samples}
+    assert sorted(by_order) == ["0", "1", "2"], text
+    assert by_order["0"].labels == {
+        "training_job_id": JOB_ID,
+        "training_component_kind": semconv.COMPONENT_NIC,
+        "training_component": "node3/eth0",
+        "training_signal": "training.qdisc.drops{tbf}",
+        "training_change_order": "0",
+    }
+    assert by_order["0"].value == T0 + 100
+    assert by_order["1"].labels["training_component"] == "dp"
+    assert by_order["2"].labels["training_component_kind"] == semconv.COMPONENT_STEP
+    assert by_order["2"].value == T0 + 108
+
+    spans = sink.wait_for_spans(lambda s: len(s) >= 1, timeout=10)
+    time.sleep(0.5)
+    spans = [s for s in sink.spans() if s.name == semconv.SPAN_FIRST_CHANGE]
+    assert len(spans) == 1, spans
+    span = spans[0]
+    step = report.regression.step
+    assert step == 216
+    assert span.trace_id == f"{_ids.step_trace_id(JOB_ID, step):032x}"
+    assert span.parent_span_id == f"{_ids.step_root_span_id(JOB_ID, step):016x}"
+    assert span.resource[semconv.SERVICE_NAME] == SERVICE_NAME
+    assert span.attributes[semconv.JOB_ID] == JOB_ID
+    assert span.attributes[semconv.COMPONENT] == "node3/eth0"
+    assert span.attributes[semconv.COMPONENT_KIND] == semconv.COMPONENT_NIC
+    assert span.attributes[semconv.CHANGE_ONSET] == T0 + 100
+    assert span.attributes[semconv.STEP] == step
+    events = RECORDED_EVENTS[span.span_id]
+    assert [name for name, _, _ in events] == [semconv.EVENT_CHANGE] * 3
+    assert [attrs[semconv.CHANGE_ORDER] for _, _, attrs in events] == [0, 1, 2]
+    assert [attrs[semconv.COMPONENT] for _, _, attrs in events] == ["node3/eth0", "dp", JOB_ID]
+    assert events[1][1] == int((T0 + 102) * 1e9)
+
+
+def test_watch_survives_prometheus_down_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    source = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    watcher = Watcher(source, WatchConfig("x", interval_s=0.01))
+    with caplog.at_level(logging.WARNING, logger="skewtrace.timeline"):
+        assert watcher.run_once() is None
+        assert watcher.run_once() is None
+        stopper = threading.Timer(0.2, watcher.stop)
+        stopper.start()
+        watcher.run()  # returns when stopped, whatever each run met
+    messages = [r.getMessage() for r in caplog.records if r.name == "skewtrace.timeline"]
+    assert len(messages) == 1, messages
+    assert "unreachable" in messages[0] and source.url in messages[0]
+
+
+def test_watch_cli_serves_metrics_and_outlives_prometheus_down() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skewtrace.cli", "timeline", "watch", "--prometheus", dead,
+         "--job", "x", "--interval", "0.3", "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "watch never served /metrics"
+                time.sleep(0.2)
+        time.sleep(1.5)  # several intervals with Prometheus down
+        assert process.poll() is None, process.communicate()
+        process.terminate()
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    warnings = [line for line in stderr.splitlines() if "not reachable" in line]
+    assert len(warnings) == 1, stderr
+    assert dead in warnings[0]
+
+
+# ------------------------------------------------------------------ with a real Prometheus
+
+SCRAPE_S = 1.0
+FAULT_AT_S = 14.0  # node3's qdisc starts dropping
+TRANSFER_AT_S = FAULT_AT_S + 3  # then the collective transfer slows
+STEP_AT_S = FAULT_AT_S + 6  # then the steps
+RUN_S = STEP_AT_S + 12
+
+
+class Exporter:
+    """The series the Collector would export, from this process, changed as the test says."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        rank_labels = [JOB, RANK, HOST, SWITCH]
+        self.step = Histogram(
+            semconv.PROM_STEP_DURATION, "step", rank_labels, registry=self.registry,
+            buckets=(0.05, 0.1, 0.2, 0.4, 1.0),
+        )  # fmt: skip
+        self.transfer = Histogram(
+            semconv.PROM_COLLECTIVE_TRANSFER, "transfer", [JOB, PG, OP], registry=self.registry
+        )
+        # prometheus_client adds _total to a counter's name.
+        self.drops = Counter(
+            semconv.PROM_QDISC_DROPS.removesuffix("_total"), "drops",
+            [*rank_labels, IFACE, QDISC_KIND], registry=self.registry,
+        )  # fmt: skip
+        self.gpu = Gauge(
+            semconv.PROM_GPU_UTILIZATION, "gpu", [*rank_labels, GPU_UUID], registry=self.registry
+        )
+
+    def labels(self, rank: int) -> dict[str, str]:
+        host = f"node{rank}"
+        return {JOB: JOB_ID, RANK: str(rank), HOST: host, SWITCH: NODES[host]}
+
+    def tick(self, elapsed_s: float, tick_s: float) -> None:
+        step_s = 0.2 if elapsed_s >= STEP_AT_S else 0.1
+        for rank in range(4):
+            labels = self.labels(rank)
+            self.step.labels(**labels).observe(step_s)
+            self.gpu.labels(**labels, **{GPU_UUID: f"GPU-{rank}"}).set(0.9)
+            drops = self.drops.labels(**labels, **{IFACE: "eth0", QDISC_KIND: "tbf"})
+            if rank == 3 and elapsed_s >= FAULT_AT_S:
+                drops.inc(5)
+            else:
+                drops.inc(0)
+        transfer = 0.03 if elapsed_s >= TRANSFER_AT_S else 0.01
+        self.transfer.labels(**{JOB: JOB_ID, PG: "dp", OP: "all_reduce"}).observe(transfer)
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+def test_first_change_and_compare_against_a_real_prometheus(tmp_path: Path) -> None:
+    binary = find_binary("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus)")
+    exporter = Exporter()
+    exporter_port = free_port()
+    server, _ = start_http_server(exporter_port, "127.0.0.1", registry=exporter.registry)
+    prometheus = PrometheusServer(
+        binary, free_port(), {"skewtrace": [f"127.0.0.1:{exporter_port}"]}, tmp_path / "prom",
+        scrape_interval_s=SCRAPE_S,
+    )  # fmt: skip
+    try:
+        with prometheus:
+            started = time.time()
+            tick_s = 0.1
+            while (elapsed := time.time() - started) < RUN_S:
+                exporter.tick(elapsed, tick_s)
+                time.sleep(tick_s)
+            time.sleep(2 * SCRAPE_S)
+            done = _cli("first-change", "--prometheus", prometheus.url, "--job", JOB_ID,
+                        "--since", f"{int(RUN_S + 10)}s", "--json")  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            report = json.loads(done.stdout)
+            text = _cli("first-change", "--prometheus", prometheus.url, "--job", JOB_ID,
+                        "--since", f"{int(RUN_S + 10)}s")  # fmt: skip
+            before = f"{started + 5:.0f}..{started + FAULT_AT_S - 1:.0f}"
+            after = f"{started + STEP_AT_S + 5:.0f}..{started + RUN_S:.0f}"
+            compared = _cli("compare", "--prometheus", prometheus.url, "--job", JOB_ID,
+                            "--before", before, "--after", after, "--json")  # fmt: skip
+            table = _cli("compare", "--prometheus", prometheus.url, "--job", JOB_ID,
+                         "--before", before, "--after", after)  # fmt: skip
+    finally:
+        server.shutdown()
+    print(json.dumps(report, indent=1))
+    changes = report["changes"]
+    assert [(c["kind"], c["component"]) for c in changes] == [
+        (semconv.COMPONENT_NIC, "node3/eth0"),
+        (semconv.COMPONENT_COLLECTIVE, "dp"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ], report
+    onsets = [c["onset"] - started for c in changes]
+    # Each onset within a couple of scrapes after its cause (scrape phase, rate window).
+    for onset, truth in zip(onsets, (FAULT_AT_S, TRANSFER_AT_S, STEP_AT_S), strict=True):
+        assert truth - SCRAPE_S <= onset <= truth + 3 * SCRAPE_S, (onsets, report)
+    assert report["regression"]["ratio"] == pytest.approx(2.0, rel=0.15)
+    assert report["regression"]["step"] is not None
+    assert text.returncode == 0 and text.stdout.startswith("node3/eth0 training.qdisc.drops{tbf}")
+
+    assert compared.returncode == 0, compared.stderr
+    rows = json.loads(compared.stdout)["rows"]
+    assert (rows[0]["component"], rows[0]["signal"]) == ("node3/eth0", "training.qdisc.drops{tbf}")
+    step_mean = next(r for r in rows if r["kind"] == "step" and r["statistic"] == "mean")
+    assert step_mean["change"] == pytest.approx(1.0, rel=0.15)
+    transfer = next(r for r in rows if r["component"] == "dp")
+    assert transfer["change"] == pytest.approx(2.0, rel=0.15)
+    assert table.returncode == 0 and "node3/eth0" in table.stdout.splitlines()[1]
