@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 from skewtrace.cluster.job import JobPlan, JobResult, Observation, Tick
 from skewtrace.cluster.live import LiveView, plain_line, render
@@ -178,3 +179,14 @@ def test_live_view_off_a_terminal_prints_lines() -> None:
         view.update(_tick())  # the same line is not printed twice
     lines = [line for line in console.export_text().splitlines() if line.strip()]
     assert len(lines) == 1 and "suspects: nic:node1/eth0" in lines[0]
+
+
+@pytest.mark.parametrize("rate_mbit", [1, 10, 100, 130, 200, 800, 10_000])
+def test_a_tbf_burst_holds_any_queued_packet(rate_mbit: float) -> None:
+    """A rate change keeps the tbf's queue; a queued GSO packet (up to 64 KiB on veth) larger
+    than the new burst would never leave (800 to 100 Mbit/s wedged a job), so every burst,
+    slow rates included, exceeds it; fast rates keep 4 ms worth."""
+    args = netns.tbf_args(rate_mbit)
+    burst = int(args[args.index("burst") + 1])
+    assert burst > 65536
+    assert burst >= rate_mbit * 1e6 / 8 * 0.004

@@ -105,11 +105,19 @@ def entered(name: str) -> Iterator[None]:
         os.close(original)
 
 
+MAX_QUEUED_PACKET = 2 * 65536
+"""At least a GSO packet (veth's ``gso_max_size`` is 64 KiB) with room to spare. A tbf holds
+packets of up to its burst; a rate change keeps the queue, and a queued packet larger than
+the new burst can never leave: the link stalls for good (seen: 800 to 100 Mbit/s wedged a job
+mid-collective). So no burst is smaller than this."""
+
+
 def tbf_args(rate_mbit: float) -> list[str]:
     """A token bucket at ``rate_mbit``: a burst of a few packets (at least a 4 ms worth, as
-    tbf needs rate/HZ) and up to 50 ms of queue before drops, like a switch port buffer."""
+    tbf needs rate/HZ, and at least :data:`MAX_QUEUED_PACKET`) and up to 50 ms of queue
+    before drops, like a switch port buffer."""
     rate_bytes = rate_mbit * 1e6 / 8
-    burst = max(16 * 1024, int(rate_bytes * 0.004))
+    burst = max(MAX_QUEUED_PACKET, int(rate_bytes * 0.004))
     return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", "50ms"]
 
 
