@@ -44,6 +44,7 @@ from skewtrace.timeline.prometheus_source import PrometheusError, PrometheusSour
 from skewtrace.timeline.service import SERVICE_NAME, WatchConfig, Watcher
 from skewtrace.timeline.signals import (
     DEVICE,
+    DISK_DIRECTION,
     GPU_UUID,
     HOST,
     IFACE,
@@ -150,6 +151,45 @@ def test_onset_bounds_and_parameters() -> None:
         DetectorParams(min_before=1)
 
 
+def _windowed_rate(
+    before: float,
+    after: float,
+    t0: float,
+    window: int,
+    length: int = 80,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> tuple[list[float], list[float]]:
+    """What Prometheus's rate over ``window`` samples shows of a level that steps at ``t0``."""
+    rng = random.Random(seed)
+    times = [float(i) for i in range(length)]
+    values = []
+    for t in times:
+        covered = min(max((t - t0) / window, 0.0), 1.0)  # the part of the window after t0
+        values.append(before + (after - before) * covered + rng.gauss(0, noise))
+    return times, values
+
+
+@pytest.mark.parametrize("after", [4000.0, 60.0, 130.0], ids=["x40", "-40%", "+30%"])
+def test_a_rate_windows_onset_is_the_step_whatever_its_size(after: float) -> None:
+    """A rate over 4 s turns a step at t0 into a 4 s ramp. Walking back from the midpoint, a
+    large change's onset lands near t0 and a small one's later; from the midpoint crossing
+    less half the window, both land on t0 (this put a throttled volume's reads, down 40%,
+    after the data loader's wait, up x40, on the fabric)."""
+    times, values = _windowed_rate(100.0, after, t0=40.0, window=4, noise=0.5, seed=2)
+    change = detect(times, values, smear_s=4.0)
+    assert change is not None
+    assert change.onset == pytest.approx(40.0, abs=0.5)
+
+
+def test_a_smeared_small_change_is_dated_late_without_its_window() -> None:
+    """The same small change read as a gauge (no window given) is dated later: the reason the
+    window is passed."""
+    times, values = _windowed_rate(100.0, 60.0, t0=40.0, window=4, noise=0.5, seed=2)
+    change = detect(times, values)
+    assert change is not None and change.onset >= 41.0
+
+
 def test_counter_rate_handles_resets() -> None:
     times, rates = counter_rate([0, 1, 2, 3, 4], [0, 10, 20, 5, 15])
     assert times == [1, 2, 3, 4]
@@ -191,7 +231,8 @@ class Job:
         self.source.add(metric, labels, times, values)
 
     def healthy(self, step_at: float | None, step_after: float = 1.0) -> None:
-        """Step time 0.5 s (rising at ``step_at``), flat GPU, disk, qdisc, transfer, loader."""
+        """Step time 0.5 s (rising at ``step_at``), 2 steps a second; flat GPU, disk, qdisc,
+        transfer (10 a step) and loader (1 batch a step)."""
         for rank in range(4):
             labels = self.rank_labels(rank)
             self.add(STEP_TIME.metric, labels, 0.5, step_after, step_at, noise=0.005)
@@ -203,11 +244,15 @@ class Job:
             self.add(semconv.PROM_GPU_UTILIZATION, {**labels, GPU_UUID: f"GPU-{rank}"}, 0.9,
                      noise=0.01)  # fmt: skip
             self.add(semconv.PROM_DATALOADER_WAIT, labels, 0.01, noise=0.0005)
+            self.add(semconv.PROM_DATALOADER_FETCHES, labels, 2.0)  # one batch a step
             self.add(semconv.PROM_DISK_OPERATION_TIME, {**labels, DEVICE: "nvme0n1"}, 0.05,
                      noise=0.002)  # fmt: skip
             self.add(semconv.PROM_QDISC_DROPS, {**labels, IFACE: "eth0", QDISC_KIND: "tbf"}, 0.0)
         self.add(semconv.PROM_COLLECTIVE_TRANSFER, {JOB: JOB_ID, PG: "dp", OP: "all_reduce"},
                  0.01, noise=0.0002)  # fmt: skip
+        # Ten all-reduces a step (the step count grows 2 a second).
+        self.add(semconv.PROM_COLLECTIVE_TRANSFER + "_count",
+                 {JOB: JOB_ID, PG: "dp", OP: "all_reduce"}, 20.0)  # fmt: skip
 
     def replace(self, metric: str, match: dict[str, str], before: float, after: float,
                 at: float, noise: float = 0.0) -> None:  # fmt: skip
@@ -325,6 +370,134 @@ def test_one_node_of_a_switch_is_not_the_switch() -> None:
     report = job.report()
     assert report.first is not None
     assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node0/eth0")
+
+
+def test_sporadic_retransmits_are_no_change_and_a_stream_of_them_is() -> None:
+    """An event counter under one event per query step (here 1 s) on both sides is sporadic:
+    not a change, however large its ratio from zero; a sustained stream of them is one."""
+    job = Job(seed=5)
+    job.healthy(step_at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
+    job.add(semconv.PROM_TCP_RETRANSMITS, job.rank_labels(1), 0.0, 0.3, at=95)
+    report = job.report()
+    assert [(c.kind, c.component) for c in report.changes] == [
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ]
+
+    job = Job(seed=5)
+    job.healthy(step_at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
+    job.add(semconv.PROM_TCP_RETRANSMITS, job.rank_labels(1), 0.0, 40.0, at=95)
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (semconv.COMPONENT_HOST, "node1")
+
+
+def test_a_signal_that_got_better_is_an_effect_not_the_first_change() -> None:
+    """A qdisc's overlimits falling (less traffic comes as steps slow) a second before the
+    data loader's wait rises is ordered after it, like the throughput figures."""
+    job = Job(seed=6)
+    job.healthy(step_at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
+    job.add(semconv.PROM_QDISC_OVERLIMITS, {**job.rank_labels(1), IFACE: "eth0",
+            QDISC_KIND: "tbf"}, 500.0, 200.0, at=99, noise=5.0)  # fmt: skip
+    report = job.report()
+    assert [(c.kind, c.component) for c in report.changes] == [
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_NIC, "node1/eth0"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ]
+    # The same change the other way (overlimits rising) is a cause, and first.
+    job = Job(seed=6)
+    job.healthy(step_at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
+    job.add(semconv.PROM_QDISC_OVERLIMITS, {**job.rank_labels(1), IFACE: "eth0",
+            QDISC_KIND: "tbf"}, 200.0, 500.0, at=99, noise=5.0)  # fmt: skip
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node1/eth0")
+
+
+def test_immaterial_changes_are_passed_over_for_the_material_one() -> None:
+    """Seen on the fabric: twenty seconds before a throttled volume slowed the steps, rank 1's
+    data-loader wait rose from 1.2 to 1.9 ms per batch and rank 0 began writing 1.3 KB/s.
+    Neither can explain the step's rise: the wait's later, material rise is its change, the
+    writes are none, and the volume's reads are named first."""
+    job = Job(seed=7)
+    job.healthy(step_at=104, step_after=0.62)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.0012, 0.0019, at=80, noise=0.00002)
+    stored = job.source._series[semconv.PROM_DATALOADER_WAIT]
+    for index, series in enumerate(stored):
+        if series.labels.get(RANK) == "1":  # and then the volume's throttle: +55 ms
+            values = [v + (0.055 if t - T0 >= 104 else 0.0) for t, v in
+                      zip(series.times, series.values, strict=True)]  # fmt: skip
+            stored[index] = type(series)(series.labels, series.times, values)
+    job.add(semconv.PROM_PROCESS_IO, {**job.rank_labels(0), DISK_DIRECTION: "write"}, 0.0,
+            1365.0, at=82)  # fmt: skip
+    job.add(semconv.PROM_DISK_IO, {**job.rank_labels(1), DEVICE: "loop0"}, 1.6e7, 8e6, at=104,
+            noise=1e4)  # fmt: skip
+    report = job.report()
+    assert [(c.kind, c.component, c.onset - T0) for c in report.changes] == [
+        (semconv.COMPONENT_DISK, "node1/loop0", 104),
+        (semconv.COMPONENT_DATALOADER, "node1/rank1", 104),
+        (semconv.COMPONENT_STEP, JOB_ID, 104),
+    ]
+
+
+def test_a_collective_transfer_counts_by_the_collectives_of_a_step() -> None:
+    """A transfer 2 ms slower per all-reduce is 20 ms a step at ten a step: material against a
+    250 ms rise (5% is 12.5 ms) and named; at one all-reduce a step it is 2 ms, and passed over."""
+    for per_step, named in ((10, True), (1, False)):
+        job = Job(seed=10)
+        job.healthy(step_at=102, step_after=0.75)
+        job.replace(semconv.PROM_COLLECTIVE_TRANSFER, {PG: "dp"}, 0.010, 0.012, at=100,
+                    noise=0.0001)  # fmt: skip
+        job.replace(semconv.PROM_COLLECTIVE_TRANSFER + "_count", {PG: "dp"}, 2.0 * per_step,
+                    2.0 * per_step, at=0)  # fmt: skip
+        kinds = [c.kind for c in job.report().changes]
+        assert (semconv.COMPONENT_COLLECTIVE in kinds) is named, (per_step, kinds)
+
+
+def test_a_throttled_volume_comes_before_the_loader_it_slows_in_windowed_rates() -> None:
+    """Rates over a 4 s window: the volume's reads fall 40% and the loader's wait rises x20 at
+    the same moment. Both are dated to it, and the block device leads (it feeds the loader)."""
+    job = Job(seed=11)
+    job.source.window_s = 4.0
+    job.healthy(step_at=104)
+
+    def windowed(metric: str, labels: dict[str, str], before: float, after: float) -> None:
+        times, values = _windowed_rate(before, after, t0=100.0, window=4, length=job.length,
+                                       noise=abs(before) * 0.005, seed=11)  # fmt: skip
+        job.source.add(metric, labels, [T0 + t for t in times], values)
+
+    windowed(semconv.PROM_DISK_IO, {**job.rank_labels(1), DEVICE: "loop0"}, 1.3e7, 8e6)
+    stored = job.source._series[semconv.PROM_DATALOADER_WAIT]
+    stored[:] = [x for x in stored if x.labels.get(RANK) != "1"]
+    windowed(semconv.PROM_DATALOADER_WAIT, job.rank_labels(1), 0.002, 0.04)
+    report = job.report()
+    assert [(c.kind, c.component) for c in report.changes][:2] == [
+        (semconv.COMPONENT_DISK, "node1/loop0"),
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+    ]
+    assert report.changes[0].onset - T0 == pytest.approx(100.0, abs=0.6)
+
+
+def test_an_effect_long_before_the_cause_still_follows_it() -> None:
+    """A qdisc backlog that fell to zero twenty seconds before the data loader slowed (it got
+    better, so it is an effect) is listed after the data loader, not first."""
+    job = Job(seed=8)
+    job.healthy(step_at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
+    job.add(semconv.PROM_QDISC_BACKLOG, {**job.rank_labels(2), IFACE: "eth0", QDISC_KIND: "tbf"},
+            3000.0, 0.0, at=80)  # fmt: skip
+    report = job.report()
+    assert [(c.kind, c.component) for c in report.changes] == [
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_NIC, "node2/eth0"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ]
+    assert report.changes[1].effect
 
 
 def test_no_regression_means_no_changes() -> None:

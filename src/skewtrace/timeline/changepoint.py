@@ -116,11 +116,22 @@ def detect(
     direction: int = 0,
     not_before: float | None = None,
     not_after: float | None = None,
+    min_shift: float = 0.0,
+    min_level: float = 0.0,
+    smear_s: float = 0.0,
 ) -> Change | None:
     """The earliest sustained level shift, or None.
 
     ``direction`` 1 looks only for rises, -1 only for falls, 0 for both. ``not_before`` and
-    ``not_after`` bound the onset (the baseline may lie before ``not_before``).
+    ``not_after`` bound the onset (the baseline may lie before ``not_before``). A shift
+    smaller than ``min_shift`` (in the series' unit), or between levels both under
+    ``min_level``, is immaterial: the search goes on past it.
+
+    ``smear_s``: the series is a rate over a window this long, which turns a step at ``t0``
+    into a ramp from ``t0`` to ``t0 + smear_s``. The onset is then where the series crosses
+    the midpoint between the levels (interpolated between samples) less half the window: the
+    same for a large change and a small one. ``0``: the first sample of the new level, walking
+    back along a ramp while samples are far from the baseline.
     """
     p = params or DetectorParams()
     ts, vs = _clean(times, values)
@@ -145,6 +156,8 @@ def detect(
         shift = new_level - level
         if shift == 0 or (direction and (shift > 0) != (direction > 0)):
             continue
+        if abs(shift) < min_shift or max(abs(level), abs(new_level)) < min_level:
+            continue
         score = abs(shift) / spread
         if score < p.threshold:
             continue
@@ -155,20 +168,38 @@ def detect(
         if sum(past) < p.persistence * len(following):
             continue
         first_past = k + past.index(True)
-        # Back from the first sample past the midpoint while samples are still far from the
-        # baseline: the start of a ramp (a rate() window smears a step over the window).
-        onset = first_past
-        while onset > 0:
-            deviation = (vs[onset - 1] - level) * (1 if shift > 0 else -1)
-            if deviation < p.threshold * spread:
-                break
-            onset -= 1
-        if not_before is not None and ts[onset] < not_before:
+        if smear_s > 0:
+            onset_t = _midpoint_crossing(ts, vs, first_past, midpoint, shift) - smear_s / 2
+        else:
+            # Back from the first sample past the midpoint while samples are still far from
+            # the baseline: the start of a ramp.
+            onset = first_past
+            while onset > 0:
+                deviation = (vs[onset - 1] - level) * (1 if shift > 0 else -1)
+                if deviation < p.threshold * spread:
+                    break
+                onset -= 1
+            onset_t = ts[onset]
+        if not_before is not None and onset_t < not_before:
             continue
-        if not_after is not None and ts[onset] > not_after:
+        if not_after is not None and onset_t > not_after:
             continue
-        return Change(onset=ts[onset], before=level, after=new_level, score=score)
+        return Change(onset=onset_t, before=level, after=new_level, score=score)
     return None
+
+
+def _midpoint_crossing(
+    ts: Sequence[float], vs: Sequence[float], first_past: int, midpoint: float, shift: float
+) -> float:
+    """When the series crosses ``midpoint`` just before sample ``first_past`` (linear between
+    that sample and the one before it, when the one before is not past it)."""
+    if first_past == 0:
+        return ts[0]
+    v0, v1 = vs[first_past - 1], vs[first_past]
+    if (v0 - midpoint) * shift > 0 or v1 == v0:
+        return ts[first_past]
+    fraction = (midpoint - v0) / (v1 - v0)
+    return ts[first_past - 1] + fraction * (ts[first_past] - ts[first_past - 1])
 
 
 def counter_rate(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ from skewtrace.timeline.changepoint import (
     ZERO_BASELINE_RATIO,
     Change,
     DetectorParams,
+    counter_rate,
     detect,
     level_ratio,
 )
@@ -190,6 +192,10 @@ class Settings:
     """How long after the regression's onset a change still counts (default: two samples)."""
     tie_s: float | None = None
     """Onsets this close are simultaneous (default: one sample)."""
+    material_fraction: float = 0.05
+    """A signal in seconds per observation (a data loader's wait per batch, a collective's
+    transfer) is a suspect only when its shift, times the observations per step, is at least
+    this fraction of the step time's rise."""
     detector: DetectorParams = field(default_factory=DetectorParams)
 
 
@@ -221,6 +227,34 @@ def _still_changed(series: Series, change: Change, at: float, points: int) -> bo
     after.sort()
     middle = after[len(after) // 2]
     return (middle - midpoint) * (change.after - change.before) > 0
+
+
+def _job_step_rate(source: SeriesSource, job: str, start: float, end: float) -> dict[float, float]:
+    """Per timestamp, the job's steps per second (the median over its ranks)."""
+    per_time: dict[float, list[float]] = {}
+    for series in source.series(sig.STEP_COUNT, job, start, end):
+        times, rates = counter_rate(series.times, series.values)
+        for t, r in zip(times, rates, strict=True):
+            per_time.setdefault(round(t, 3), []).append(r)
+    return {t: statistics.median(rates) for t, rates in per_time.items()}
+
+
+def _per_step(
+    series: Series, observations: Sequence[Series], step_rate: Mapping[float, float]
+) -> float | None:
+    """How many observations of ``series`` (fetches, collectives) a step has: the median over
+    time of their rate over the job's step rate. None when unknown (no materiality bound)."""
+    labels = {k: v for k, v in series.labels.items() if k != "__name__"}
+    for candidate in observations:
+        if {k: v for k, v in candidate.labels.items() if k != "__name__"} != labels:
+            continue
+        ratios = [
+            v / step_rate[key]
+            for t, v in zip(candidate.times, candidate.values, strict=True)
+            if math.isfinite(v) and step_rate.get(key := round(t, 3), 0.0) > 0
+        ]
+        return statistics.median(ratios) if ratios else None
+    return None
 
 
 def _step_at(source: SeriesSource, job: str, rank: int, at: float, step_s: float) -> int | None:
@@ -284,16 +318,25 @@ def _earliest_per_component(
 
 
 def order_changes(changes: Iterable[ComponentChange], tie_s: float) -> list[ComponentChange]:
-    """By onset; within one sampling interval of a group's first onset, by precedence, then
-    onset, then strength. Numbers them from 0."""
-    remaining = sorted(changes, key=lambda c: (c.onset, c.precedence, -c.score))
+    """Causes, then effects, then the step; each by onset, and within one sampling interval
+    of a group's first onset by precedence, then onset, then strength. Numbers them from 0.
+
+    An effect (a throughput figure, or a signal that changed the way that does not hurt)
+    never leads: whenever it changed, it cannot be what made the step slower."""
+    changes = list(changes)
     ordered: list[ComponentChange] = []
-    while remaining:
-        anchor = remaining[0].onset
-        group = [c for c in remaining if c.onset - anchor <= tie_s + 1e-9]
-        group.sort(key=lambda c: (c.precedence, c.onset, -c.score))
-        ordered.extend(group)
-        remaining = remaining[len(group) :]
+    for part in (
+        [c for c in changes if not c.effect and c.kind != semconv.COMPONENT_STEP],
+        [c for c in changes if c.effect and c.kind != semconv.COMPONENT_STEP],
+        [c for c in changes if c.kind == semconv.COMPONENT_STEP],
+    ):
+        remaining = sorted(part, key=lambda c: (c.onset, c.precedence, -c.score))
+        while remaining:
+            anchor = remaining[0].onset
+            group = [c for c in remaining if c.onset - anchor <= tie_s + 1e-9]
+            group.sort(key=lambda c: (c.precedence, c.onset, -c.score))
+            ordered.extend(group)
+            remaining = remaining[len(group) :]
     return [replace(c, order=i) for i, c in enumerate(ordered)]
 
 
@@ -323,7 +366,8 @@ def first_change(
             notes=(f"no {semconv.PROM_STEP_DURATION} series for the job",),
         )
     times, values = _job_max(per_rank)
-    step_change = detect(times, values, detector, direction=1)
+    step_smear = source.smear_s(sig.STEP_TIME, start, end)
+    step_change = detect(times, values, detector, direction=1, smear_s=step_smear)
     if step_change is None:
         return Report(job, start, end, step_s, None)
     onset = step_change.onset
@@ -341,6 +385,7 @@ def first_change(
             direction=1,
             not_before=onset - slack_s,
             not_after=onset + slack_s,
+            smear_s=step_smear,
         )
         rank = _rank_of(series.labels)
         if own is not None and rank is not None:
@@ -351,20 +396,33 @@ def first_change(
         hosts = set(switch_of)
         notes.append("no single rank's step time rose clearly; all the job's hosts examined")
 
+    # A wait or transfer whose growth, over a step's worth of them, is less than this cannot
+    # explain the rise.
+    material_s = cfg.material_fraction * abs(step_change.after - step_change.before)
+    step_rate = _job_step_rate(source, job, start, end)
     changes: list[ComponentChange] = []
     for signal in sig.SIGNALS:
+        observations = (
+            [] if signal.observations is None
+            else source.series(signal.observations, job, start, end)
+        )  # fmt: skip
         for series in source.series(signal.query, job, start, end):
             if signal.per_host and series.labels.get(sig.HOST, "") not in hosts:
                 continue
+            per_step = _per_step(series, observations, step_rate)
             change = detect(
                 series.times,
                 series.values,
                 detector,
                 not_before=onset - cfg.lookback_s,
                 not_after=onset + slack_s,
+                min_shift=material_s / per_step if per_step else 0.0,
+                min_level=signal.floor_per_step / step_s,
+                smear_s=source.smear_s(signal.query, start, end),
             )
             if change is None or not _still_changed(series, change, onset, detector.after_points):
                 continue
+            effect = signal.is_effect(change.before, change.after)
             changes.append(
                 ComponentChange(
                     kind=signal.kind,
@@ -374,8 +432,8 @@ def first_change(
                     before=change.before,
                     after=change.after,
                     score=change.score,
-                    effect=signal.effect,
-                    precedence=sig.precedence(signal),
+                    effect=effect,
+                    precedence=sig.precedence(signal, effect),
                 )
             )
     changes = _switch_changes(_earliest_per_component(changes, tie_s), switch_of, tie_s)

@@ -157,6 +157,11 @@ class PrometheusSource:
             return self._rate_window_s
         return RATE_WINDOW_STEPS * max(self.resolution(start, end), self.scrape_interval_s())
 
+    def smear_s(self, query: Query, start: float, end: float) -> float:
+        if query.form in (Form.GAUGE, Form.RAW):
+            return 0.0
+        return self.rate_window_s(start, end)
+
     def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[Series]:
         data = self._get(
             "/api/v1/query_range",

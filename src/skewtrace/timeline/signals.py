@@ -8,6 +8,20 @@ series apart in ``training.signal`` (``training.qdisc.drops{tbf}``).
 ``effect`` marks throughput figures (bytes and packets moved, GPU utilisation): they fall
 whenever steps slow down, whatever the cause, so when they change in the same sampling
 interval as a cause-type signal (drops, latency, throttling) they are ordered after it.
+
+``worse`` is the direction in which a signal hurts: drops, errors, backlog, latency and
+throttling up, the SM clock down. A change the other way (a qdisc's overlimits falling
+because less traffic comes) cannot explain a slower step: it is an effect too. ``0``: either
+way can hurt (a volume's reads falling because it is throttled, or rising because something
+else reads it).
+
+``floor_per_step``: the least a counter must count per query step on one side of a change
+for the change to matter: one event for counters of discrete events (drops, errors,
+retransmits; a retransmit now and then is no sustained change, however large the ratio from
+zero), one 4 KiB block for byte counters of storage. ``observations`` is, for a signal in
+seconds per observation (the data loader's wait per batch, a collective's transfer), the
+rate of its observations: with the job's step rate it says how many a step has, so a shift
+can be compared with the step time's rise (``Settings.material_fraction``).
 """
 
 from __future__ import annotations
@@ -84,6 +98,16 @@ class Signal:
     """Read only on the hosts of the regressed ranks (False: the job's process groups)."""
     effect: bool = False
     """A throughput figure (see the module doc)."""
+    worse: int = 0
+    """+1: up hurts, -1: down hurts, 0: either (see the module doc)."""
+    floor_per_step: float = 0.0
+    """The least it must count per query step on one side of a change (module doc)."""
+    observations: Query | None = None
+    """For seconds per observation: the rate of the observations (module doc)."""
+
+    def is_effect(self, before: float, after: float) -> bool:
+        """Whether a change from ``before`` to ``after`` is an effect, not a cause."""
+        return self.effect or (self.worse != 0 and (after - before) * self.worse <= 0)
 
     def signal_name(self, labels: Labels) -> str:
         values = [labels[k] for k in self.detail if labels.get(k)]
@@ -97,9 +121,14 @@ def _rate(
     component: Callable[[Labels], str],
     *detail: str,
     effect: bool = False,
+    worse: int = 0,
+    floor: float = 0.0,
 ) -> Signal:
-    """A counter, read as its per-second rate."""
-    return Signal(name, Query(metric, Form.RATE), kind, component, detail, effect=effect)
+    """A counter, read as its per-second rate; ``floor``: :attr:`Signal.floor_per_step`."""
+    return Signal(
+        name, Query(metric, Form.RATE), kind, component, detail,
+        effect=effect, worse=worse, floor_per_step=floor,
+    )  # fmt: skip
 
 
 def _gauge(
@@ -109,12 +138,20 @@ def _gauge(
     component: Callable[[Labels], str],
     *detail: str,
     effect: bool = False,
+    worse: int = 0,
 ) -> Signal:
     """A gauge, read as sampled."""
-    return Signal(name, Query(metric, Form.GAUGE), kind, component, detail, effect=effect)
+    return Signal(
+        name, Query(metric, Form.GAUGE), kind, component, detail, effect=effect, worse=worse
+    )
 
 
 sc = semconv
+UP, DOWN = 1, -1
+EVENT = 1.0
+"""One event per query step."""
+BLOCK = 4096.0
+"""One block of storage per query step."""
 NIC = sc.COMPONENT_NIC
 DISK = sc.COMPONENT_DISK
 GPU = sc.COMPONENT_GPU
@@ -124,38 +161,52 @@ gpu_name = on_host(GPU_UUID)
 
 SIGNALS: tuple[Signal, ...] = (
     # A host's network interface and its qdisc.
-    _rate(sc.METRIC_QDISC_DROPS, sc.PROM_QDISC_DROPS, NIC, nic_name, QDISC_KIND),
-    _rate(sc.METRIC_QDISC_OVERLIMITS, sc.PROM_QDISC_OVERLIMITS, NIC, nic_name, QDISC_KIND),
-    _gauge(sc.METRIC_QDISC_BACKLOG, sc.PROM_QDISC_BACKLOG, NIC, nic_name, QDISC_KIND),
-    _rate(sc.METRIC_NETWORK_ERRORS, sc.PROM_NETWORK_ERRORS, NIC, nic_name, NET_DIRECTION),
-    _rate(sc.METRIC_NETWORK_DROPPED, sc.PROM_NETWORK_DROPPED, NIC, nic_name, NET_DIRECTION),
+    _rate(sc.METRIC_QDISC_DROPS, sc.PROM_QDISC_DROPS, NIC, nic_name, QDISC_KIND, worse=UP,
+          floor=EVENT),
+    _rate(sc.METRIC_QDISC_OVERLIMITS, sc.PROM_QDISC_OVERLIMITS, NIC, nic_name, QDISC_KIND,
+          worse=UP, floor=EVENT),
+    _gauge(sc.METRIC_QDISC_BACKLOG, sc.PROM_QDISC_BACKLOG, NIC, nic_name, QDISC_KIND, worse=UP),
+    _rate(sc.METRIC_NETWORK_ERRORS, sc.PROM_NETWORK_ERRORS, NIC, nic_name, NET_DIRECTION,
+          worse=UP, floor=EVENT),
+    _rate(sc.METRIC_NETWORK_DROPPED, sc.PROM_NETWORK_DROPPED, NIC, nic_name, NET_DIRECTION,
+          worse=UP, floor=EVENT),
     _rate(sc.METRIC_NETWORK_IO, sc.PROM_NETWORK_IO, NIC, nic_name, NET_DIRECTION, effect=True),
     _rate(sc.METRIC_NETWORK_PACKETS, sc.PROM_NETWORK_PACKETS, NIC, nic_name, NET_DIRECTION,
           effect=True),
+    # Port counters mix errors, waits and data; a counter that falls is not worse (data moved
+    # falls with every slowdown), and "one per step" holds for ticks and bytes alike.
     _rate(sc.METRIC_NIC_PORT_COUNTER, sc.PROM_NIC_PORT_COUNTER, NIC, on_host(NIC_DEVICE),
-          NIC_SIGNAL, NIC_COUNTER),
+          NIC_SIGNAL, NIC_COUNTER, worse=UP, floor=EVENT),
     # The host's TCP stack.
-    _rate(sc.METRIC_TCP_RETRANSMITS, sc.PROM_TCP_RETRANSMITS, sc.COMPONENT_HOST, host_only),
-    # Storage: a host's block devices, a rank's own reads and writes.
+    _rate(sc.METRIC_TCP_RETRANSMITS, sc.PROM_TCP_RETRANSMITS, sc.COMPONENT_HOST, host_only,
+          worse=UP, floor=EVENT),
+    # Storage: a host's block devices, a rank's own reads and writes. Time spent up is worse;
+    # bytes and operations can hurt either way (throttled: fewer; contended: more).
     _rate(sc.METRIC_DISK_OPERATION_TIME, sc.PROM_DISK_OPERATION_TIME, DISK, disk_name,
-          DISK_DIRECTION),
-    _rate(sc.METRIC_DISK_IO, sc.PROM_DISK_IO, DISK, disk_name, DISK_DIRECTION),
-    _rate(sc.METRIC_DISK_OPERATIONS, sc.PROM_DISK_OPERATIONS, DISK, disk_name, DISK_DIRECTION),
-    _rate(sc.METRIC_PROCESS_IO, sc.PROM_PROCESS_IO, DISK, rank_on_host, DISK_DIRECTION),
+          DISK_DIRECTION, worse=UP),
+    _rate(sc.METRIC_DISK_IO, sc.PROM_DISK_IO, DISK, disk_name, DISK_DIRECTION, floor=BLOCK),
+    _rate(sc.METRIC_DISK_OPERATIONS, sc.PROM_DISK_OPERATIONS, DISK, disk_name, DISK_DIRECTION,
+          floor=EVENT),
+    _rate(sc.METRIC_PROCESS_IO, sc.PROM_PROCESS_IO, DISK, rank_on_host, DISK_DIRECTION,
+          floor=BLOCK),
     # A rank's data loader: seconds waited per batch.
     Signal(
         sc.METRIC_DATALOADER_WAIT,
         Query(sc.PROM_DATALOADER_WAIT, Form.RATIO, sc.PROM_DATALOADER_FETCHES),
         sc.COMPONENT_DATALOADER,
         rank_on_host,
+        worse=UP,
+        observations=Query(sc.PROM_DATALOADER_FETCHES, Form.RATE),
     ),
     # A rank's GPU.
-    _gauge(sc.METRIC_GPU_THROTTLE, sc.PROM_GPU_THROTTLE, GPU, gpu_name, THROTTLE_REASON),
-    _gauge(sc.METRIC_GPU_SM_CLOCK, sc.PROM_GPU_SM_CLOCK, GPU, gpu_name),
-    _gauge(sc.METRIC_GPU_TEMPERATURE, sc.PROM_GPU_TEMPERATURE, GPU, gpu_name),
+    _gauge(sc.METRIC_GPU_THROTTLE, sc.PROM_GPU_THROTTLE, GPU, gpu_name, THROTTLE_REASON,
+           worse=UP),
+    _gauge(sc.METRIC_GPU_SM_CLOCK, sc.PROM_GPU_SM_CLOCK, GPU, gpu_name, worse=DOWN),
+    _gauge(sc.METRIC_GPU_TEMPERATURE, sc.PROM_GPU_TEMPERATURE, GPU, gpu_name, worse=UP),
     _gauge(sc.METRIC_GPU_POWER, sc.PROM_GPU_POWER, GPU, gpu_name),
-    _rate(sc.METRIC_GPU_XID, sc.PROM_GPU_XID, GPU, gpu_name),
-    _rate(sc.METRIC_GPU_ECC_ERRORS, sc.PROM_GPU_ECC_ERRORS, GPU, gpu_name, ERROR_TYPE),
+    _rate(sc.METRIC_GPU_XID, sc.PROM_GPU_XID, GPU, gpu_name, worse=UP),
+    _rate(sc.METRIC_GPU_ECC_ERRORS, sc.PROM_GPU_ECC_ERRORS, GPU, gpu_name, ERROR_TYPE,
+          worse=UP),
     _gauge(sc.METRIC_GPU_UTILIZATION, sc.PROM_GPU_UTILIZATION, GPU, gpu_name, effect=True),
     _rate(sc.METRIC_GPU_PCIE_IO, sc.PROM_GPU_PCIE_IO, GPU, gpu_name, NET_DIRECTION, effect=True),
     _rate(sc.METRIC_GPU_NVLINK_IO, sc.PROM_GPU_NVLINK_IO, GPU, gpu_name, effect=True),
@@ -167,6 +218,8 @@ SIGNALS: tuple[Signal, ...] = (
         process_group,
         (OP,),
         per_host=False,
+        worse=UP,
+        observations=Query(sc.PROM_COLLECTIVE_TRANSFER + "_count", Form.RATE),
     ),
 )  # fmt: skip
 
@@ -193,9 +246,10 @@ EFFECT_PRECEDENCE = 40
 STEP_PRECEDENCE = 50
 
 
-def precedence(signal: Signal) -> int:
-    """The signal's place among changes of one sampling interval (lower first)."""
-    if signal.effect:
+def precedence(signal: Signal, effect: bool | None = None) -> int:
+    """The signal's place among changes of one sampling interval (lower first); ``effect``:
+    whether this change of it is an effect (default: whether the signal is a throughput)."""
+    if signal.effect if effect is None else effect:
         return EFFECT_PRECEDENCE
     if signal.name == semconv.METRIC_PROCESS_IO:
         return PROCESS_IO_PRECEDENCE

@@ -65,6 +65,11 @@ class SeriesSource(Protocol):
         """Seconds between the samples :meth:`series` returns for this range."""
         ...
 
+    def smear_s(self, query: Query, start: float, end: float) -> float:
+        """How long a step in the underlying data takes to show fully in ``query``'s series
+        (the rate window of a rate, mean or ratio; 0 for a gauge)."""
+        ...
+
 
 @dataclass
 class MemorySource:
@@ -77,6 +82,8 @@ class MemorySource:
 
     job_label: str
     step_s: float = 1.0
+    window_s: float = 0.0
+    """The rate window the stored rates, means and ratios were computed over (0: none)."""
     _series: dict[str, list[Series]] = field(default_factory=dict)
 
     def add(
@@ -106,3 +113,6 @@ class MemorySource:
 
     def resolution(self, start: float, end: float) -> float:
         return self.step_s
+
+    def smear_s(self, query: Query, start: float, end: float) -> float:
+        return 0.0 if query.form in (Form.GAUGE, Form.RAW) else self.window_s
