@@ -21,7 +21,7 @@ one fault starts mid-run:
 
 Needs root, iproute2 and Prometheus (a failure under CI, skipped on a developer machine
 without them); ``volume`` also needs loop devices and the cgroup v1 blkio controller
-(skipped with the reason where the kernel has neither).
+(skipped with the reason where the kernel or the container has neither).
 """
 
 from __future__ import annotations
@@ -126,9 +126,12 @@ def _volume(workdir: Path) -> Iterator[Volume]:
     image = workdir / "volume.img"
     with image.open("wb") as f:
         f.truncate(64 * 1024 * 1024)
-    device = subprocess.run(
-        ["losetup", "-f", "--show", str(image)], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    attached = subprocess.run(
+        ["losetup", "-f", "--show", str(image)], capture_output=True, text=True, check=False
+    )
+    if attached.returncode != 0:  # a container without loop device nodes, say
+        pytest.skip(f"no loop device: losetup: {attached.stderr.strip()}")
+    device = attached.stdout.strip()
     cgroup = BLKIO / f"skt-{os.getpid()}-timeline"
     try:
         cgroup.mkdir(exist_ok=True)
