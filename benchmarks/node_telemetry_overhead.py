@@ -13,6 +13,10 @@ in the shared machine hits them alike:
 - ``other rank``: the rank's own sources (process I/O, data-loader counters);
 - ``local rank 0``: those plus the node's (interfaces, RDMA, TCP, qdiscs, disks).
 
+Local rank 0 also samples the qdisc backlog ten times an interval on a thread of its own
+(``BacklogAverager``): one such sample (a netlink dump) is timed on the calling thread too,
+and ``local rank 0, total`` adds ten of them to its pass.
+
 CPU is the calling thread's (``time.thread_time_ns``): ``collect`` runs the callbacks on it.
 Printed per configuration: CPU per pass (median of rounds), that as a share of one core at a
 1 s interval beside the target (< 1 %), and the same net of the baseline. The GPU (NVML) is
@@ -35,6 +39,7 @@ from opentelemetry.sdk.resources import Resource
 
 from skewtrace import semconv
 from skewtrace.telemetry import FetchCountingRecorder, NodeTelemetry
+from skewtrace.telemetry.qdisc import SUBSAMPLES, BacklogAverager, QdiscReader
 
 TARGET_SHARE = 0.01
 """At most 1 % of one core at the default 1 s interval."""
@@ -74,6 +79,13 @@ def _cpu_per_pass_ns(reader: InMemoryMetricReader, passes: int) -> float:
     return (time.thread_time_ns() - start) / passes
 
 
+def _cpu_per_backlog_sample_ns(averager: BacklogAverager, samples: int) -> float:
+    start = time.thread_time_ns()
+    for _ in range(samples):
+        averager.sample()
+    return (time.thread_time_ns() - start) / samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--passes", type=int, default=200, help="passes per round")
@@ -85,14 +97,23 @@ def main() -> None:
         "other rank": _telemetry(local_rank=1),
         "local rank 0": _telemetry(local_rank=0),
     }
+    qdiscs = QdiscReader()
+    averager = BacklogAverager(qdiscs.read, INTERVAL_S / SUBSAMPLES)  # its thread not started
     for reader, _ in configurations.values():
         _cpu_per_pass_ns(reader, 5)  # warm-up: first reads, socket, caches
+    _cpu_per_backlog_sample_ns(averager, 5)
     rounds: dict[str, list[float]] = {name: [] for name in configurations}
+    backlog_rounds: list[float] = []
     for _ in range(args.rounds):
         for name, (reader, _) in configurations.items():
             rounds[name].append(_cpu_per_pass_ns(reader, args.passes))
+        backlog_rounds.append(_cpu_per_backlog_sample_ns(averager, args.passes))
     for _, close in configurations.values():
         close()
+    qdiscs.close()
+    backlog_ns = statistics.median(backlog_rounds)
+    rounds["backlog, 1 of 10"] = backlog_rounds
+    rounds["local rank 0, total"] = [ns + SUBSAMPLES * backlog_ns for ns in rounds["local rank 0"]]
 
     baseline_ns = statistics.median(rounds["baseline"])
     print(

@@ -30,7 +30,7 @@ from skewtrace.config import ConfigError, Settings
 from skewtrace.instrumentor import SkewtraceInstrumentor
 from skewtrace.telemetry import FetchCountingRecorder, NodeTelemetry
 from skewtrace.telemetry.gpu import GpuSampler
-from skewtrace.telemetry.qdisc import QdiscStats
+from skewtrace.telemetry.qdisc import BacklogAverager, QdiscStats
 from skewtrace.telemetry.storage import ProcessTreeIO
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -721,8 +721,54 @@ def test_real_tbf_qdisc_counts_drops_inside_a_namespace(shaped_namespace: str) -
         semconv.METRIC_QDISC_DROPS,
         semconv.METRIC_QDISC_OVERLIMITS,
         semconv.METRIC_QDISC_BACKLOG,
+        semconv.METRIC_QDISC_RATE,
     }
+    assert tbf[semconv.METRIC_QDISC_RATE] == 1_000_000 / 8  # "rate 1mbit", in bytes a second
     assert tbf[semconv.METRIC_QDISC_DROPS] > 0
     assert tbf[semconv.METRIC_QDISC_OVERLIMITS] > 0
     # The namespace's own loopback is never reported.
     assert all(attributes[semconv.NETWORK_INTERFACE] != "lo" for _, attributes, _ in result["rows"])
+
+
+def test_backlog_is_the_mean_of_the_interval_and_counters_are_fresh() -> None:
+    """Sampled between collections (here by hand, not by its thread), the backlog reported is
+    the mean of those samples and the collection's own; drops and overlimits are the read's."""
+    backlogs = iter([0, 3000, 0, 9000, 0])  # a queue that fills and empties
+    reads = {"n": 0}
+
+    def read() -> list[QdiscStats]:
+        reads["n"] += 1
+        return [QdiscStats("eth0", "tbf", reads["n"], 10 * reads["n"], next(backlogs))]
+
+    averager = BacklogAverager(read, period_s=0.1)
+    for _ in range(4):
+        averager.sample()
+    (row,) = averager.read()
+    assert row.backlog == 2400  # (0 + 3000 + 0 + 9000 + 0) / 5
+    assert (row.drops, row.overlimits) == (5, 50)
+    # A failed sample is skipped and counted; the next read starts a new interval.
+    averager = BacklogAverager(lambda: (_ for _ in ()).throw(OSError("netlink")), 0.1)
+    averager.sample()
+    assert averager.failed_samples == 1
+    with pytest.raises(OSError):
+        averager.read()
+
+
+def test_backlog_sampler_thread_runs_and_stops() -> None:
+    samples: list[float] = []
+
+    def read() -> list[QdiscStats]:
+        samples.append(time.monotonic())
+        return [QdiscStats("eth0", "tbf", 0, 0, 100)]
+
+    averager = BacklogAverager(read, period_s=0.02)
+    averager.start()
+    deadline = time.monotonic() + 5
+    while len(samples) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    averager.close()
+    taken = len(samples)
+    assert taken >= 5
+    assert averager.read()[0].backlog == 100
+    time.sleep(0.1)
+    assert len(samples) == taken + 1  # only the read above: the thread has stopped

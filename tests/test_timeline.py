@@ -483,6 +483,22 @@ def test_a_throttled_volume_comes_before_the_loader_it_slows_in_windowed_rates()
     assert report.changes[0].onset - T0 == pytest.approx(100.0, abs=0.6)
 
 
+def test_fewer_writes_on_the_host_disk_are_not_the_first_change() -> None:
+    """Seen on the fabric: the host's root disk wrote 19 KB/s, then 1.3 KB/s, twenty seconds
+    before a slow data loader. Fewer writes cannot slow a job; more could (named first)."""
+    for before, after, first in (
+        (19000.0, 1365.0, semconv.COMPONENT_DATALOADER),
+        (19000.0, 400000.0, semconv.COMPONENT_DISK),
+    ):
+        job = Job(seed=12)
+        job.healthy(step_at=102)
+        job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
+        job.add(semconv.PROM_DISK_IO, {**job.rank_labels(1), DEVICE: "vda",
+                DISK_DIRECTION: "write"}, before, after, at=80, noise=50.0)  # fmt: skip
+        report = job.report()
+        assert report.first is not None and report.first.kind == first, report.summary()
+
+
 def test_an_effect_long_before_the_cause_still_follows_it() -> None:
     """A qdisc backlog that fell to zero twenty seconds before the data loader slowed (it got
     better, so it is an effect) is listed after the data loader, not first."""

@@ -20,6 +20,8 @@ _UNIT_WORDS = {
     "W": "watts",
     "Cel": "celsius",
 }
+# The denominators of "X/Y" units: the exporter writes `By/s` as `bytes_per_second`.
+_PER_UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
 _INVALID = re.compile(r"[^a-zA-Z0-9_:]")
 _ANNOTATION = re.compile(r"\{[^}]*\}")
 
@@ -36,6 +38,10 @@ def prometheus_name(otel_name: str, instrument: str, unit: str) -> str:
     name = _INVALID.sub("_", otel_name)
     unit = _ANNOTATION.sub("", unit)
     word = "ratio" if unit == "1" and instrument == "gauge" else _UNIT_WORDS.get(unit, "")
+    if "/" in unit:
+        numerator, denominator = unit.split("/", 1)
+        per = _PER_UNIT_WORDS.get(denominator, "")
+        word = f"{_UNIT_WORDS.get(numerator, numerator)}_per_{per}" if per else ""
     if word and not name.endswith("_" + word):
         name += "_" + word
     if instrument == "counter":

@@ -392,8 +392,14 @@ METRIC_QDISC_DROPS = "training.qdisc.drops"
 #: training.qdisc.overlimits (counter, 1): times a shaping qdisc held a packet back over its
 #: rate
 METRIC_QDISC_OVERLIMITS = "training.qdisc.overlimits"
-#: training.qdisc.backlog (gauge, By): bytes queued in a qdisc at the sample
+#: training.qdisc.backlog (gauge, By): bytes queued in a qdisc: the mean of ten samples over the
+#: collection interval (one instant says little: a link at its limit fills and empties within a
+#: step)
 METRIC_QDISC_BACKLOG = "training.qdisc.backlog"
+#: training.qdisc.rate (gauge, By/s): the rate a shaping qdisc (tbf) holds the interface to;
+#: only qdiscs that have one. Where links are shaped (the emulated fabric), a link that slows
+#: down shows here
+METRIC_QDISC_RATE = "training.qdisc.rate"
 #: system.disk.io (counter, By): bytes read from or written to a block device
 #: (`/proc/diskstats`)
 METRIC_DISK_IO = "system.disk.io"
@@ -446,6 +452,7 @@ PROM_TCP_RETRANSMITS = "training_tcp_retransmits_total"
 PROM_QDISC_DROPS = "training_qdisc_drops_total"
 PROM_QDISC_OVERLIMITS = "training_qdisc_overlimits_total"
 PROM_QDISC_BACKLOG = "training_qdisc_backlog_bytes"
+PROM_QDISC_RATE = "training_qdisc_rate_bytes_per_second"
 PROM_DISK_IO = "system_disk_io_bytes_total"
 PROM_DISK_OPERATIONS = "system_disk_operations_total"
 PROM_DISK_OPERATION_TIME = "system_disk_operation_time_seconds_total"

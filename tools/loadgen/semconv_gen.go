@@ -524,9 +524,15 @@ const (
 	// a packet back over its rate
 	metricQdiscOverlimits = "training.qdisc.overlimits"
 
-	// metricQdiscBacklog is training.qdisc.backlog (gauge, By): bytes queued in a qdisc at the
-	// sample
+	// metricQdiscBacklog is training.qdisc.backlog (gauge, By): bytes queued in a qdisc: the mean
+	// of ten samples over the collection interval (one instant says little: a link at its limit
+	// fills and empties within a step)
 	metricQdiscBacklog = "training.qdisc.backlog"
+
+	// metricQdiscRate is training.qdisc.rate (gauge, By/s): the rate a shaping qdisc (tbf) holds
+	// the interface to; only qdiscs that have one. Where links are shaped (the emulated fabric), a
+	// link that slows down shows here
+	metricQdiscRate = "training.qdisc.rate"
 
 	// metricDiskIO is system.disk.io (counter, By): bytes read from or written to a block device
 	// (`/proc/diskstats`)

@@ -37,7 +37,7 @@ from skewtrace.telemetry.network import (
     read_rdma_ports,
     read_tcp_retransmits,
 )
-from skewtrace.telemetry.qdisc import QdiscReader, QdiscStats
+from skewtrace.telemetry.qdisc import SUBSAMPLES, BacklogAverager, QdiscReader, QdiscStats
 from skewtrace.telemetry.storage import DiskCounters, ProcessIO, ProcessTreeIO, read_diskstats
 from skewtrace.version import __version__
 
@@ -141,6 +141,7 @@ class NodeTelemetry:
         self._qdisc_reader = qdisc_reader
         self._clock = clock
         self._own_qdisc: QdiscReader | None = None
+        self._backlog: BacklogAverager | None = None
         self.health = SourceHealth()
         self._passes = Passes()
         self._own_provider: Any | None = None
@@ -217,6 +218,8 @@ class NodeTelemetry:
                     self._nvml.nvmlShutdown()
                 except Exception:
                     logger.debug("skewtrace: nvmlShutdown failed", exc_info=True)
+            if self._backlog is not None:
+                self._backlog.close()
             if self._own_qdisc is not None:
                 self._own_qdisc.close()
             logger.removeFilter(self._log_filter)
@@ -296,6 +299,7 @@ class NodeTelemetry:
             (semconv.METRIC_QDISC_DROPS, "1", "drops", counter, "packets a qdisc dropped"),
             (semconv.METRIC_QDISC_OVERLIMITS, "1", "overlimits", counter, "qdisc overlimits"),
             (semconv.METRIC_QDISC_BACKLOG, "By", "backlog", gauge, "bytes queued in a qdisc"),
+            (semconv.METRIC_QDISC_RATE, "By/s", "rate", gauge, "a shaping qdisc's rate"),
         ):
             self._instrument(create, name, unit, description, _qdisc_view(qdiscs, field))
 
@@ -317,9 +321,14 @@ class NodeTelemetry:
     def _read_qdiscs(self) -> list[QdiscStats]:
         if self._qdisc_reader is not None:
             return self._qdisc_reader()
-        if self._own_qdisc is None:
+        if self._backlog is None:
             self._own_qdisc = QdiscReader()
-        return self._own_qdisc.read()
+            self._backlog = BacklogAverager(
+                self._own_qdisc.read, max(0.05, self.interval_s / SUBSAMPLES)
+            )
+            if not self._closed:
+                self._backlog.start()
+        return self._backlog.read()
 
     def _register_rank(self, counter: Callable[..., Any]) -> None:
         tree = ProcessTreeIO(self.root)
@@ -444,7 +453,7 @@ def _qdisc_view(source: Source[list[QdiscStats]], field: str) -> Callable[[int],
                 {semconv.NETWORK_INTERFACE: row.interface, semconv.QDISC_KIND: row.kind},
             )
             for row in source.get(n) or ()
-            if row.interface != LOOPBACK
+            if row.interface != LOOPBACK and (field != "rate" or row.rate > 0)
         ]
 
     return view

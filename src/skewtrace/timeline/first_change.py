@@ -422,7 +422,7 @@ def first_change(
             )
             if change is None or not _still_changed(series, change, onset, detector.after_points):
                 continue
-            effect = signal.is_effect(change.before, change.after)
+            effect = signal.is_effect(change.before, change.after, series.labels)
             changes.append(
                 ComponentChange(
                     kind=signal.kind,

@@ -105,9 +105,18 @@ class Signal:
     observations: Query | None = None
     """For seconds per observation: the rate of the observations (module doc)."""
 
-    def is_effect(self, before: float, after: float) -> bool:
-        """Whether a change from ``before`` to ``after`` is an effect, not a cause."""
-        return self.effect or (self.worse != 0 and (after - before) * self.worse <= 0)
+    worse_when: tuple[tuple[str, str, int], ...] = ()
+    """(label, value, direction): where a series has that label value, that direction hurts
+    instead of :attr:`worse` (a volume's writes: only more of them can hurt the job's reads)."""
+
+    def is_effect(self, before: float, after: float, labels: Labels | None = None) -> bool:
+        """Whether a change from ``before`` to ``after`` (of the series with ``labels``) is an
+        effect, not a cause."""
+        worse = self.worse
+        for key, value, direction in self.worse_when:
+            if labels is not None and labels.get(key) == value:
+                worse = direction
+        return self.effect or (worse != 0 and (after - before) * worse <= 0)
 
     def signal_name(self, labels: Labels) -> str:
         values = [labels[k] for k in self.detail if labels.get(k)]
@@ -123,11 +132,12 @@ def _rate(
     effect: bool = False,
     worse: int = 0,
     floor: float = 0.0,
+    worse_when: tuple[tuple[str, str, int], ...] = (),
 ) -> Signal:
     """A counter, read as its per-second rate; ``floor``: :attr:`Signal.floor_per_step`."""
     return Signal(
         name, Query(metric, Form.RATE), kind, component, detail,
-        effect=effect, worse=worse, floor_per_step=floor,
+        effect=effect, worse=worse, floor_per_step=floor, worse_when=worse_when,
     )  # fmt: skip
 
 
@@ -152,6 +162,8 @@ EVENT = 1.0
 """One event per query step."""
 BLOCK = 4096.0
 """One block of storage per query step."""
+WRITES_UP = ((DISK_DIRECTION, semconv.DIRECTION_WRITE, UP),)
+"""Fewer writes cannot slow anything; more can (they contend with the job's reads)."""
 NIC = sc.COMPONENT_NIC
 DISK = sc.COMPONENT_DISK
 GPU = sc.COMPONENT_GPU
@@ -166,6 +178,7 @@ SIGNALS: tuple[Signal, ...] = (
     _rate(sc.METRIC_QDISC_OVERLIMITS, sc.PROM_QDISC_OVERLIMITS, NIC, nic_name, QDISC_KIND,
           worse=UP, floor=EVENT),
     _gauge(sc.METRIC_QDISC_BACKLOG, sc.PROM_QDISC_BACKLOG, NIC, nic_name, QDISC_KIND, worse=UP),
+    _gauge(sc.METRIC_QDISC_RATE, sc.PROM_QDISC_RATE, NIC, nic_name, QDISC_KIND, worse=DOWN),
     _rate(sc.METRIC_NETWORK_ERRORS, sc.PROM_NETWORK_ERRORS, NIC, nic_name, NET_DIRECTION,
           worse=UP, floor=EVENT),
     _rate(sc.METRIC_NETWORK_DROPPED, sc.PROM_NETWORK_DROPPED, NIC, nic_name, NET_DIRECTION,
@@ -181,14 +194,15 @@ SIGNALS: tuple[Signal, ...] = (
     _rate(sc.METRIC_TCP_RETRANSMITS, sc.PROM_TCP_RETRANSMITS, sc.COMPONENT_HOST, host_only,
           worse=UP, floor=EVENT),
     # Storage: a host's block devices, a rank's own reads and writes. Time spent up is worse;
-    # bytes and operations can hurt either way (throttled: fewer; contended: more).
+    # reads can hurt either way (throttled: fewer; contended: more), writes only up.
     _rate(sc.METRIC_DISK_OPERATION_TIME, sc.PROM_DISK_OPERATION_TIME, DISK, disk_name,
           DISK_DIRECTION, worse=UP),
-    _rate(sc.METRIC_DISK_IO, sc.PROM_DISK_IO, DISK, disk_name, DISK_DIRECTION, floor=BLOCK),
+    _rate(sc.METRIC_DISK_IO, sc.PROM_DISK_IO, DISK, disk_name, DISK_DIRECTION, floor=BLOCK,
+          worse_when=WRITES_UP),
     _rate(sc.METRIC_DISK_OPERATIONS, sc.PROM_DISK_OPERATIONS, DISK, disk_name, DISK_DIRECTION,
-          floor=EVENT),
+          floor=EVENT, worse_when=WRITES_UP),
     _rate(sc.METRIC_PROCESS_IO, sc.PROM_PROCESS_IO, DISK, rank_on_host, DISK_DIRECTION,
-          floor=BLOCK),
+          floor=BLOCK, worse_when=WRITES_UP),
     # A rank's data loader: seconds waited per batch.
     Signal(
         sc.METRIC_DATALOADER_WAIT,
