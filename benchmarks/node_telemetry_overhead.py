@@ -121,14 +121,14 @@ def main() -> None:
         f"median of {args.rounds} rounds x {args.passes} passes; "
         f"share of one core at a {INTERVAL_S:g} s interval, target < {TARGET_SHARE:.0%}"
     )
-    print(f"{'':14} {'cpu/pass':>10} {'share':>8} {'net of baseline':>16}  target")
+    print(f"{'':20} {'cpu/pass':>10} {'share':>8} {'net of baseline':>16}  target")
     for name, samples in rounds.items():
         cpu_ns = statistics.median(samples)
         share = cpu_ns / 1e9 / INTERVAL_S
         net = (cpu_ns - baseline_ns) / 1e9 / INTERVAL_S
         verdict = "ok" if share < TARGET_SHARE else "OVER"
         print(
-            f"{name:14} {cpu_ns / 1e3:8.0f}us {share:8.3%} {net:16.3%}  "
+            f"{name:20} {cpu_ns / 1e3:8.0f}us {share:8.3%} {net:16.3%}  "
             f"< {TARGET_SHARE:.0%} {verdict}"
         )
 
