@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: paths to the built binaries and free local ports.
+"""Shared pytest fixtures: paths to the built binaries, free local ports, and the in-process
+instrumentation tests' gloo world, in-memory TracerProvider and job environment.
 
 Tests that need a built binary (the Collector distribution, Jaeger) fail under CI when it is
 missing, because `make test` builds them first; on a developer machine they skip instead.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +55,56 @@ def free_port() -> int:
 @pytest.fixture
 def port_factory():
     return free_port
+
+
+@pytest.fixture(scope="module")
+def world_of_one() -> Iterator[None]:
+    """A one-rank gloo process group for the module."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def memory_provider() -> Iterator[tuple[Any, Any]]:
+    """A ``TracerProvider`` exporting to an ``InMemorySpanExporter``: (provider, exporter).
+    skewtrace is uninstrumented afterwards."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import skewtrace
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "my-trainer"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    skewtrace.uninstrument()
+    provider.shutdown()
+
+
+@pytest.fixture
+def unit_job(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The job id and a short export interval; no collector: a global in-memory MeterProvider
+    keeps the private OTLP metrics exporter (and its retries against localhost:4317) out.
+    skewtrace is uninstrumented afterwards. Modules use it with
+    ``pytestmark = pytest.mark.usefixtures("unit_job")``."""
+    from opentelemetry.metrics import _internal as metrics_api
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import skewtrace
+
+    monkeypatch.setenv("SKEWTRACE_JOB_ID", "unit-job")
+    monkeypatch.setenv("SKEWTRACE_EXPORT_INTERVAL_MILLIS", "20")
+    reader = InMemoryMetricReader()
+    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", MeterProvider(metric_readers=[reader]))
+    yield
+    skewtrace.uninstrument()

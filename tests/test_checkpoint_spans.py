@@ -6,25 +6,18 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.serialization
-from opentelemetry.metrics import _internal as metrics_api
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from torch import nn
 
 import skewtrace
-from conftest import free_port
 from skewtrace import semconv
 from skewtrace._events import CHECKPOINT, CheckpointEvent, typed
 from skewtrace._export.materialize import Identity, SpanMaterializer
@@ -44,36 +37,7 @@ ORIGINALS: dict[str, Callable[..., Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def world_of_one() -> Iterator[None]:
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.fixture
-def memory_provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "my-trainer"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    skewtrace.uninstrument()
-    provider.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _job_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("SKEWTRACE_JOB_ID", "unit-job")
-    monkeypatch.setenv("SKEWTRACE_EXPORT_INTERVAL_MILLIS", "20")
-    # No collector here: a global in-memory MeterProvider keeps the private OTLP exporter out.
-    reader = InMemoryMetricReader()
-    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", MeterProvider(metric_readers=[reader]))
-    yield
-    skewtrace.uninstrument()
+pytestmark = pytest.mark.usefixtures("unit_job")
 
 
 def _optimizer() -> torch.optim.Optimizer:

@@ -8,7 +8,6 @@ import itertools
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,12 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from opentelemetry import trace
-from opentelemetry.metrics import _internal as metrics_api
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, SamplingResult
 from torch import nn
@@ -39,38 +33,7 @@ from skewtrace.hooks import MARKER
 from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS
 from skewtrace.resource import RankInfo, build_resource
 
-
-@pytest.fixture(scope="module")
-def world_of_one() -> Iterator[None]:
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.fixture
-def memory_provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "my-trainer"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    skewtrace.uninstrument()
-    provider.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _job_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("SKEWTRACE_JOB_ID", "unit-job")
-    monkeypatch.setenv("SKEWTRACE_EXPORT_INTERVAL_MILLIS", "20")
-    # No collector in unit tests: a global in-memory MeterProvider keeps the private OTLP
-    # metrics exporter (and its retries against localhost:4317) out of them.
-    reader = InMemoryMetricReader()
-    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", MeterProvider(metric_readers=[reader]))
-    yield
-    skewtrace.uninstrument()
+pytestmark = pytest.mark.usefixtures("unit_job")
 
 
 def _ddp_setup(batches: int = 4) -> tuple[DistributedDataParallel, Any, DataLoader[Any]]:
