@@ -746,8 +746,12 @@ def test_backlog_is_the_mean_of_the_interval_and_counters_are_fresh() -> None:
     (row,) = averager.read()
     assert row.backlog == 2400  # (0 + 3000 + 0 + 9000 + 0) / 5
     assert (row.drops, row.overlimits) == (5, 50)
+
     # A failed sample is skipped and counted; the next read starts a new interval.
-    averager = BacklogAverager(lambda: (_ for _ in ()).throw(OSError("netlink")), 0.1)
+    def failing() -> list[QdiscStats]:
+        raise OSError("netlink")
+
+    averager = BacklogAverager(failing, 0.1)
     averager.sample()
     assert averager.failed_samples == 1
     with pytest.raises(OSError):

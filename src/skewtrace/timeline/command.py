@@ -18,6 +18,8 @@ import time
 from types import FrameType
 from typing import Any
 
+from skewtrace.timeline.first_change import DEFAULT_LOOKBACK_S
+
 DEFAULT_LISTEN = "127.0.0.1:9466"
 PROMETHEUS_ENV = "SKEWTRACE_PROMETHEUS_URL"
 
@@ -122,7 +124,7 @@ def add_parser(subparsers: Any) -> None:
         help="look this far back from now (default 10m)",
     )  # fmt: skip
     first.add_argument(
-        "--lookback", type=_type(parse_duration), default=300.0, metavar="DURATION",
+        "--lookback", type=_type(parse_duration), default=DEFAULT_LOOKBACK_S, metavar="DURATION",
         help="a change may start this long before the regression (default 5m)",
     )  # fmt: skip
     first.add_argument("--json", action="store_true", help="print the report as JSON")

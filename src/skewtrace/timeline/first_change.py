@@ -402,6 +402,7 @@ def first_change(
     step_rate = _job_step_rate(source, job, start, end)
     changes: list[ComponentChange] = []
     for signal in sig.SIGNALS:
+        smear_s = source.smear_s(signal.query, start, end)
         observations = (
             [] if signal.observations is None
             else source.series(signal.observations, job, start, end)
@@ -418,7 +419,7 @@ def first_change(
                 not_after=onset + slack_s,
                 min_shift=material_s / per_step if per_step else 0.0,
                 min_level=signal.floor_per_step / step_s,
-                smear_s=source.smear_s(signal.query, start, end),
+                smear_s=smear_s,
             )
             if change is None or not _still_changed(series, change, onset, detector.after_points):
                 continue
