@@ -19,13 +19,12 @@ from types import FrameType
 from typing import Any
 
 from skewtrace.timeline.first_change import DEFAULT_LOOKBACK_S
+from skewtrace.timeline.prometheus_source import PrometheusSource, prometheus_duration_s
 
 DEFAULT_LISTEN = "127.0.0.1:9466"
 PROMETHEUS_ENV = "SKEWTRACE_PROMETHEUS_URL"
 
 _RELATIVE_VALUE = re.compile(r"^-\d[\d.]*(ms|s|m|h|d)?\S*$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str) -> float:
@@ -34,10 +33,10 @@ def parse_duration(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
-        parts = _DURATION_PART.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
+        try:
+            seconds = prometheus_duration_s(text)
+        except ValueError:
             raise ValueError(f"{text!r} is not a duration (90, 90s, 10m, 1h30m)") from None
-        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if not seconds > 0:
         raise ValueError(f"{text!r}: a duration must be positive")
     return seconds
@@ -169,8 +168,6 @@ def _help(parser: argparse.ArgumentParser) -> int:
 
 
 def _source(args: argparse.Namespace) -> Any:
-    from skewtrace.timeline.prometheus_source import PrometheusSource
-
     if not args.prometheus:
         args.parser.error(f"--prometheus URL is required (or {PROMETHEUS_ENV})")
     return PrometheusSource(
