@@ -10,7 +10,9 @@ come from durations for the verdicts below to hold.
 from __future__ import annotations
 
 import hashlib
+import socket
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from collector_harness import (
     loadgen_for_tests,
     parse_prometheus,
     run_loadgen_send,
+    scrape,
 )
 from otlp_sink import OtlpSink
 from skewtrace import semconv
@@ -362,3 +365,64 @@ def test_dead_rank_releases_incomplete_collectives(
 
         assert _wait(lambda: incomplete() >= steps * buckets, timeout_s=10), incomplete()
         assert incomplete() == steps * buckets
+
+
+def test_a_hung_pacer_holds_at_most_one_flush(
+    otelcol_path: Path, loadgen: Path, tmp_path: Path
+) -> None:
+    """A pacer that accepts connections and never answers: the collector keeps one flush in
+    flight and one queued, drops the rest and counts them, and its own /metrics stays live.
+    (With the earlier queue of 10 and 10 s of retries, a flush at 4096 ranks being ~16 MB, a
+    pacer that was down held ~170 MB in the collector; docs/performance.md.)"""
+    job = "pipeline-hung-pacer"
+    hung = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept_and_say_nothing() -> None:
+        while True:
+            try:
+                conn, _ = hung.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    try:
+        with CollectorProcess(
+            otelcol_path,
+            [OTELCOL_YAML, FILE_EXPORT_YAML],
+            tmp_path,
+            env={
+                "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{hung.getsockname()[1]}",
+                "SKEWTRACE_METRICS_FLUSH_INTERVAL": "200ms",
+            },
+        ) as collector:
+            run_loadgen_send(
+                loadgen, collector.otlp_grpc_endpoint,
+                "-job", job, "-ranks", "8", "-steps", "6", "-collectives", "2",
+            )  # fmt: skip
+
+            def pacer_exporter(name: str) -> list[float]:
+                samples = parse_prometheus(scrape(collector.telemetry_url))
+                return [s.value for s in find_samples(samples, name, exporter="otlp_grpc/pacer")]
+
+            dropped = _wait(
+                lambda: sum(pacer_exporter("otelcol_exporter_enqueue_failed_metric_points_total")),
+                timeout_s=15,
+            )
+            assert dropped > 0, collector.log_tail()
+            assert pacer_exporter("otelcol_exporter_queue_capacity") == [1.0]
+            for _ in range(5):
+                assert max(pacer_exporter("otelcol_exporter_queue_size"), default=0) <= 1
+                time.sleep(0.2)
+            assert accepted, "the collector never connected to the pacer"
+            wait = find_samples(
+                parse_prometheus(collector.scrape_prometheus()),
+                "training_rank_wait_seconds_count",
+                training_job_id=job,
+            )
+            assert len(wait) == 8, "the Prometheus side stopped while the pacer hung"
+    finally:
+        hung.close()
+        for conn in accepted:
+            conn.close()

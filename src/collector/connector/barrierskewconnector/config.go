@@ -30,7 +30,10 @@ type Config struct {
 	// (0 disables exemplars). Default 4.
 	ExemplarsPerPoint int `mapstructure:"exemplars_per_point"`
 	// DedupWindow is how many recent collective keys are remembered to count each annotated
-	// collective's skew once although every member's span carries it. Default 65536.
+	// collective's skew once although every member's span carries it. A collective's members
+	// are released together and a retried export comes seconds later, so the window needs a
+	// few steps: 16384 is 30 steps of a 4096-rank job with tensor-parallel groups of 8 (540
+	// collectives a step). Default 16384 (about 2 MB).
 	DedupWindow int `mapstructure:"dedup_window"`
 	// SeriesIdleTimeout forgets a series (and stops emitting it) when it has not been
 	// updated for this long, so finished jobs free their share of max_series. Default 15m.
@@ -47,7 +50,7 @@ func createDefaultConfig() *Config {
 		MaxSeries:            20000,
 		ClockOffsetSmoothing: 0.2,
 		ExemplarsPerPoint:    4,
-		DedupWindow:          65536,
+		DedupWindow:          16384,
 		SeriesIdleTimeout:    15 * time.Minute,
 	}
 }

@@ -43,6 +43,13 @@ func (c *phaseCache) slot(k phaseKey) *phaseEntry {
 	}
 	var i int
 	if len(c.entries) < c.limit {
+		if len(c.entries) == cap(c.entries) {
+			// Grow as append would, but never past the limit: append's doubling left up to
+			// twice the limit's entries allocated (24 of 38 MB at 4096 ranks).
+			grown := make([]phaseEntry, len(c.entries), min(c.limit, max(64, 2*cap(c.entries))))
+			copy(grown, c.entries)
+			c.entries = grown
+		}
 		c.entries = append(c.entries, phaseEntry{})
 		i = len(c.entries) - 1
 	} else {
