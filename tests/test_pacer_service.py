@@ -278,6 +278,73 @@ def test_straggler_job_is_paced_over_grpc_and_http(
     assert body["spread"] == pytest.approx(0.030 / 0.130, rel=0.15)
 
 
+def _drive_slow_steps(
+    service: PacerService, stub: Any, clock: FakeClock, job: SimulatedJob, seconds: float
+) -> list[dict[str, Any]]:
+    """One step every ``job.step_s`` seconds, 1 s flushes, 0.5 s decision ticks; returns the
+    decision bodies seen."""
+    previous, bodies = job.snapshot(), []
+    ticks_per_step = round(job.step_s / 0.5)
+    for tick in range(int(seconds * 2)):
+        clock.now += 0.5
+        if tick % ticks_per_step == ticks_per_step - 1:
+            job.run_steps(1)
+        if tick % 2 == 1:
+            stub.Export(job.export(CUMULATIVE, previous), timeout=5)
+            previous = job.snapshot()
+        service.tick()
+        body = service.decision_body(job.job_id) or {}
+        job.delays = {int(r): v for r, v in body.get("delays", {}).items()}
+        bodies.append(body)
+    return bodies
+
+
+@pytest.mark.parametrize("window_steps", [4, 1], ids=["stretched", "fixed-window"])
+def test_a_job_with_long_steps_is_judged(clock: FakeClock, window_steps: int) -> None:
+    """Steps of 5 s (a large model's) against the default 4 s window and min_steps 3: the
+    window stretches to hold 4 steps (20 s) and the rank timeout with it, so the job is
+    judged and paced. With the window held at 4 s (window_steps 1, the behaviour before) a
+    window never holds 3 steps and each rank drops out between two steps: never paced."""
+    job = SimulatedJob("slow-steps", step_s=5.0, lateness_s=1.0)
+    service = _start(clock, window_steps=window_steps)
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.otlp_port}")
+    try:
+        bodies = _drive_slow_steps(
+            service, metrics_service_pb2_grpc.MetricsServiceStub(channel), clock, job, 60.0
+        )
+    finally:
+        channel.close()
+        service.stop()
+    paced = [b for b in bodies if b.get("active") and b.get("delays")]
+    if window_steps == 1:
+        assert not paced, paced[:1]
+        return
+    assert paced, bodies[-1]
+    assert set(paced[-1]["delays"]) == {"0", "1", "2"}, paced[-1]  # never the late rank
+    assert paced[-1]["spread"] == pytest.approx(1.0 / 5.0, rel=0.2)
+
+
+def test_a_stretched_window_is_bounded() -> None:
+    """The window holds window_steps of the job's steps, never less than window_s nor more
+    than max_window_s; the step period is smoothed from the step-duration deltas."""
+    windows = JobWindows(4.0, 600.0, window_steps=4, max_window_s=30.0)
+    job = SimulatedJob("bounded", step_s=0.1)
+    job.run_steps(10)
+    windows.ingest_request(job.export(CUMULATIVE).resource_metrics, now=1.0)
+    assert windows.stretch_s("bounded") == 0.0  # 4 x 0.1 s < 4 s
+    slow = SimulatedJob("slower", step_s=3.0)
+    slow.run_steps(2)
+    windows.ingest_request(slow.export(CUMULATIVE).resource_metrics, now=1.0)
+    assert windows.stretch_s("slower") == pytest.approx(4 * 3.0 - 4.0)
+    slowest = SimulatedJob("slowest", step_s=20.0)
+    slowest.run_steps(1)
+    windows.ingest_request(slowest.export(CUMULATIVE).resource_metrics, now=1.0)
+    assert windows.stretch_s("slowest") == pytest.approx(30.0 - 4.0)
+    assert windows.stretch_s("unknown") == 0.0
+    with pytest.raises(ValueError, match="max_window_s"):
+        JobWindows(4.0, 600.0, max_window_s=2.0)
+
+
 def test_job_that_does_not_apply_its_delays_is_no_longer_paced(
     service: PacerService, stub: Any, clock: FakeClock
 ) -> None:

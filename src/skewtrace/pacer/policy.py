@@ -161,6 +161,11 @@ class JobWindow:
 
     ranks: Mapping[int, RankWindow]
 
+    stretch_s: float = 0.0
+    """How much longer than the configured window this one is (a job with long steps gets a
+    window that holds several of them); a policy that waits for a window of settled steps
+    waits this much longer."""
+
 
 @dataclass(frozen=True)
 class PolicyState:

@@ -197,7 +197,9 @@ def decide(
     step_target = max(target[r] / speed[r] for r in judged)
     gain = 1.0 - step_target / step_now
 
-    if previous.changed_at is not None and now - previous.changed_at < params.rebalance_settle_s:
+    # A stretched window (long steps) must hold only steps run with the new shares too.
+    settle_s = params.rebalance_settle_s + window.stretch_s
+    if previous.changed_at is not None and now - previous.changed_at < settle_s:
         state = RebalanceState(previous.shares, previous.changed_at, None, previous.changes)
         return RebalanceDecision(previous.shares, target, compute, gain, REASON_SETTLING, state)
     if gain < params.rebalance_threshold:

@@ -119,6 +119,14 @@ class PacerConfig:
     window_s: float = option(4.0, check=positive, seconds=True, deprecated=["window_s"])
     """How far back each decision looks at the metrics received."""
 
+    window_steps: int = option(4, parse=integer, check=at_least(1))
+    """A job's window (and rank timeout) stretches past ``window_s`` to hold at least this
+    many of its steps, judged from its step durations: a job whose steps take longer than
+    ``window_s / min_steps`` would otherwise never be judged."""
+
+    max_window_s: float = option(60.0, check=positive, seconds=True)
+    """The longest a stretched window gets (jobs with longer steps are judged on fewer)."""
+
     decision_interval_s: float = option(
         0.5, check=positive, seconds=True, deprecated=["decision_interval_s"]
     )
@@ -163,6 +171,8 @@ class PacerConfig:
             raise FieldError(
                 "rebalance_settle_s", "must exceed {0} (and the ranks' lag)", "window_s"
             )
+        if not self.max_window_s >= self.window_s:
+            raise FieldError("max_window_s", "must be at least {0}", "window_s")
         if (self.otlp_tls_cert_file is None) != (self.otlp_tls_key_file is None):
             missing, given = (
                 ("otlp_tls_key_file", "otlp_tls_cert_file")
@@ -210,6 +220,8 @@ class PacerService:
             max_ranks_per_job=config.max_ranks_per_job,
             max_series_per_job=config.max_series_per_job,
             max_series=config.max_series,
+            window_steps=config.window_steps,
+            max_window_s=config.max_window_s,
         )
         self._log_budget = LogBudget(clock=clock)
         self._policy: ControllerPolicy = build_policy(

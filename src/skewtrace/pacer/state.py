@@ -129,6 +129,8 @@ class _JobState:
     rank_last_seen: dict[int, float] = field(default_factory=dict)
     decisions: deque[tuple[float, Mapping[int, float]]] = field(default_factory=deque)
     """(time, delays) of every published decision still relevant to the window."""
+    step_s: float = 0.0
+    """The job's step period, smoothed from its ranks' step durations (0 until one came)."""
     series: dict[_SeriesKey, _Series] = field(default_factory=dict)
 
 
@@ -137,6 +139,9 @@ _SeriesKey = tuple[str, int, bytes]
 
 # Deltas of one rank and kind received closer together than window_s / this are merged.
 _DELTAS_PER_WINDOW = 16
+
+# Weight of a new step-duration delta in a job's smoothed step period.
+_STEP_SMOOTHING = 0.2
 
 # The window is cut into this many parts for a rank's typical wait per step (the median over
 # the parts): one part that held another rank's random stall does not make it.
@@ -164,12 +169,20 @@ class JobWindows:
         max_ranks_per_job: int = 65536,
         max_series_per_job: int = 262144,
         max_series: int = 1048576,
+        window_steps: int = 1,
+        max_window_s: float | None = None,
     ) -> None:
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s!r}")
+        if window_steps < 1:
+            raise ValueError(f"window_steps must be >= 1, got {window_steps!r}")
+        if max_window_s is not None and not max_window_s >= window_s:
+            raise ValueError(f"max_window_s must be >= window_s, got {max_window_s!r}")
         if not job_timeout_s > 0:
             raise ValueError(f"job_timeout_s must be > 0, got {job_timeout_s!r}")
         self.window_s = window_s
+        self.window_steps = window_steps
+        self.max_window_s = window_s if max_window_s is None else max_window_s
         self.job_timeout_s = job_timeout_s
         self.rank_timeout_s = window_s if rank_timeout_s is None else rank_timeout_s
         self.max_jobs = max_jobs
@@ -313,6 +326,11 @@ class JobWindows:
             # not count as "still reporting".
             return True
         job.rank_last_seen[rank] = now
+        if kind == "step" and delta_total > 0:
+            mean = delta_total / count
+            job.step_s = (
+                mean if job.step_s <= 0 else job.step_s + _STEP_SMOOTHING * (mean - job.step_s)
+            )
         self._add_delta(
             job.deltas.setdefault(rank, deque()),
             _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
@@ -369,16 +387,30 @@ class JobWindows:
     def job_ids(self) -> list[str]:
         return list(self._jobs)
 
+    def stretch_s(self, job_id: str) -> float:
+        """How much longer than ``window_s`` the job's window is, to hold ``window_steps`` of
+        its steps (at most ``max_window_s`` in all). A job whose steps take longer than
+        ``window_s / min_steps`` would otherwise never have enough steps in a window to be
+        judged, and its ranks would drop out between two steps (``rank_timeout_s``); the rank
+        timeout stretches by the same amount."""
+        job = self._jobs.get(job_id)
+        if job is None or job.step_s <= 0:
+            return 0.0
+        span = min(self.max_window_s, max(self.window_s, self.window_steps * job.step_s))
+        return span - self.window_s
+
     def window(self, job_id: str, now: float) -> JobWindow:
         """The job's window ending at ``now``; ranks silent for ``rank_timeout_s`` are left out."""
         job = self._jobs.get(job_id)
         if job is None:
             return JobWindow(now=now, ranks={})
-        start = now - self.window_s
-        part_s = self.window_s / _WAIT_PARTS
+        stretch = self.stretch_s(job_id)
+        span = self.window_s + stretch
+        start = now - span
+        part_s = span / _WAIT_PARTS
         ranks: dict[int, RankWindow] = {}
         for rank, deltas in job.deltas.items():
-            if now - job.rank_last_seen.get(rank, -math.inf) > self.rank_timeout_s:
+            if now - job.rank_last_seen.get(rank, -math.inf) > self.rank_timeout_s + stretch:
                 continue
             sums = {"wait": 0.0, "lateness": 0.0, "step": 0.0}
             counts = {"wait": 0, "lateness": 0, "step": 0}
@@ -428,7 +460,7 @@ class JobWindows:
                 wait_top_sum_s=top,
                 wait_typical_s=_typical_wait(parts),
             )
-        return JobWindow(now=now, ranks=ranks)
+        return JobWindow(now=now, ranks=ranks, stretch_s=stretch)
 
     def record_decision(self, job_id: str, now: float, delays: Mapping[int, float]) -> None:
         """Remember what ranks were told, to add it back when estimating natural waits."""
@@ -454,11 +486,11 @@ class JobWindows:
 
     def expire(self, now: float) -> list[str]:
         """Drop old observations, and forget jobs silent for ``job_timeout_s``; returns them."""
-        start = now - self.window_s
         forgotten = [j for j, s in self._jobs.items() if now - s.last_seen > self.job_timeout_s]
         for job_id in forgotten:
             self._series -= len(self._jobs.pop(job_id).series)
-        for job in self._jobs.values():
+        for job_id, job in self._jobs.items():
+            start = now - self.window_s - self.stretch_s(job_id)
             stale = [k for k, c in job.series.items() if now - c.seen_at > self.job_timeout_s]
             for key in stale:
                 del job.series[key]
