@@ -279,12 +279,17 @@ def test_straggler_job_is_paced_over_grpc_and_http(
 
 
 def _drive_slow_steps(
-    service: PacerService, stub: Any, clock: FakeClock, job: SimulatedJob, seconds: float
+    service: PacerService,
+    stub: Any,
+    clock: FakeClock,
+    job: SimulatedJob,
+    seconds: float,
+    period_s: float,
 ) -> list[dict[str, Any]]:
-    """One step every ``job.step_s`` seconds, 1 s flushes, 0.5 s decision ticks; returns the
+    """One step every ``period_s`` seconds, 1 s flushes, 0.5 s decision ticks; returns the
     decision bodies seen."""
     previous, bodies = job.snapshot(), []
-    ticks_per_step = round(job.step_s / 0.5)
+    ticks_per_step = round(period_s / 0.5)
     for tick in range(int(seconds * 2)):
         clock.now += 0.5
         if tick % ticks_per_step == ticks_per_step - 1:
@@ -299,18 +304,26 @@ def _drive_slow_steps(
     return bodies
 
 
-@pytest.mark.parametrize("window_steps", [4, 1], ids=["stretched", "fixed-window"])
-def test_a_job_with_long_steps_is_judged(clock: FakeClock, window_steps: int) -> None:
-    """Steps of 5 s (a large model's) against the default 4 s window and min_steps 3: the
-    window stretches to hold 4 steps (20 s) and the rank timeout with it, so the job is
-    judged and paced. With the window held at 4 s (window_steps 1, the behaviour before) a
-    window never holds 3 steps and each rank drops out between two steps: never paced."""
-    job = SimulatedJob("slow-steps", step_s=5.0, lateness_s=1.0)
+@pytest.mark.parametrize(
+    ("window_steps", "step_s", "lateness_s"),
+    [(4, 5.0, 1.0), (4, 0.2, 0.04), (1, 5.0, 1.0)],
+    ids=["long-steps", "short-steps-far-apart", "fixed-window"],
+)
+def test_a_job_with_long_steps_is_judged(
+    clock: FakeClock, window_steps: int, step_s: float, lateness_s: float
+) -> None:
+    """One step every 5 s (a large model's) against the default 4 s window and min_steps 3:
+    the window stretches to hold 4 steps (20 s) and the rank timeout with it, so the job is
+    judged and paced, whether the steps themselves last 5 s or 0.2 s with pauses between
+    them (the step period is also read from how far apart the steps arrive). With the window
+    held at 4 s (window_steps 1, the behaviour before) a window never holds 3 steps and each
+    rank drops out between two steps: never paced."""
+    job = SimulatedJob("slow-steps", step_s=step_s, lateness_s=lateness_s)
     service = _start(clock, window_steps=window_steps)
     channel = grpc.insecure_channel(f"127.0.0.1:{service.otlp_port}")
     try:
         bodies = _drive_slow_steps(
-            service, metrics_service_pb2_grpc.MetricsServiceStub(channel), clock, job, 60.0
+            service, metrics_service_pb2_grpc.MetricsServiceStub(channel), clock, job, 60.0, 5.0
         )
     finally:
         channel.close()
@@ -321,7 +334,7 @@ def test_a_job_with_long_steps_is_judged(clock: FakeClock, window_steps: int) ->
         return
     assert paced, bodies[-1]
     assert set(paced[-1]["delays"]) == {"0", "1", "2"}, paced[-1]  # never the late rank
-    assert paced[-1]["spread"] == pytest.approx(1.0 / 5.0, rel=0.2)
+    assert paced[-1]["spread"] == pytest.approx(lateness_s / step_s, rel=0.2)
 
 
 def test_a_stretched_window_is_bounded() -> None:
@@ -341,6 +354,12 @@ def test_a_stretched_window_is_bounded() -> None:
     windows.ingest_request(slowest.export(CUMULATIVE).resource_metrics, now=1.0)
     assert windows.stretch_s("slowest") == pytest.approx(30.0 - 4.0)
     assert windows.stretch_s("unknown") == 0.0
+    # Short steps that arrive 2.5 s apart: the period is the time between them.
+    apart = SimulatedJob("apart", step_s=0.1)
+    for at in (1.0, 3.5, 6.0):
+        apart.run_steps(1)
+        windows.ingest_request(apart.export(CUMULATIVE).resource_metrics, now=at)
+    assert windows.stretch_s("apart") == pytest.approx(4 * 2.5 - 4.0)
     with pytest.raises(ValueError, match="max_window_s"):
         JobWindows(4.0, 600.0, max_window_s=2.0)
 

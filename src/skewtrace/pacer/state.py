@@ -130,7 +130,12 @@ class _JobState:
     decisions: deque[tuple[float, Mapping[int, float]]] = field(default_factory=deque)
     """(time, delays) of every published decision still relevant to the window."""
     step_s: float = 0.0
-    """The job's step period, smoothed from its ranks' step durations (0 until one came)."""
+    """The job's step duration, smoothed from its ranks' step-duration deltas (0: none yet)."""
+    step_gap_s: float = 0.0
+    """The job's time between steps as they arrive here, smoothed: a rank's seconds since its
+    previous step delta, per step counted (0: none yet)."""
+    step_last_at: dict[int, float] = field(default_factory=dict)
+    """When each rank's last step-duration delta arrived."""
     series: dict[_SeriesKey, _Series] = field(default_factory=dict)
 
 
@@ -326,11 +331,8 @@ class JobWindows:
             # not count as "still reporting".
             return True
         job.rank_last_seen[rank] = now
-        if kind == "step" and delta_total > 0:
-            mean = delta_total / count
-            job.step_s = (
-                mean if job.step_s <= 0 else job.step_s + _STEP_SMOOTHING * (mean - job.step_s)
-            )
+        if kind == "step":
+            _note_step(job, rank, count, delta_total, now)
         self._add_delta(
             job.deltas.setdefault(rank, deque()),
             _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
@@ -392,11 +394,16 @@ class JobWindows:
         its steps (at most ``max_window_s`` in all). A job whose steps take longer than
         ``window_s / min_steps`` would otherwise never have enough steps in a window to be
         judged, and its ranks would drop out between two steps (``rank_timeout_s``); the rank
-        timeout stretches by the same amount."""
+        timeout stretches by the same amount. The step period is the larger of the job's
+        smoothed step duration and the smoothed time between its steps' arrivals (a job that
+        pauses between short steps has a long period all the same)."""
         job = self._jobs.get(job_id)
-        if job is None or job.step_s <= 0:
+        if job is None:
             return 0.0
-        span = min(self.max_window_s, max(self.window_s, self.window_steps * job.step_s))
+        period = max(job.step_s, job.step_gap_s)
+        if period <= 0:
+            return 0.0
+        span = min(self.max_window_s, max(self.window_s, self.window_steps * period))
         return span - self.window_s
 
     def window(self, job_id: str, now: float) -> JobWindow:
@@ -502,10 +509,25 @@ class JobWindows:
                 if not deltas and now - job.rank_last_seen.get(rank, now) > self.job_timeout_s:
                     del job.deltas[rank]
                     job.rank_last_seen.pop(rank, None)
+                    job.step_last_at.pop(rank, None)
             # Keep the last decision before the window start: it was in force at the start.
             while len(job.decisions) > 1 and job.decisions[1][0] <= start:
                 job.decisions.popleft()
         return forgotten
+
+
+def _smooth(average: float, value: float) -> float:
+    return value if average <= 0 else average + _STEP_SMOOTHING * (value - average)
+
+
+def _note_step(job: _JobState, rank: int, count: int, total: float, now: float) -> None:
+    """Update the job's step duration and time between steps from one rank's step delta."""
+    if total > 0:
+        job.step_s = _smooth(job.step_s, total / count)
+    last = job.step_last_at.get(rank)
+    if last is not None and now > last:
+        job.step_gap_s = _smooth(job.step_gap_s, (now - last) / count)
+    job.step_last_at[rank] = now
 
 
 def _reset(
