@@ -17,6 +17,12 @@ type Config struct {
 
 	// MetricsFlushInterval is how often the cumulative metrics are emitted. Default 1s.
 	MetricsFlushInterval time.Duration `mapstructure:"metrics_flush_interval"`
+	// MetricsResendInterval: a flush emits the histograms observed since the previous flush,
+	// and every series at least this often (0: every series at every flush). At 4096 ranks a
+	// full flush is ~13,000 histogram points; a job with a step every few seconds changes
+	// them once a step, not once a flush. Keep it under the Prometheus exporter's
+	// metric_expiration (5m in our configs). Default 1m.
+	MetricsResendInterval time.Duration `mapstructure:"metrics_resend_interval"`
 	// HistogramBuckets are the explicit bucket bounds, in seconds, of every histogram.
 	// Default 0.0005 .. 10 (ms to s).
 	HistogramBuckets []float64 `mapstructure:"histogram_buckets"`
@@ -42,8 +48,9 @@ type Config struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Config:               join.DefaultConfig(),
-		MetricsFlushInterval: time.Second,
+		Config:                join.DefaultConfig(),
+		MetricsFlushInterval:  time.Second,
+		MetricsResendInterval: time.Minute,
 		HistogramBuckets: []float64{
 			0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 		},
@@ -83,6 +90,10 @@ func (c *Config) Validate() error {
 	}
 	if c.DedupWindow <= 0 {
 		errs = append(errs, fmt.Errorf("dedup_window must be > 0, got %d", c.DedupWindow))
+	}
+	if c.MetricsResendInterval < 0 {
+		errs = append(errs, fmt.Errorf("metrics_resend_interval must be >= 0, got %s",
+			c.MetricsResendInterval))
 	}
 	if c.SeriesIdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("series_idle_timeout must be > 0, got %s",

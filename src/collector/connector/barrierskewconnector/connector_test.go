@@ -530,7 +530,12 @@ func histogramTotals(m pmetric.Metric) totals {
 // TestConcurrentConsumersAndFlushTicker feeds steps from several goroutines while the flush
 // ticker emits and the telemetry is read; run it with -race.
 func TestConcurrentConsumersAndFlushTicker(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MetricsFlushInterval = time.Millisecond })
+	h := newHarness(t, func(c *Config) {
+		c.MetricsFlushInterval = time.Millisecond
+		// The last flush below must carry every series, not only those the ticker's
+		// flushes have not emitted yet.
+		c.MetricsResendInterval = 0
+	})
 	ranks := fixture.Ranks(4)
 	var wg sync.WaitGroup
 	for worker := range 4 {
@@ -632,5 +637,70 @@ func TestSummaryEventsWithOversizedOrUnknownValuesAreIgnored(t *testing.T) {
 	h.consume(t, td)
 	if n := len(h.conn.agg.stragglers); n != 0 {
 		t.Errorf("%d straggler series from events that should have been ignored", n)
+	}
+}
+
+func hasMetric(md pmetric.Metrics, name string) bool {
+	rms := md.ResourceMetrics()
+	for i := range rms.Len() {
+		sms := rms.At(i).ScopeMetrics()
+		for j := range sms.Len() {
+			ms := sms.At(j).Metrics()
+			for k := range ms.Len() {
+				if ms.At(k).Name() == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestUnchangedHistogramsWaitForTheResend: a flush emits the histograms observed since the
+// previous one (cumulative, so a left-out point repeats the last), the gauges every time, and
+// every series again once metrics_resend_interval has passed.
+func TestUnchangedHistogramsWaitForTheResend(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MetricsResendInterval = time.Minute })
+	ranks := fixture.Ranks(4)
+	for step := range int64(3) {
+		h.consume(t, stepBatch(ranks, step, 1, semconv.SpanForward, 20*time.Millisecond))
+	}
+	first := h.flush(t)
+	if n := findMetric(t, first, semconv.MetricRankLateness).Histogram().DataPoints().Len(); n != 4 {
+		t.Fatalf("first flush: %d lateness points, want 4", n)
+	}
+
+	emitted := len(h.sink.AllMetrics())
+	quiet := h.flush(t)
+	if len(h.sink.AllMetrics()) != emitted+1 {
+		t.Fatal("a flush with nothing new emitted nothing; the gauges should still go out")
+	}
+	for _, name := range []string{semconv.MetricBarrierSkew, semconv.MetricRankLateness,
+		semconv.MetricRankWait, semconv.MetricStepDuration} {
+		if hasMetric(quiet, name) {
+			t.Errorf("%s emitted again with no new observation", name)
+		}
+	}
+	if !hasMetric(quiet, semconv.MetricJobSlowdown) {
+		t.Errorf("the job's gauge must go out at every flush")
+	}
+
+	h.consume(t, stepBatch(ranks, 3, 1, semconv.SpanForward, 20*time.Millisecond))
+	changed := h.flush(t)
+	points := findMetric(t, changed, semconv.MetricRankLateness).Histogram().DataPoints()
+	if points.Len() != 4 {
+		t.Fatalf("after a new step: %d lateness points, want 4", points.Len())
+	}
+	steps := findMetric(t, changed, semconv.MetricStepDuration).Histogram().DataPoints()
+	for i := range steps.Len() {
+		if steps.At(i).Count() != 4 {
+			t.Errorf("step duration count %d, want 4 (cumulative)", steps.At(i).Count())
+		}
+	}
+
+	h.clock.Advance(time.Minute)
+	resent := h.flush(t)
+	if n := findMetric(t, resent, semconv.MetricRankLateness).Histogram().DataPoints().Len(); n != 4 {
+		t.Fatalf("after metrics_resend_interval: %d lateness points, want all 4", n)
 	}
 }

@@ -71,8 +71,10 @@ type exemplar struct {
 }
 
 type histogram struct {
-	start     pcommon.Timestamp
-	updated   time.Time
+	start   pcommon.Timestamp
+	updated time.Time
+	// dirty: observed since it was last emitted.
+	dirty     bool
 	counts    []uint64
 	count     uint64
 	sum       float64
@@ -140,6 +142,8 @@ type aggregator struct {
 
 	seriesDropped int64
 	jobsForgotten int64
+	// lastFull is when build last emitted every histogram (not only the changed ones).
+	lastFull time.Time
 	// now is the time of the observation being recorded (for the jobs' recency).
 	now time.Time
 }
@@ -227,6 +231,7 @@ func (a *aggregator) observe(h *histogram, now time.Time, value float64, ref spa
 		return
 	}
 	h.updated = now
+	h.dirty = true
 	h.counts[sort.SearchFloat64s(a.cfg.HistogramBuckets, value)]++
 	h.count++
 	h.sum += value
@@ -456,7 +461,10 @@ func putCollective(attrs pcommon.Map, k collectiveKey) {
 	attrs.PutStr(semconv.AttrCollectiveOp, k.op)
 }
 
-// build emits every series as cumulative metrics, then drops the exemplars it emitted.
+// build emits the series as cumulative metrics, then drops the exemplars it emitted: the
+// gauges and counters every time, the histograms when observed since they were last emitted
+// and all of them every metrics_resend_interval (cumulative points: one left out repeats the
+// last one emitted, which the Prometheus exporter and the pacer keep).
 func (a *aggregator) build(now time.Time) pmetric.Metrics {
 	a.expire(now)
 	ts := pcommon.NewTimestampFromTime(now)
@@ -464,18 +472,25 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
 	sm.Scope().SetName(scopeName)
 	metrics := sm.Metrics()
+	all := a.lastFull.IsZero() || !now.Before(a.lastFull.Add(a.cfg.MetricsResendInterval))
+	if all {
+		a.lastFull = now
+	}
 
 	buildHistograms(a, metrics, semconv.MetricBarrierSkew,
-		"Barrier skew: latest minus earliest arrival at a collective.", a.skew, ts, putCollective)
+		"Barrier skew: latest minus earliest arrival at a collective.", a.skew, ts, all,
+		putCollective)
 	buildHistograms(a, metrics, semconv.MetricCollectiveTransfer,
-		"A joined collective's transfer: the time after its last arrival.", a.transfer, ts,
+		"A joined collective's transfer: the time after its last arrival.", a.transfer, ts, all,
 		putCollective)
 	buildHistograms(a, metrics, semconv.MetricRankLateness,
-		"A rank's arrival at a collective minus the earliest arrival.", a.lateness, ts, putRank)
+		"A rank's arrival at a collective minus the earliest arrival.", a.lateness, ts, all,
+		putRank)
 	buildHistograms(a, metrics, semconv.MetricRankWait,
-		"How long a rank waited at a collective for the last arrival.", a.wait, ts, putRank)
+		"How long a rank waited at a collective for the last arrival.", a.wait, ts, all,
+		putRank)
 	buildHistograms(a, metrics, semconv.MetricStepDuration,
-		"A rank's training step duration.", a.stepDuration, ts, putRank)
+		"A rank's training step duration.", a.stepDuration, ts, all, putRank)
 
 	if len(a.stragglers) > 0 {
 		m := metrics.AppendEmpty()
@@ -618,9 +633,18 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 }
 
 func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, name, desc string,
-	series map[K]*histogram, ts pcommon.Timestamp, putAttrs func(pcommon.Map, K),
+	series map[K]*histogram, ts pcommon.Timestamp, all bool, putAttrs func(pcommon.Map, K),
 ) {
-	if len(series) == 0 {
+	emit := len(series)
+	if !all {
+		emit = 0
+		for _, h := range series {
+			if h.dirty {
+				emit++
+			}
+		}
+	}
+	if emit == 0 {
 		return
 	}
 	m := metrics.AppendEmpty()
@@ -630,8 +654,12 @@ func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, n
 	hist := m.SetEmptyHistogram()
 	hist.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	points := hist.DataPoints()
-	points.EnsureCapacity(len(series))
+	points.EnsureCapacity(emit)
 	for key, h := range series {
+		if !all && !h.dirty {
+			continue
+		}
+		h.dirty = false
 		dp := points.AppendEmpty()
 		putAttrs(dp.Attributes(), key)
 		dp.SetStartTimestamp(h.start)
