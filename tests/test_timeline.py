@@ -39,7 +39,7 @@ from skewtrace.timeline.changepoint import (
     detect,
 )
 from skewtrace.timeline.compare import TimeRange, compare
-from skewtrace.timeline.first_change import Report, first_change
+from skewtrace.timeline.first_change import Report, Settings, first_change
 from skewtrace.timeline.prometheus_source import PrometheusError, PrometheusSource, promql
 from skewtrace.timeline.service import SERVICE_NAME, WatchConfig, Watcher
 from skewtrace.timeline.signals import (
@@ -541,6 +541,24 @@ def test_changes_that_ended_or_started_too_early_are_not_suspects() -> None:
     job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 5.0, at=100)
     report = job.report()
     assert [c.kind for c in report.changes] == [semconv.COMPONENT_STEP]
+
+
+def test_a_change_as_the_job_starts_is_its_start_not_a_cause() -> None:
+    """Node0's queue starts dropping 8 s into the job (traffic beginning) and stays so; the
+    loader slows 60 s in, with the step time. Within ``startup_s`` (10 s) of the job's first
+    step-time sample the drops are the job starting; with no start-up allowance they would
+    have been named first."""
+    job = Job(length=120, seed=7)
+    job.healthy(step_at=60)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 5.0, at=8)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {HOST: "node1"}, 0.01, 0.5, at=60, noise=0.0005)
+    kinds = [c.kind for c in job.report().changes]
+    assert kinds[0] == semconv.COMPONENT_DATALOADER, kinds
+    assert semconv.COMPONENT_NIC not in kinds, kinds
+    no_allowance = first_change(
+        job.source, JOB_ID, T0, T0 + job.length - 1, Settings(startup_s=0.0)
+    )
+    assert no_allowance.changes[0].kind == semconv.COMPONENT_NIC, no_allowance.changes
 
 
 # --------------------------------------------------------------------------------- compare

@@ -8,7 +8,9 @@
 2. The suspects: every series of :data:`~.signals.SIGNALS` on the regressed ranks' hosts (the
    collective transfer of every process group of the job) whose level shifted with an onset
    from ``lookback_s`` before the regression to ``slack_s`` after it, and is still at its new
-   level when the regression starts (a burst that ended before does not explain it).
+   level when the regression starts (a burst that ended before does not explain it). A
+   change in the job's first ``startup_s`` (from its first step-time sample in the window) is the job
+   starting (traffic beginning, start-up writes ending), not a cause.
 3. The order: by onset. Onsets within one sampling interval (``tie_s``) cannot be ordered by
    time (targets are scraped at different phases, rates smear over their window), so such
    ties are ordered by what feeds what: switch, then NIC, host, disk and GPU signals, then
@@ -188,6 +190,8 @@ def _describe(change: ComponentChange) -> str:
 class Settings:
     lookback_s: float = DEFAULT_LOOKBACK_S
     """How long before the regression a change may start."""
+    startup_s: float = 10.0
+    """A change this soon after the job's first step-time sample is its start-up."""
     slack_s: float | None = None
     """How long after the regression's onset a change still counts (default: two samples)."""
     tie_s: float | None = None
@@ -400,6 +404,8 @@ def first_change(
     # explain the rise.
     material_s = cfg.material_fraction * abs(step_change.after - step_change.before)
     step_rate = _job_step_rate(source, job, start, end)
+    # Traffic beginning and start-up writes ending move every series as the job starts.
+    not_before = max(onset - cfg.lookback_s, min(s.times[0] for s in per_rank) + cfg.startup_s)
     changes: list[ComponentChange] = []
     for signal in sig.SIGNALS:
         smear_s = source.smear_s(signal.query, start, end)
@@ -415,7 +421,7 @@ def first_change(
                 series.times,
                 series.values,
                 detector,
-                not_before=onset - cfg.lookback_s,
+                not_before=not_before,
                 not_after=onset + slack_s,
                 min_shift=material_s / per_step if per_step else 0.0,
                 min_level=signal.floor_per_step / step_s,
