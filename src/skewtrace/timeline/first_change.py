@@ -9,8 +9,8 @@
    collective transfer of every process group of the job) whose level shifted with an onset
    from ``lookback_s`` before the regression to ``slack_s`` after it, and is still at its new
    level when the regression starts (a burst that ended before does not explain it). A
-   change in the job's first ``startup_s`` (from its first step-time sample in the window) is the job
-   starting (traffic beginning, start-up writes ending), not a cause.
+   change in the job's first ``startup_s`` (from its first step-time sample in the window)
+   is the job starting (traffic beginning, start-up writes ending), not a cause.
 3. The order: by onset. Onsets within one sampling interval (``tie_s``) cannot be ordered by
    time (targets are scraped at different phases, rates smear over their window), so such
    ties are ordered by what feeds what: switch, then NIC, host, disk and GPU signals, then
