@@ -94,8 +94,8 @@ func (h *harness) flush(t *testing.T) pmetric.Metrics {
 	return all[len(all)-1]
 }
 
-func findMetric(t *testing.T, md pmetric.Metrics, name string) pmetric.Metric {
-	t.Helper()
+// lookupMetric returns the first metric called name, and whether there was one.
+func lookupMetric(md pmetric.Metrics, name string) (pmetric.Metric, bool) {
 	rms := md.ResourceMetrics()
 	for i := range rms.Len() {
 		sms := rms.At(i).ScopeMetrics()
@@ -103,13 +103,21 @@ func findMetric(t *testing.T, md pmetric.Metrics, name string) pmetric.Metric {
 			ms := sms.At(j).Metrics()
 			for k := range ms.Len() {
 				if ms.At(k).Name() == name {
-					return ms.At(k)
+					return ms.At(k), true
 				}
 			}
 		}
 	}
-	t.Fatalf("metric %s not emitted", name)
-	return pmetric.NewMetric()
+	return pmetric.NewMetric(), false
+}
+
+func findMetric(t *testing.T, md pmetric.Metrics, name string) pmetric.Metric {
+	t.Helper()
+	m, ok := lookupMetric(md, name)
+	if !ok {
+		t.Fatalf("metric %s not emitted", name)
+	}
+	return m
 }
 
 func attrs(m pcommon.Map) map[string]any { return m.AsRaw() }
@@ -640,22 +648,6 @@ func TestSummaryEventsWithOversizedOrUnknownValuesAreIgnored(t *testing.T) {
 	}
 }
 
-func hasMetric(md pmetric.Metrics, name string) bool {
-	rms := md.ResourceMetrics()
-	for i := range rms.Len() {
-		sms := rms.At(i).ScopeMetrics()
-		for j := range sms.Len() {
-			ms := sms.At(j).Metrics()
-			for k := range ms.Len() {
-				if ms.At(k).Name() == name {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 // TestUnchangedHistogramsWaitForTheResend: a flush emits the histograms observed since the
 // previous one (cumulative, so a left-out point repeats the last), the gauges every time, and
 // every series again once metrics_resend_interval has passed.
@@ -677,11 +669,11 @@ func TestUnchangedHistogramsWaitForTheResend(t *testing.T) {
 	}
 	for _, name := range []string{semconv.MetricBarrierSkew, semconv.MetricRankLateness,
 		semconv.MetricRankWait, semconv.MetricStepDuration} {
-		if hasMetric(quiet, name) {
+		if _, ok := lookupMetric(quiet, name); ok {
 			t.Errorf("%s emitted again with no new observation", name)
 		}
 	}
-	if !hasMetric(quiet, semconv.MetricJobSlowdown) {
+	if _, ok := lookupMetric(quiet, semconv.MetricJobSlowdown); !ok {
 		t.Errorf("the job's gauge must go out at every flush")
 	}
 
