@@ -121,8 +121,9 @@ class PacerConfig:
 
     window_steps: int = option(4, parse=integer, check=at_least(1))
     """A job's window (and rank timeout) stretches past ``window_s`` to hold at least this
-    many of its steps, judged from its step durations: a job whose steps take longer than
-    ``window_s / min_steps`` would otherwise never be judged."""
+    many of its steps (its period: the larger of its step duration and the time between its
+    steps' arrivals): a job whose steps take longer than ``window_s / min_steps`` would
+    otherwise never be judged."""
 
     max_window_s: float = option(60.0, check=positive, seconds=True)
     """The longest a stretched window gets (jobs with longer steps are judged on fewer)."""

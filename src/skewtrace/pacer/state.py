@@ -145,7 +145,7 @@ _SeriesKey = tuple[str, int, bytes]
 # Deltas of one rank and kind received closer together than window_s / this are merged.
 _DELTAS_PER_WINDOW = 16
 
-# Weight of a new step-duration delta in a job's smoothed step period.
+# Weight of a new step-duration delta in a job's smoothed step duration and time between steps.
 _STEP_SMOOTHING = 0.2
 
 # The window is cut into this many parts for a rank's typical wait per step (the median over
