@@ -3,6 +3,7 @@ module github.com/skewtrace/skewtrace/src/collector
 go 1.26.0
 
 require (
+	github.com/klauspost/compress v1.20.3
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/collector/component v1.71.0
 	go.opentelemetry.io/collector/component/componenttest v0.165.0
