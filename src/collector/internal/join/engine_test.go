@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 type fakeClock struct{ now time.Time }
@@ -429,5 +430,46 @@ func TestHugeClaimedGroupExpiresQuickly(t *testing.T) {
 	}
 	if len(out) != 4096 {
 		t.Errorf("released %d of 4096", len(out))
+	}
+}
+
+// A pending member costs 48 bytes with a two-word handle (the processor's), not a Member's
+// ~170: at 4096 ranks the engine holds about a step of every rank's collective members.
+func TestHeldMemberIsCompact(t *testing.T) {
+	type twoWords struct {
+		p *int
+		i int
+	}
+	if got := unsafe.Sizeof(heldMember[twoWords]{}); got > 48 {
+		t.Fatalf("heldMember with a two-word Ref is %d bytes, want <= 48", got)
+	}
+}
+
+// Members keep their topology through the interning, and a collective's member slice does
+// not grow past pg_size.
+func TestPendingMembersKeepTheirTopologyAndFitTheGroup(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	e := New[int](DefaultConfig(), clock)
+	const size = 100
+	var out []*Released[int]
+	for rank := range size {
+		a := Arrival[int]{Key: Key{Job: "j", PG: "0", Seq: 1}, Op: "all_reduce", PGSize: size,
+			Rank: rank, StartUnixNano: 1000, EndUnixNano: 2000 + int64(rank), Ref: rank}
+		a.Host, a.Switch, a.NIC = fmt.Sprintf("node-%d", rank/8), "leaf-0", fmt.Sprintf("nic%d", rank%8)
+		if rank < size-1 {
+			if p := e.pending[a.Key]; p != nil && cap(p.members) > size {
+				t.Fatalf("member capacity %d past pg_size %d", cap(p.members), size)
+			}
+		}
+		_, out = e.Add(&a, out)
+	}
+	if len(out) != 1 || len(out[0].Members) != size {
+		t.Fatalf("released %d collectives, want one of %d members", len(out), size)
+	}
+	for _, m := range out[0].Members {
+		if m.Ref != m.Rank || m.Host != fmt.Sprintf("node-%d", m.Rank/8) || m.NIC != fmt.Sprintf("nic%d", m.Rank%8) ||
+			m.Switch != "leaf-0" || m.EndUnixNano != 2000+int64(m.Rank) {
+			t.Fatalf("member %+v lost what it arrived with", m)
+		}
 	}
 }
