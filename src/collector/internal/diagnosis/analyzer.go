@@ -200,6 +200,7 @@ func (a *Analyzer) dropJob(name string) {
 		a.heldOps -= len(sd.ops)
 	}
 	delete(a.jobs, name)
+	a.phases.forget(name)
 }
 
 // openStep returns the job's open step, creating it; nil when the step was already analyzed.
@@ -344,6 +345,7 @@ func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
 	delete(j.open, sd.step)
 	if sd.step > j.analyzed {
 		j.analyzed = sd.step
+		a.phases.setAnalyzed(j.name, j.analyzed)
 	}
 	a.heldOps -= len(sd.ops)
 	a.stats.StepsAnalyzed++

@@ -31,3 +31,85 @@ func TestPhaseCacheIsBoundedInEntriesAndCapacity(t *testing.T) {
 		t.Fatalf("forward = %+v (seen %v), want start 10, end 35, total 15", iv, ok)
 	}
 }
+
+// Entries of steps before a job's last analyzed step are reused before the cache grows: it
+// holds the steps still open, not limit entries. Entries still read (the analyzed step, the
+// open ones) stay.
+func TestPhaseCacheReusesAnalyzedStepsBeforeGrowing(t *testing.T) {
+	const limit, ranks = 100000, 1000
+	c := newPhaseCache(limit)
+	for step := int64(0); step < 20; step++ {
+		for rank := int32(0); rank < ranks; rank++ {
+			c.add("job", step, rank, PhaseForward, 10, 20)
+		}
+		// The step before is analyzed once this one has arrived (it reads its predecessor).
+		c.setAnalyzed("job", step-1)
+	}
+	// Steps 18 and 19 are read; 17 and older are stale. The ring needed steps 17-19 at once,
+	// and grows by doubling (without the reuse: 20 steps, a capacity of 32768).
+	if got := cap(c.entries); got > 6*ranks {
+		t.Fatalf("cap(entries) = %d for 3 steps of %d ranks (limit %d): analyzed steps were not reused", got, ranks, limit)
+	}
+	for _, step := range []int64{18, 19} {
+		for _, rank := range []int32{0, ranks / 2, ranks - 1} {
+			if c.get("job", step, rank) == nil {
+				t.Fatalf("step %d rank %d is missing", step, rank)
+			}
+		}
+	}
+	checkPhaseIndex(t, &c)
+}
+
+// A ring that wrapped (stale entries reused) and then has to grow keeps its age order: the
+// limit still forces out the oldest entries first, and the index stays true.
+func TestPhaseCacheGrowsAfterWrappingInAgeOrder(t *testing.T) {
+	const limit = 500
+	c := newPhaseCache(limit)
+	// Four steps of 50 in a ring of 150: step 3 took step 0's slots, and the ring's oldest is
+	// now step 1 (stale), then step 2 (read).
+	for step := int64(0); step < 4; step++ {
+		for rank := int32(0); rank < 50; rank++ {
+			c.add("a", step, rank, PhaseStep, 1, 2)
+		}
+		c.setAnalyzed("a", step-1)
+	}
+	if c.next == 0 {
+		t.Fatal("the ring did not wrap; the test does not test growth after a wrap")
+	}
+	// Job b is never analyzed: its entries fill the cache to the limit and force out a's
+	// entries, oldest first.
+	for rank := int32(0); rank < limit-100+60; rank++ {
+		c.add("b", 0, rank, PhaseStep, 1, 2)
+	}
+	checkPhaseIndex(t, &c)
+	if c.len() != limit {
+		t.Fatalf("len = %d, want %d", c.len(), limit)
+	}
+	// Steps 2 and 3 of a are live (100 entries), so 60 of them were forced out, oldest first:
+	// step 2's 50, then step 3's ranks 0-9.
+	if c.get("a", 2, 49) != nil || c.get("a", 3, 9) != nil {
+		t.Fatal("an older entry outlived a newer one")
+	}
+	if c.get("a", 3, 10) == nil || c.get("a", 3, 49) == nil || c.get("b", 0, 0) == nil {
+		t.Fatal("a newer entry was forced out before an older one")
+	}
+	// 40 more of b force out the rest of a, and nothing of b.
+	for rank := int32(limit - 100 + 60); rank < limit; rank++ {
+		c.add("b", 0, rank, PhaseStep, 1, 2)
+	}
+	checkPhaseIndex(t, &c)
+	for rank := int32(0); rank < limit; rank++ {
+		if c.get("b", 0, rank) == nil {
+			t.Fatalf("b rank %d was forced out while older entries of a remained", rank)
+		}
+	}
+}
+
+func checkPhaseIndex(t *testing.T, c *phaseCache) {
+	t.Helper()
+	for k, i := range c.index {
+		if c.entries[i].key != k {
+			t.Fatalf("index says %+v is at %d, which holds %+v", k, i, c.entries[i].key)
+		}
+	}
+}
