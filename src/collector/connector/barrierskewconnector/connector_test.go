@@ -518,6 +518,22 @@ func TestProcessorThenConnectorJoinsOnce(t *testing.T) {
 		stragglerValue(t, c, 3, semconv.CauseCompute) != 1 {
 		t.Errorf("rank 3 not flagged compute in both")
 	}
+	// The phases of a job the processor joins are not kept (the connector never analyzes its
+	// steps): at most those that came before its first annotated collective.
+	if n := chained.conn.snapshot().Engine.Analysis.PhaseEntries; n > len(ranks) {
+		t.Errorf("connector behind the processor keeps %d phase entries, want <= %d", n, len(ranks))
+	}
+	if n := alone.conn.snapshot().Engine.Analysis.PhaseEntries; n < len(ranks) {
+		t.Errorf("connector alone keeps %d phase entries, want >= %d", n, len(ranks))
+	}
+	// A collective of the job that arrives unannotated puts the job back in the connector's
+	// own join, phases included (from its next batch on).
+	for step := int64(10); step < 12; step++ {
+		chained.consume(t, stepBatch(ranks, step, -1, "", 0))
+	}
+	if n := chained.conn.snapshot().Engine.Analysis.PhaseEntries; n < 2*len(ranks) {
+		t.Errorf("after unannotated steps the connector keeps %d phase entries, want >= %d", n, 2*len(ranks))
+	}
 }
 
 type totals struct {
