@@ -375,21 +375,27 @@ func (n *Note) Write(span ptrace.Span) {
 	}
 }
 
-// annotationKeys are the attributes only the barrierskew processor writes.
-var annotationKeys = map[string]bool{
-	semconv.AttrBarrierSkew: true, semconv.AttrBarrierLateness: true,
-	semconv.AttrBarrierWait: true, semconv.AttrBarrierTransfer: true,
-	semconv.AttrClockOffset: true, semconv.AttrCollectiveSlowdown: true,
-	semconv.AttrStraggler: true, semconv.AttrStragglerCause: true,
-	semconv.AttrStragglerDomain: true, semconv.AttrBarrierMissingRanks: true,
-	semconv.AttrBarrierMissing: true, semconv.AttrBarrierReleased: true,
-	semconv.AttrBarrierUnjoined: true,
+// isAnnotationKey reports whether k is an attribute only the barrierskew processor writes.
+// A switch, not a map: it runs for every attribute of every collective span, and comparing
+// lengths and bytes is cheaper than hashing each key.
+func isAnnotationKey(k string) bool {
+	switch k {
+	case semconv.AttrBarrierSkew, semconv.AttrBarrierLateness,
+		semconv.AttrBarrierWait, semconv.AttrBarrierTransfer,
+		semconv.AttrClockOffset, semconv.AttrCollectiveSlowdown,
+		semconv.AttrStraggler, semconv.AttrStragglerCause,
+		semconv.AttrStragglerDomain, semconv.AttrBarrierMissingRanks,
+		semconv.AttrBarrierMissing, semconv.AttrBarrierReleased,
+		semconv.AttrBarrierUnjoined:
+		return true
+	}
+	return false
 }
 
 // StripAnnotations removes from a span every attribute the processor writes (a span that
 // arrives with them claims figures nobody measured).
 func StripAnnotations(span ptrace.Span) {
-	span.Attributes().RemoveIf(func(k string, _ pcommon.Value) bool { return annotationKeys[k] })
+	span.Attributes().RemoveIf(func(k string, _ pcommon.Value) bool { return isAnnotationKey(k) })
 }
 
 // MarkUnjoined records on a collective span the processor forwards without a join (malformed
