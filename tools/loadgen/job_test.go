@@ -255,3 +255,33 @@ func TestMissingRankSendsNothing(t *testing.T) {
 		t.Fatalf("spans = %d, SpansPerStep = %d", step.Spans, cfg.SpansPerStep())
 	}
 }
+
+// A step summary's training.straggler events are counted by rank and cause, with the time
+// the first one arrived; summary spans do not count as the job's spans.
+func TestSinkCountsTheFlagsOfStepSummaries(t *testing.T) {
+	s := newSink()
+	td := ptrace.NewTraces()
+	spans := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+	for range 2 {
+		summary := spans.AppendEmpty()
+		summary.SetName(spanStepSummary)
+		ev := summary.Events().AppendEmpty()
+		ev.SetName(eventStraggler)
+		ev.Attributes().PutInt(attrRank, 17)
+		ev.Attributes().PutStr(attrStragCause, "compute")
+		other := summary.Events().AppendEmpty()
+		other.SetName("training.suspect")
+		other.Attributes().PutInt(attrRank, 3)
+	}
+	spans.AppendEmpty().SetName("collective.all_reduce")
+	if got := s.countAnnotations(td); got != 2 {
+		t.Fatalf("summaries = %d, want 2", got)
+	}
+	st := s.stats("x")
+	if len(st.SummaryStragglers) != 1 || st.SummaryStragglers["17:compute"] != 2 {
+		t.Fatalf("summary stragglers = %v, want 17:compute twice", st.SummaryStragglers)
+	}
+	if st.SummaryStragglersFirst["17:compute"] <= 0 {
+		t.Fatalf("first flag time = %v", st.SummaryStragglersFirst)
+	}
+}

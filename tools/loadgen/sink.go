@@ -37,6 +37,11 @@ type sink struct {
 
 	mu         sync.Mutex
 	stragglers map[string]int64 // "rank:cause" -> spans flagged
+	// summaryFlags: "rank:cause" -> step summaries that name the rank flagged, and when the
+	// first of them arrived (a flag as soon as the collector's analysis has it, read without
+	// loading the collector as scraping its /metrics page does).
+	summaryFlags      map[string]int64
+	summaryFlagsFirst map[string]int64
 }
 
 // SinkStats is printed as one JSON line per report and once at exit.
@@ -55,10 +60,15 @@ type SinkStats struct {
 	ActiveSeconds     float64          `json:"active_seconds"`
 	SpansPerSecond    float64          `json:"spans_per_second_active"`
 	Stragglers        map[string]int64 `json:"stragglers"`
+	// SummaryStragglers: step summaries naming "rank:cause" flagged; the first one's arrival
+	// (unix nanos) in SummaryStragglersFirst.
+	SummaryStragglers      map[string]int64 `json:"summary_stragglers"`
+	SummaryStragglersFirst map[string]int64 `json:"summary_stragglers_first_unix_nano"`
 }
 
 func newSink() *sink {
-	return &sink{start: time.Now(), stragglers: map[string]int64{}}
+	return &sink{start: time.Now(), stragglers: map[string]int64{},
+		summaryFlags: map[string]int64{}, summaryFlagsFirst: map[string]int64{}}
 }
 
 func (s *sink) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
@@ -94,6 +104,7 @@ func (s *sink) countAnnotations(td ptrace.Traces) int64 {
 			for k := 0; k < spans.Len(); k++ {
 				if spans.At(k).Name() == spanStepSummary {
 					summaries++
+					s.countSummaryFlags(spans.At(k))
 					continue
 				}
 				attrs := spans.At(k).Attributes()
@@ -122,6 +133,32 @@ func (s *sink) countAnnotations(td ptrace.Traces) int64 {
 		s.mu.Unlock()
 	}
 	return summaries
+}
+
+// countSummaryFlags records the ranks a step summary names flagged (its training.straggler
+// events).
+func (s *sink) countSummaryFlags(span ptrace.Span) {
+	events := span.Events()
+	for i := 0; i < events.Len(); i++ {
+		ev := events.At(i)
+		if ev.Name() != eventStraggler {
+			continue
+		}
+		rank, cause := "?", "?"
+		if v, ok := ev.Attributes().Get(attrRank); ok {
+			rank = v.AsString()
+		}
+		if v, ok := ev.Attributes().Get(attrStragCause); ok {
+			cause = v.AsString()
+		}
+		key := rank + ":" + cause
+		s.mu.Lock()
+		if s.summaryFlags[key] == 0 {
+			s.summaryFlagsFirst[key] = time.Now().UnixNano()
+		}
+		s.summaryFlags[key]++
+		s.mu.Unlock()
+	}
 }
 
 type metricsSink struct {
@@ -162,6 +199,12 @@ func (s *sink) stats(listen string) SinkStats {
 	sort.Strings(keys)
 	for _, key := range keys {
 		st.Stragglers[key] = s.stragglers[key]
+	}
+	st.SummaryStragglers = make(map[string]int64, len(s.summaryFlags))
+	st.SummaryStragglersFirst = make(map[string]int64, len(s.summaryFlags))
+	for key, n := range s.summaryFlags {
+		st.SummaryStragglers[key] = n
+		st.SummaryStragglersFirst[key] = s.summaryFlagsFirst[key]
 	}
 	s.mu.Unlock()
 	return st
