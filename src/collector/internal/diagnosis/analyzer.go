@@ -172,6 +172,7 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		}
 		a.dropJob(victim.name)
 	}
+	a.phases.known(name)
 	j := &jobState{
 		name:           name,
 		open:           make(map[int64]*stepData),

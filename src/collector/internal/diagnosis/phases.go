@@ -1,5 +1,7 @@
 package diagnosis
 
+import "math"
+
 type phaseKey struct {
 	job  string
 	step int64
@@ -25,27 +27,46 @@ func (p *phaseEntry) get(kind PhaseKind) (phaseInterval, bool) {
 }
 
 // phaseCache is a bounded FIFO of per-(job, step, rank) entries: a ring of entries indexed
-// by a map, the oldest overwritten first. Steps move forward, so FIFO is LRU here. An entry
-// of a step older than its job's last analyzed step is stale (an analysis reads its own
-// step and the one before), and the oldest entry is reused when stale before the ring grows:
-// the cache holds about the steps still open, not limit entries (at 4096 ranks, 2-3 steps
-// instead of 16, ~12 MB less).
+// by a map, the oldest overwritten first. Steps move forward, so FIFO is LRU here. The oldest
+// entry is reused before the ring grows when it is stale: its step is older than its job's
+// last analyzed step (an analysis reads its own step and the one before), its job was
+// forgotten by the analysis, or it is of the job's last analyzed step and the job added no
+// entry for a whole lap of the ring as it was then (a job that ended: its last step would
+// otherwise stay at the head for good and the ring grow to its limit; the price is that a job
+// pausing that long loses its previous step's phases, which its next analysis reads beside
+// its own). So the cache holds about the steps still open, not limit entries (at 4096 ranks,
+// 2-3 steps instead of 16, ~12 MB less).
 type phaseCache struct {
 	limit   int
 	entries []phaseEntry
 	// next is the oldest entry's index once the ring has wrapped (0 before).
 	next  int
 	index map[phaseKey]int32
-	// analyzed is each job's last analyzed step.
+	// analyzed is each job's last analyzed step (forgottenJob once the analysis forgot it).
 	analyzed map[string]int64
+	// added counts the entries ever created; lastAdded is when each job's latest was.
+	added     uint64
+	lastAdded map[string]jobAdded
 }
 
-// maxAnalyzedJobs bounds phaseCache.analyzed; past it the map starts over (entries are then
-// kept until the limit forces them out).
+// jobAdded is when a job's latest entry was created: the value of added and the ring's length.
+type jobAdded struct {
+	at      uint64
+	ringLen int
+}
+
+// forgottenJob marks a job the analysis forgot: all its entries are stale.
+const forgottenJob = math.MaxInt64
+
+// maxAnalyzedJobs bounds phaseCache.analyzed and lastAdded; past it they start over (entries
+// are then kept until a lap or the limit forces them out).
 const maxAnalyzedJobs = 4096
 
 func newPhaseCache(limit int) phaseCache {
-	return phaseCache{limit: limit, index: make(map[phaseKey]int32), analyzed: make(map[string]int64)}
+	return phaseCache{
+		limit: limit, index: make(map[phaseKey]int32),
+		analyzed: make(map[string]int64), lastAdded: make(map[string]jobAdded),
+	}
 }
 
 // setAnalyzed records that the job's steps up to step were analyzed.
@@ -56,12 +77,29 @@ func (c *phaseCache) setAnalyzed(job string, step int64) {
 	c.analyzed[job] = step
 }
 
-// forget drops what the cache knows of a job's analysis (its entries age out).
-func (c *phaseCache) forget(job string) { delete(c.analyzed, job) }
+// forget makes the entries of a job the analysis forgot stale.
+func (c *phaseCache) forget(job string) { c.setAnalyzed(job, forgottenJob) }
+
+// known clears what forget recorded, for a job the analysis starts again under that name.
+func (c *phaseCache) known(job string) {
+	if c.analyzed[job] == forgottenJob {
+		delete(c.analyzed, job)
+	}
+}
 
 func (c *phaseCache) stale(e *phaseEntry) bool {
 	step, ok := c.analyzed[e.key.job]
-	return ok && e.key.step < step
+	switch {
+	case !ok || e.key.step > step:
+		return false
+	case e.key.step < step:
+		return true
+	default:
+		// The ring's length then, not now: while this entry blocks the head the ring grows by
+		// one an entry, and a lap measured on the growing ring would never end.
+		last, ok := c.lastAdded[e.key.job]
+		return !ok || c.added-last.at > uint64(last.ringLen)
+	}
 }
 
 func (c *phaseCache) slot(k phaseKey) *phaseEntry {
@@ -97,6 +135,11 @@ func (c *phaseCache) slot(k phaseKey) *phaseEntry {
 	}
 	c.entries[i] = phaseEntry{key: k}
 	c.index[k] = int32(i)
+	c.added++
+	if _, ok := c.lastAdded[k.job]; !ok && len(c.lastAdded) >= maxAnalyzedJobs {
+		clear(c.lastAdded)
+	}
+	c.lastAdded[k.job] = jobAdded{at: c.added, ringLen: len(c.entries)}
 	return &c.entries[i]
 }
 

@@ -113,3 +113,53 @@ func checkPhaseIndex(t *testing.T, c *phaseCache) {
 		}
 	}
 }
+
+// A job that ended leaves its last analyzed step at the head of the ring; after a lap with no
+// entry of that job it is stale, and the next job's analyzed steps are reused as before (it
+// used to make the ring grow to its limit for good). A job the analysis forgot is stale at
+// once, until the analysis knows a job of that name again.
+func TestPhaseCacheEndedAndForgottenJobsDoNotStopTheReuse(t *testing.T) {
+	const limit, ranks = 100000, 1000
+	c := newPhaseCache(limit)
+	for step := int64(0); step < 3; step++ {
+		for rank := int32(0); rank < ranks; rank++ {
+			c.add("old", step, rank, PhaseForward, 10, 20)
+		}
+		c.setAnalyzed("old", step)
+	}
+	for step := int64(0); step < 200; step++ {
+		for rank := int32(0); rank < ranks; rank++ {
+			c.add("job", step, rank, PhaseForward, 10, 20)
+		}
+		c.setAnalyzed("job", step-1)
+	}
+	if got := cap(c.entries); got > 8*ranks {
+		t.Fatalf("cap(entries) = %d after a job ended (limit %d): its last step stopped the reuse", got, limit)
+	}
+	if c.get("job", 198, 0) == nil || c.get("job", 199, ranks-1) == nil {
+		t.Fatal("the running job's read steps are missing")
+	}
+	checkPhaseIndex(t, &c)
+
+	// A forgotten job's entries are stale at once; a job of that name known again is not.
+	d := newPhaseCache(limit)
+	d.add("gone", 0, 0, PhaseStep, 1, 2)
+	d.forget("gone")
+	if !d.stale(&d.entries[0]) {
+		t.Fatal("an entry of a forgotten job is not stale")
+	}
+	d.known("gone")
+	if d.stale(&d.entries[0]) {
+		t.Fatal("an entry of a job known again is stale")
+	}
+	// The last analyzed step of a running job stays while the job adds entries.
+	e := newPhaseCache(limit)
+	e.add("run", 5, 0, PhaseStep, 1, 2)
+	e.setAnalyzed("run", 5)
+	for rank := int32(0); rank < 10; rank++ {
+		e.add("run", 6, rank, PhaseStep, 1, 2)
+	}
+	if e.stale(&e.entries[0]) {
+		t.Fatal("the last analyzed step of a job still adding entries is stale")
+	}
+}

@@ -43,8 +43,10 @@ type heldMember[R any] struct {
 }
 
 // maxTopologies bounds the interned topologies; past it the table starts over (members
-// keep theirs).
-const maxTopologies = 1 << 16
+// keep theirs). The table outlives the spans that brought its entries, so it is kept small
+// (a job's distinct (host, switch, NIC) up to 8192 ranks; at most ~6 MB of strings at the
+// default max_attribute_length, whatever a sender cycles through).
+const maxTopologies = 1 << 13
 
 type releasedAt struct {
 	step int64
