@@ -838,7 +838,10 @@ def test_watch_cli_serves_metrics_and_outlives_prometheus_down() -> None:
 # ------------------------------------------------------------------ with a real Prometheus
 
 SCRAPE_S = 1.0
-FAULT_AT_S = 14.0  # node3's qdisc starts dropping
+# node3's qdisc starts dropping: past the start-up allowance (first_change's startup_s, 10 s
+# from the first step-time sample, which Prometheus takes a few seconds after the exporter
+# starts; at 14 s a late first scrape put the fault inside it and its onset was found late).
+FAULT_AT_S = 20.0
 TRANSFER_AT_S = FAULT_AT_S + 3  # then the collective transfer slows
 STEP_AT_S = FAULT_AT_S + 6  # then the steps
 RUN_S = STEP_AT_S + 12

@@ -96,7 +96,7 @@ func (c *phaseCache) stale(e *phaseEntry) bool {
 		return true
 	default:
 		// The ring's length then, not now: while this entry blocks the head the ring grows by
-		// one an entry, and a lap measured on the growing ring would never end.
+		// one entry per insertion, and a lap measured on the growing ring would never end.
 		last, ok := c.lastAdded[e.key.job]
 		return !ok || c.added-last.at > uint64(last.ringLen)
 	}
