@@ -195,7 +195,6 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 		ref := spanRef{traceID: span.TraceID(), spanID: span.SpanID()}
 		if spanio.IsAnnotated(span) {
 			c.passedThrough++
-			c.noteJoined(a.Job, true)
 			c.observeAnnotated(now, &a, spanio.ReadAnnotations(span), ref)
 			return
 		}
@@ -228,6 +227,8 @@ func (c *barrierSkewConnector) observeAnnotated(
 	now time.Time, a *join.Arrival[spanRef], ann spanio.Annotations, ref spanRef,
 ) {
 	if c.firstSighting(seenKey{Key: a.Key, step: a.Step}) {
+		// Once a collective, not once a member: the job's phases stop being kept.
+		c.noteJoined(a.Job, true)
 		c.agg.observeCollective(now, collective{
 			key:          collectiveKey{job: a.Job, pg: a.PG, op: a.Op},
 			skew:         ann.Skew,
