@@ -38,13 +38,8 @@ func TestPhaseCacheIsBoundedInEntriesAndCapacity(t *testing.T) {
 func TestPhaseCacheReusesAnalyzedStepsBeforeGrowing(t *testing.T) {
 	const limit, ranks = 100000, 1000
 	c := newPhaseCache(limit)
-	for step := int64(0); step < 20; step++ {
-		for rank := int32(0); rank < ranks; rank++ {
-			c.add("job", step, rank, PhaseForward, 10, 20)
-		}
-		// The step before is analyzed once this one has arrived (it reads its predecessor).
-		c.setAnalyzed("job", step-1)
-	}
+	// The step before is analyzed once this one has arrived (it reads its predecessor).
+	addSteps(&c, "job", 0, 20, ranks, 1)
 	// Steps 18 and 19 are read; 17 and older are stale. The ring needed steps 17-19 at once,
 	// and grows by doubling (without the reuse: 20 steps, a capacity of 32768).
 	if got := cap(c.entries); got > 6*ranks {
@@ -67,12 +62,7 @@ func TestPhaseCacheGrowsAfterWrappingInAgeOrder(t *testing.T) {
 	c := newPhaseCache(limit)
 	// Four steps of 50 in a ring of 150: step 3 took step 0's slots, and the ring's oldest is
 	// now step 1 (stale), then step 2 (read).
-	for step := int64(0); step < 4; step++ {
-		for rank := int32(0); rank < 50; rank++ {
-			c.add("a", step, rank, PhaseStep, 1, 2)
-		}
-		c.setAnalyzed("a", step-1)
-	}
+	addSteps(&c, "a", 0, 4, 50, 1)
 	if c.next == 0 {
 		t.Fatal("the ring did not wrap; the test does not test growth after a wrap")
 	}
@@ -105,6 +95,17 @@ func TestPhaseCacheGrowsAfterWrappingInAgeOrder(t *testing.T) {
 	}
 }
 
+// addSteps adds steps [from, to) of job, ranks entries each, and after each step marks the
+// step lag steps before it analyzed (as the analysis does once a later step has arrived).
+func addSteps(c *phaseCache, job string, from, to int64, ranks int32, lag int64) {
+	for step := from; step < to; step++ {
+		for rank := range ranks {
+			c.add(job, step, rank, PhaseForward, 10, 20)
+		}
+		c.setAnalyzed(job, step-lag)
+	}
+}
+
 func checkPhaseIndex(t *testing.T, c *phaseCache) {
 	t.Helper()
 	for k, i := range c.index {
@@ -121,18 +122,8 @@ func checkPhaseIndex(t *testing.T, c *phaseCache) {
 func TestPhaseCacheEndedAndForgottenJobsDoNotStopTheReuse(t *testing.T) {
 	const limit, ranks = 100000, 1000
 	c := newPhaseCache(limit)
-	for step := int64(0); step < 3; step++ {
-		for rank := int32(0); rank < ranks; rank++ {
-			c.add("old", step, rank, PhaseForward, 10, 20)
-		}
-		c.setAnalyzed("old", step)
-	}
-	for step := int64(0); step < 200; step++ {
-		for rank := int32(0); rank < ranks; rank++ {
-			c.add("job", step, rank, PhaseForward, 10, 20)
-		}
-		c.setAnalyzed("job", step-1)
-	}
+	addSteps(&c, "old", 0, 3, ranks, 0)
+	addSteps(&c, "job", 0, 200, ranks, 1)
 	if got := cap(c.entries); got > 8*ranks {
 		t.Fatalf("cap(entries) = %d after a job ended (limit %d): its last step stopped the reuse", got, limit)
 	}
