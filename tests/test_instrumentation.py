@@ -30,6 +30,7 @@ from skewtrace._export.materialize import Identity, SpanMaterializer
 from skewtrace._ids import step_root_span_id, step_trace_id
 from skewtrace._recorder import Recorder
 from skewtrace.hooks import MARKER
+from skewtrace.hooks import process_group
 from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS
 from skewtrace.resource import RankInfo, build_resource
 
@@ -197,10 +198,17 @@ def test_failed_forward_gives_its_cuda_pair_back() -> None:
 
 def _wrapped_state() -> dict[str, Any]:
     state: dict[str, Any] = {}
-    for name in COLLECTIVE_FUNCTIONS:
-        if hasattr(c10d, name):
-            state[f"c10d.{name}"] = getattr(c10d, name)
-            state[f"dist.{name}"] = getattr(dist, name)
+    if process_group.supported():
+        # Collectives are seen by hooks on the groups; only group registration is wrapped.
+        state["c10d._register_pg_in_world"] = c10d._register_pg_in_world
+    else:
+        for name in COLLECTIVE_FUNCTIONS:
+            if hasattr(c10d, name):
+                state[f"c10d.{name}"] = getattr(c10d, name)
+                state[f"dist.{name}"] = getattr(dist, name)
+    for name in ("send", "recv", "isend", "irecv", "batch_isend_irecv"):
+        state[f"c10d.{name}"] = getattr(c10d, name)
+    state["Work.wait"] = c10d.Work.wait
     state["ddp.register_comm_hook"] = DistributedDataParallel.__dict__["register_comm_hook"]
     return state
 
@@ -220,6 +228,7 @@ def test_uninstrument_restores_every_wrapped_function(
     skewtrace.instrument(
         model=model, optimizer=optimizer, dataloader=loader, tracer_provider=memory_provider[0]
     )
+    recorder = skewtrace.SkewtraceInstrumentor().session.recorder
     during = _wrapped_state()
     for key, original in before.items():
         assert during[key] is not original, key
@@ -229,6 +238,13 @@ def test_uninstrument_restores_every_wrapped_function(
 
     skewtrace.uninstrument()
     assert _wrapped_state() == before
+    # The group's hooks went with it: even with its recorder forced back on, a collective
+    # reaches nothing of the old session.
+    recorder.active = True
+    recorder.events.clear()
+    dist.all_reduce(torch.ones(1))
+    assert not recorder.events
+    recorder.active = False
     assert type(loader) is loader_class
     assert (len(model._forward_pre_hooks), len(model._forward_hooks)) == module_hooks
     assert (
@@ -705,8 +721,14 @@ def test_comm_hook_registered_before_instrument_still_runs(
     skewtrace.uninstrument()
     assert calls >= 2
     collectives = [s for s in exporter.get_finished_spans() if s.name.startswith("collective.")]
-    assert len(collectives) == calls
+    reduces = [s for s in collectives if s.name == "collective.all_reduce"]
+    assert len(reduces) == calls
     assert {s.attributes[semconv.COLLECTIVE_SOURCE] for s in collectives} == {"api"}
+    if process_group.supported():
+        # Seen at the group, DDP's own C++ collectives show too: after the first step the
+        # reducer rebuilds its buckets and broadcasts their layout from rank 0.
+        others = {s.name for s in collectives} - {"collective.all_reduce"}
+        assert others == {"collective.broadcast"}
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

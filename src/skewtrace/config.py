@@ -28,9 +28,11 @@ from skewtrace._options import (
     integer,
     non_negative,
     not_blank,
+    one_of,
     option,
     settings,
     text,
+    word,
 )
 
 __all__ = ["ConfigError", "Settings", "env_var", "resolve_job_id"]
@@ -106,6 +108,12 @@ class Settings:
 
     node_telemetry_root: str = option("/", parse=text, check=not_blank)
     """The directory ``proc/`` and ``sys/`` are read under (a fake tree in tests)."""
+
+    collective_hooks: str = option("auto", parse=word, check=one_of("auto", "functions"))
+    """Where collectives are seen: ``auto`` hooks every process group (PyTorch 2.15 and
+    later: every API, functional collectives included) and falls back to wrapping the
+    ``torch.distributed`` functions on older PyTorch; ``functions`` always wraps the
+    functions (DDP buckets and ``torch.distributed`` calls only)."""
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -228,7 +228,14 @@ class Session:
         from skewtrace.hooks.optimizer import instrument_optimizer
         from skewtrace.hooks.point_to_point import patch_point_to_point
 
-        patch_collectives(self.ctx, self.patches)
+        from skewtrace.hooks import process_group
+        from skewtrace.hooks._work import patch_work_wait
+
+        patch_work_wait(self.ctx.works, self.patches)
+        if self.settings.collective_hooks == "auto" and process_group.supported():
+            self.ctx.process_groups = process_group.patch_process_groups(self.ctx, self.patches)
+        else:
+            patch_collectives(self.ctx, self.patches)
         patch_point_to_point(self.ctx, self.patches)
         patch_ddp_register(self.patches)
         patch_checkpoint(self.ctx, self.patches)
@@ -236,6 +243,7 @@ class Session:
             self._instrument_model(model, use_cuda)
         elif zero_code:
             self._patch_ddp_init()
+            self._discover_model()
         instrument_optimizer(self.ctx, optimizer, self.patches)
         if dataloader is not None:
             instrument_dataloader(self.ctx, dataloader, self.patches)
@@ -244,16 +252,34 @@ class Session:
 
             patch_dataloader_class(self.ctx, self.patches)
 
-    def _instrument_model(self, model: Any, use_cuda: bool) -> None:
+    def _instrument_model(self, model: Any, use_cuda: bool) -> Any:
         from torch.nn.parallel import DistributedDataParallel
 
         from skewtrace.hooks.collectives import detach_ddp, instrument_ddp
         from skewtrace.hooks.module import instrument_module
 
-        instrument_module(self.ctx, model, use_cuda, self.patches)
+        hooks = instrument_module(self.ctx, model, use_cuda, self.patches)
         if isinstance(model, DistributedDataParallel):
             instrument_ddp(self.ctx, model)
             self.patches.on_restore(lambda: detach_ddp(model))
+        return hooks
+
+    def _discover_model(self) -> None:
+        """Zero-code without DDP: adopt the outermost module with parameters at its first
+        forward (hooks.module.ModelDiscovery)."""
+        from skewtrace.hooks.module import ModelDiscovery
+
+        self._discovered: tuple[Any, Any] | None = None
+
+        def adopt(module: Any) -> Any:
+            if self._closed:
+                return None
+            hooks = self._adopt_model(module)
+            self._discovered = (module, hooks)
+            return hooks
+
+        self._discovery = ModelDiscovery(self.ctx, adopt)
+        self.patches.on_restore(self._discovery.stop)
 
     def _patch_ddp_init(self) -> None:
         import functools
@@ -268,14 +294,21 @@ class Session:
             original(ddp, *args, **kwargs)
             if not session._closed:
                 try:
+                    session._discovery.stop()
+                    if session._discovered is not None and session._discovered[0] is ddp.module:
+                        # A forward ran before DDP wrapped the module: DDP's forward is the
+                        # model's from now on, and the inner one would time it twice.
+                        session._discovered[1].remove()
+                        session._discovered = None
                     session._adopt_model(ddp)
                 except Exception:
                     logger.warning("skewtrace: could not instrument DDP model", exc_info=True)
 
         self.patches.replace(DistributedDataParallel, "__init__", __init__, original)
 
-    def _adopt_model(self, model: Any) -> None:
-        """Zero-code: instrument a DDP model built after instrument(), CUDA timing included."""
+    def _adopt_model(self, model: Any) -> Any:
+        """Zero-code: instrument a model met after instrument() (a DDP model as it is built,
+        or the one discovered at its first forward), CUDA timing included."""
         if self.ctx.device is None:
             self.ctx.device = _model_device(model)
         use_cuda = False
@@ -286,7 +319,7 @@ class Session:
                 self.exporter.set_cuda_timer(timer)
         else:
             use_cuda = True
-        self._instrument_model(model, use_cuda)
+        return self._instrument_model(model, use_cuda)
 
     def identity(self) -> Identity | None:
         created = False

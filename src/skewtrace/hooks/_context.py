@@ -9,6 +9,7 @@ from typing import Any
 from skewtrace import semconv
 from skewtrace._events import PACING
 from skewtrace._recorder import Recorder, now_ns
+from skewtrace.hooks._work import WorkWaits
 
 logger = logging.getLogger("skewtrace")
 
@@ -53,6 +54,10 @@ class HookContext:
         # depth > 0 while this thread is inside a traced collective or a DDP hook: nested
         # collectives (a user comm hook calling dist.all_reduce) are not counted twice.
         self.tls = threading.local()
+        # What Work.wait() returning completes (see hooks._work).
+        self.works = WorkWaits(recorder.count_drop)
+        # The process-group hooks (hooks.process_group), where the installed PyTorch has them.
+        self.process_groups: Any | None = None
         self._groups: dict[Any, GroupState] = {}
         self._groups_lock = threading.Lock()
         self._pacing_failed_logged = False

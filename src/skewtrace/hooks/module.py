@@ -12,6 +12,7 @@ by the export thread; host clock reads would measure kernel launches, not work.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from skewtrace import semconv
@@ -45,6 +46,7 @@ class ModuleHooks:
         self._forward_start = 0
         self._forward_handle: int | None = None
         self._backward_step = -1
+        self._backward_open = False
         self._backward_start = 0
         self._backward_handle: int | None = None
         self._handles = [
@@ -100,9 +102,12 @@ class ModuleHooks:
             logger.debug("skewtrace: backward not traced", exc_info=True)
 
     def _on_output_grad(self, _grad: Any) -> None:
+        # One span per backward pass: per microbatch under gradient accumulation or
+        # pipelining, and none nested (a recomputation inside backward).
         recorder = self._ctx.recorder
-        if not recorder.active or self._backward_step == recorder.step:
+        if not recorder.active or self._backward_open:
             return
+        self._backward_open = True
         self._backward_step = recorder.step
         self._backward_start = now_ns()
         if self._cuda is not None:
@@ -118,6 +123,7 @@ class ModuleHooks:
 
     def _end_backward(self) -> None:
         recorder = self._ctx.recorder
+        self._backward_open = False
         handle = self._backward_handle
         if handle is not None:
             self._cuda.stop(handle)  # type: ignore[union-attr]
@@ -135,7 +141,60 @@ class ModuleHooks:
         )
 
 
-def instrument_module(ctx: HookContext, model: Any, use_cuda: bool, patches: Patches) -> None:
+def instrument_module(
+    ctx: HookContext, model: Any, use_cuda: bool, patches: Patches
+) -> ModuleHooks:
     hooks = ModuleHooks(ctx, model, use_cuda)
     ctx.pace_before_forward = True
     patches.on_restore(hooks.remove)
+    return hooks
+
+
+class ModelDiscovery:
+    """Zero-code without DDP: the model is the first module whose forward is entered while
+    no other module's forward runs (on this thread) and that has parameters: an FSDP2 root,
+    a tensor-parallel model, a pipeline stage's submodule, a plain ``nn.Module``. A loss
+    module (no parameters) is passed over. Global module hooks do the watching and are
+    removed once a model is adopted, so after the first forward no module pays for them.
+
+    ``adopt(module)`` instruments the module and returns its hooks; the forward under way is
+    timed from here, as its own pre-hook would have.
+    """
+
+    def __init__(self, ctx: HookContext, adopt: Any) -> None:
+        from torch.nn.modules import module as nn_module
+
+        self._ctx = ctx
+        self._adopt = adopt
+        self._tls = threading.local()
+        self._handles = [
+            nn_module.register_module_forward_pre_hook(self._pre_forward),
+            nn_module.register_module_forward_hook(self._post_forward, always_call=True),
+        ]
+
+    @property
+    def watching(self) -> bool:
+        return bool(self._handles)
+
+    def stop(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _pre_forward(self, module: Any, args: Any) -> None:
+        depth = getattr(self._tls, "depth", 0)
+        self._tls.depth = depth + 1
+        if depth or not self._handles or not self._ctx.recorder.active:
+            return
+        try:
+            if next(module.parameters(), None) is None:
+                return
+            self.stop()
+            hooks = self._adopt(module)
+            if hooks is not None:
+                hooks._pre_forward(module, args)
+        except Exception:
+            logger.warning("skewtrace: could not instrument the model", exc_info=True)
+
+    def _post_forward(self, _module: Any, _args: Any, _output: Any) -> None:
+        self._tls.depth = max(0, getattr(self._tls, "depth", 0) - 1)

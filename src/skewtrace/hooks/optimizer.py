@@ -36,6 +36,11 @@ class OptimizerHooks:
             (PHASE, semconv.SPAN_OPTIMIZER_STEP, recorder.step, self._start, end, None, None)
         )
         recorder.end_step(end)
+        groups = self._ctx.process_groups
+        if groups is not None:
+            # A group created in a way that bypassed our registration hook is hooked from
+            # its first full step on.
+            groups.attach_existing()
 
 
 def instrument_optimizer(ctx: HookContext, optimizer: Any | None, patches: Patches) -> None:

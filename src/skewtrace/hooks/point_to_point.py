@@ -18,8 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -28,15 +26,12 @@ from skewtrace._events import COLLECTIVE
 from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import GroupState, HookContext
 from skewtrace.hooks._patches import Patches
+from skewtrace.hooks._work import when_done
 from skewtrace.hooks.collectives import tensor_bytes
 
 logger = logging.getLogger("skewtrace")
 
 SEND, RECV = semconv.OP_SEND, semconv.OP_RECV
-
-# Works waiting for wait() to record their span (backends without futures); bounded, the
-# oldest dropped and counted when a program never waits.
-_MAX_WAITING = 4096
 
 
 def _global_peer(group: Any, peer: int | None, group_peer: int | None) -> int | None:
@@ -72,8 +67,6 @@ class PointToPoint:
 
     def __init__(self, ctx: HookContext) -> None:
         self.ctx = ctx
-        self._waiting: OrderedDict[int, tuple[Any, list[_Message]]] = OrderedDict()
-        self._lock = threading.Lock()
 
     # -- what a message is ------------------------------------------------------------------
     def _message(
@@ -106,34 +99,12 @@ class PointToPoint:
     def _when_done(self, work: Any, messages: list[_Message]) -> None:
         """Record ``messages`` when ``work`` completes (its future, else its wait())."""
         ctx = self.ctx
-        try:
-            future = work.get_future()
-        except Exception:
-            future = None
-        if future is not None:
 
-            def done(_future: Any) -> None:
-                # Runs on a c10d thread: never raise there.
-                for message in messages:
-                    message.record(ctx)
+        def done() -> None:
+            for message in messages:
+                message.record(ctx)
 
-            future.add_done_callback(done)
-            return
-        with self._lock:
-            self._waiting[id(work)] = (work, messages)
-            if len(self._waiting) > _MAX_WAITING:
-                self._waiting.popitem(last=False)
-                ctx.recorder.count_drop("p2p_never_waited")
-
-    def waited(self, work: Any) -> None:
-        """``work.wait()`` returned: record the messages waiting for it."""
-        if not self._waiting:
-            return
-        with self._lock:
-            entry = self._waiting.pop(id(work), None)
-        if entry is not None and entry[0] is work:
-            for message in entry[1]:
-                message.record(self.ctx)
+        when_done(work, done, ctx.works)
 
     # -- the wrappers ------------------------------------------------------------------------
     def blocking(self, original: Callable[..., Any], op: str) -> Callable[..., Any]:
@@ -268,14 +239,3 @@ def patch_point_to_point(ctx: HookContext, patches: Patches) -> None:
         if getattr(dist, name, None) is original:
             patches.replace(dist, name, wrapper, original)
 
-    work_type = c10d.Work
-    original_wait = work_type.wait
-
-    @functools.wraps(original_wait)
-    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original_wait(self, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            p2p.waited(self)
-        return result
-
-    patches.replace(work_type, "wait", wait, original_wait)
