@@ -13,8 +13,8 @@ One run per case is healthy first and then slow: rank 2 sleeps in its forward fr
   pipelining), and every collective joined complete by the collector;
 - per analyzed step (the collector's ``train.step.summary``): before the slowdown nobody is
   flagged; from two steps after it on, the only rank ever flagged is rank 2, with cause
-  ``compute``, and it is flagged in more than half of those steps. Judged per step, so a busy machine
-  shifts no verdict between the two halves.
+  ``compute``, and it is flagged in more than half of those steps. Judged per step, so a busy
+  machine shifts no verdict between the two halves.
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ FRAMEWORKS = Path(__file__).resolve().parent.parent / "examples" / "frameworks"
 # script -> (forward spans per rank and step at least, why the slow rank is not flagged yet)
 CASES: dict[str, tuple[int, str | None]] = {
     "fsdp2": (1, None),
-    "tensor_parallel": (1, (
-        "the step analysis finds rank 2 late at the first forward all-reduce (lateness ~0.1 s "
-        "on the collective spans) but its replay does not make it a candidate: issue 21")),
+    "tensor_parallel": (
+        1,
+        (
+            "the step analysis finds rank 2 late at the first forward all-reduce (lateness ~0.1 s "
+            "on the collective spans) but its replay does not make it a candidate: issue 21"
+        ),
+    ),
     "fsdp2_tp": (1, None),
     "pipelining": (4, "a slow pipeline stage is not attributed by the step analysis: issue 21"),
 }
@@ -91,7 +95,9 @@ def _run(collector: CollectorProcess, script: str, mode: str, job: str, counts: 
         timeout=RUN_TIMEOUT_S,
     )
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"{script} ({mode}) exited {result.returncode}:\n{output[-4000:]}"
+    assert result.returncode == 0, (
+        f"{script} ({mode}) exited {result.returncode}:\n{output[-4000:]}"
+    )
     return output
 
 
@@ -146,9 +152,7 @@ def test_framework_traced_joined_and_diagnosed(
             steps = Counter(
                 int(s.attributes[semconv.STEP]) for s in by_rank[rank] if s.name == phase
             )
-            short = {
-                step: steps[step] for step in range(STEPS) if steps[step] < CASES[script][0]
-            }
+            short = {step: steps[step] for step in range(STEPS) if steps[step] < CASES[script][0]}
             assert not short, (rank, phase, short, names)
 
     # Every collective joined complete: all pg_size members there, each marked by the

@@ -29,8 +29,7 @@ from skewtrace._events import PHASE, CollectiveEvent, PhaseEvent, StepEvent, typ
 from skewtrace._export.materialize import Identity, SpanMaterializer
 from skewtrace._ids import step_root_span_id, step_trace_id
 from skewtrace._recorder import Recorder
-from skewtrace.hooks import MARKER
-from skewtrace.hooks import process_group
+from skewtrace.hooks import MARKER, process_group
 from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS
 from skewtrace.resource import RankInfo, build_resource
 

@@ -74,12 +74,9 @@ def write_collective_counts() -> None:
     directory = os.environ.get("COLLECTIVE_COUNTS_DIR")
     if not directory:
         return
-    counts = {
-        name: count - _counted_before.get(name, 0) for name, count in _group_counts().items()
-    }
+    counts = {name: count - _counted_before.get(name, 0) for name, count in _group_counts().items()}
     path = Path(directory) / f"counts-{rank()}.json"
     path.write_text(json.dumps(counts))
-
 
 
 def init_distributed() -> Any:

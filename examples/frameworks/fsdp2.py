@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 
+import _knobs
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
-
-import _knobs
 
 
 class Block(nn.Module):

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 
+import _knobs
 import torch
 import torch.distributed as dist
-from torch import nn
+from tensor_parallel import Model, tp_plan
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module
-
-import _knobs
-from tensor_parallel import Model, tp_plan
 
 
 def main() -> None:
@@ -32,9 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     device = _knobs.init_distributed()
     world = dist.get_world_size()
-    mesh = init_device_mesh(
-        device.type, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp")
-    )
+    mesh = init_device_mesh(device.type, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
     model = Model(args.width, args.depth, _knobs.SlowRank()).to(device)
     parallelize_module(model, mesh["tp"], tp_plan(args.depth))

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 
+import _knobs
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
-
-import _knobs
 
 
 class Stage(nn.Module):

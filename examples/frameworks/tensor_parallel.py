@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+import _knobs
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -21,8 +22,6 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
-
-import _knobs
 
 
 class Mlp(nn.Module):

@@ -134,7 +134,12 @@ class Session:
         else:
             sink = ExporterSink(otlp_span_exporter)
         self.exporter = BackgroundExporter(
-            self.recorder, sink, self.identity, settings.export_interval_millis, cuda_timer
+            self.recorder,
+            sink,
+            self.identity,
+            settings.export_interval_millis,
+            cuda_timer,
+            before_drain=self.ctx.works.poll,
         )
         self.metrics = SelfMetrics(
             self.recorder, self.exporter.stats, meter_provider, self._resource_or_none
@@ -222,14 +227,14 @@ class Session:
         use_cuda: bool,
         zero_code: bool,
     ) -> None:
+        from skewtrace.hooks import process_group
+        from skewtrace.hooks._work import patch_work_wait
         from skewtrace.hooks.checkpoint import patch_checkpoint
         from skewtrace.hooks.collectives import patch_collectives, patch_ddp_register
         from skewtrace.hooks.dataloader import instrument_dataloader
+        from skewtrace.hooks.module import patch_backward
         from skewtrace.hooks.optimizer import instrument_optimizer
         from skewtrace.hooks.point_to_point import patch_point_to_point
-
-        from skewtrace.hooks import process_group
-        from skewtrace.hooks._work import patch_work_wait
 
         patch_work_wait(self.ctx.works, self.patches)
         if self.settings.collective_hooks == "auto" and process_group.supported():
@@ -237,6 +242,7 @@ class Session:
         else:
             patch_collectives(self.ctx, self.patches)
         patch_point_to_point(self.ctx, self.patches)
+        patch_backward(self.ctx, self.patches)
         patch_ddp_register(self.patches)
         patch_checkpoint(self.ctx, self.patches)
         if model is not None:
@@ -373,6 +379,8 @@ class Session:
 
         deadline = time.monotonic() + timeout / 1000.0
         self.exporter.shutdown(timeout)
+        # Works still unfinished after the final cycle never get their span: counted.
+        self.ctx.works.abandon()
         if self._own_pacer and self.ctx.pacer is not None:
             try:
                 self.ctx.pacer.stop()

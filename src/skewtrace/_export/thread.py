@@ -39,8 +39,11 @@ class BackgroundExporter:
         identity: Callable[[], Identity | None],
         interval_millis: int,
         cuda_timer: CudaPoller | None = None,
+        before_drain: Callable[[], None] | None = None,
     ) -> None:
         self._recorder = recorder
+        # Run at the start of each cycle (the hooks' completion poll, hooks._work).
+        self._before_drain = before_drain
         self._sink = sink
         self._identity = identity
         self._interval_s = interval_millis / 1000.0
@@ -87,6 +90,8 @@ class BackgroundExporter:
 
     def _cycle_inner(self, final: bool) -> None:
         try:
+            if self._before_drain is not None:
+                self._before_drain()
             while not self._abandoned.is_set():
                 events = self._recorder.drain(_EXPORT_BATCH)
                 if not events and not (final and self._materializer is not None):

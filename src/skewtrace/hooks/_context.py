@@ -39,6 +39,14 @@ class GroupState:
         return seq
 
 
+class HookLocal(threading.local):
+    """Per-thread hook state. A class attribute as the default: reading an attribute a
+    thread never set would otherwise raise and catch AttributeError (about 1 us)."""
+
+    depth = 0
+    in_backward = False
+
+
 class HookContext:
     def __init__(
         self,
@@ -53,7 +61,7 @@ class HookContext:
         self.cuda_timer = cuda_timer
         # depth > 0 while this thread is inside a traced collective or a DDP hook: nested
         # collectives (a user comm hook calling dist.all_reduce) are not counted twice.
-        self.tls = threading.local()
+        self.tls = HookLocal()
         # What Work.wait() returning completes (see hooks._work).
         self.works = WorkWaits(recorder.count_drop)
         # The process-group hooks (hooks.process_group), where the installed PyTorch has them.
@@ -71,7 +79,7 @@ class HookContext:
         self.pace_before_forward = False
 
     def depth(self) -> int:
-        return getattr(self.tls, "depth", 0)
+        return self.tls.depth
 
     def group_state(self, group: Any) -> GroupState | None:
         """The counter of ``group`` (None = the world group); None if this rank is not in it."""

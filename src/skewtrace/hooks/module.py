@@ -1,9 +1,14 @@
-"""``forward`` and ``backward`` spans from hooks on the model passed to instrument().
+"""``forward`` spans from hooks on the model (the one passed to instrument(), a DDP model as
+it is built, or the one discovered at its first forward), and ``backward`` spans from
+``torch.autograd.backward``.
 
-forward: a forward pre-hook and a forward hook. backward: starts when autograd computes the
-gradient of the model's output (a tensor hook placed by the forward hook) and ends after the
-autograd engine's final callbacks, which is where DDP waits for its gradient all-reduces; our
-end callback is queued from inside the first so it runs after DDP's.
+forward: a forward pre-hook and a forward hook on the model, one span per call (per
+microbatch under gradient accumulation or pipelining). backward: the outermost
+``torch.autograd.backward`` call (``Tensor.backward`` and pipelining's stage backward call
+it), which returns after the autograd engine's final callbacks, where DDP and FSDP wait for
+their gradient collectives; one span per backward pass, none for a nested one (reentrant
+activation checkpointing). A wrapped function costs one Python frame; a tensor hook on the
+model's output and engine callbacks cost several microseconds more per step.
 
 On CUDA the same points record pooled CUDA events instead (``_cuda_timing``), resolved later
 by the export thread; host clock reads would measure kernel launches, not work.
@@ -12,31 +17,17 @@ by the export thread; host clock reads would measure kernel launches, not work.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from skewtrace import semconv
 from skewtrace._events import PHASE
 from skewtrace._recorder import now_ns
-from skewtrace.hooks._context import HookContext
+from skewtrace.hooks._context import HookContext, HookLocal
 from skewtrace.hooks._patches import Patches
 
 logger = logging.getLogger("skewtrace")
 
-
-def _first_grad_tensor(output: Any) -> Any:
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output if output.requires_grad else None
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        for item in output:
-            found = _first_grad_tensor(item)
-            if found is not None:
-                return found
-    return None
+FORWARD, HOST = semconv.SPAN_FORWARD, semconv.TIMING_HOST
 
 
 class ModuleHooks:
@@ -45,10 +36,6 @@ class ModuleHooks:
         self._cuda = ctx.cuda_timer if use_cuda else None
         self._forward_start = 0
         self._forward_handle: int | None = None
-        self._backward_step = -1
-        self._backward_open = False
-        self._backward_start = 0
-        self._backward_handle: int | None = None
         self._handles = [
             model.register_forward_pre_hook(self._pre_forward),
             model.register_forward_hook(self._post_forward),
@@ -60,12 +47,15 @@ class ModuleHooks:
         self._handles.clear()
 
     def _pre_forward(self, _module: Any, _args: Any) -> None:
-        recorder = self._ctx.recorder
+        ctx = self._ctx
+        recorder = ctx.recorder
         if not recorder.active:
             return
-        self._ctx.maybe_pace(at_forward=True)
+        if ctx.pacer is not None:
+            ctx.maybe_pace(at_forward=True)
         start = now_ns()
-        recorder.mark_activity(start)
+        if recorder.step_start_ns is None:
+            recorder.step_start_ns = start  # the first timed event opens the first step
         self._forward_start = start
         if self._cuda is not None:
             if self._forward_handle is not None:
@@ -74,7 +64,7 @@ class ModuleHooks:
                 self._cuda.discard(self._forward_handle)
             self._forward_handle = self._cuda.start()
 
-    def _post_forward(self, _module: Any, _args: Any, output: Any) -> None:
+    def _post_forward(self, _module: Any, _args: Any, _output: Any) -> None:
         recorder = self._ctx.recorder
         if not recorder.active:
             return
@@ -82,62 +72,8 @@ class ModuleHooks:
         if handle is not None:
             self._cuda.stop(handle)  # type: ignore[union-attr]
             self._forward_handle = None
-        end = now_ns()
         recorder.record(
-            (
-                PHASE,
-                semconv.SPAN_FORWARD,
-                recorder.step,
-                self._forward_start,
-                end,
-                semconv.TIMING_HOST,
-                handle,
-            )
-        )
-        try:
-            tensor = _first_grad_tensor(output)
-            if tensor is not None:
-                tensor.register_hook(self._on_output_grad)
-        except Exception:
-            logger.debug("skewtrace: backward not traced", exc_info=True)
-
-    def _on_output_grad(self, _grad: Any) -> None:
-        # One span per backward pass: per microbatch under gradient accumulation or
-        # pipelining, and none nested (a recomputation inside backward).
-        recorder = self._ctx.recorder
-        if not recorder.active or self._backward_open:
-            return
-        self._backward_open = True
-        self._backward_step = recorder.step
-        self._backward_start = now_ns()
-        if self._cuda is not None:
-            self._backward_handle = self._cuda.start()
-        from torch.autograd import Variable
-
-        Variable._execution_engine.queue_callback(self._queue_end)
-
-    def _queue_end(self) -> None:
-        from torch.autograd import Variable
-
-        Variable._execution_engine.queue_callback(self._end_backward)
-
-    def _end_backward(self) -> None:
-        recorder = self._ctx.recorder
-        self._backward_open = False
-        handle = self._backward_handle
-        if handle is not None:
-            self._cuda.stop(handle)  # type: ignore[union-attr]
-            self._backward_handle = None
-        recorder.record(
-            (
-                PHASE,
-                semconv.SPAN_BACKWARD,
-                self._backward_step,
-                self._backward_start,
-                now_ns(),
-                semconv.TIMING_HOST,
-                handle,
-            )
+            (PHASE, FORWARD, recorder.step, self._forward_start, now_ns(), HOST, handle)
         )
 
 
@@ -166,7 +102,7 @@ class ModelDiscovery:
 
         self._ctx = ctx
         self._adopt = adopt
-        self._tls = threading.local()
+        self._tls = HookLocal()
         self._handles = [
             nn_module.register_module_forward_pre_hook(self._pre_forward),
             nn_module.register_module_forward_hook(self._post_forward, always_call=True),
@@ -182,7 +118,7 @@ class ModelDiscovery:
         self._handles = []
 
     def _pre_forward(self, module: Any, args: Any) -> None:
-        depth = getattr(self._tls, "depth", 0)
+        depth = self._tls.depth
         self._tls.depth = depth + 1
         if depth or not self._handles or not self._ctx.recorder.active:
             return
@@ -197,4 +133,42 @@ class ModelDiscovery:
             logger.warning("skewtrace: could not instrument the model", exc_info=True)
 
     def _post_forward(self, _module: Any, _args: Any, _output: Any) -> None:
-        self._tls.depth = max(0, getattr(self._tls, "depth", 0) - 1)
+        self._tls.depth = max(0, self._tls.depth - 1)
+
+
+def patch_backward(ctx: HookContext, patches: Patches) -> None:
+    """A ``backward`` span per outermost ``torch.autograd.backward`` call."""
+    import functools
+
+    import torch.autograd
+
+    original = torch.autograd.backward
+    recorder = ctx.recorder
+    record = recorder.record
+    tls = ctx.tls
+    span = semconv.SPAN_BACKWARD
+    timing = semconv.TIMING_HOST
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if tls.in_backward or not recorder.active:
+            return original(*args, **kwargs)
+        step = recorder.step
+        timer = ctx.cuda_timer
+        handle = timer.start() if timer is not None else None
+        tls.in_backward = True
+        start = now_ns()
+        try:
+            result = original(*args, **kwargs)
+        except BaseException:
+            if handle is not None:
+                timer.discard(handle)  # type: ignore[union-attr]
+            raise
+        finally:
+            tls.in_backward = False
+        if handle is not None:
+            timer.stop(handle)  # type: ignore[union-attr]
+        record((PHASE, span, step, start, now_ns(), timing, handle))
+        return result
+
+    patches.replace(torch.autograd, "backward", backward, original)

@@ -238,4 +238,3 @@ def patch_point_to_point(ctx: HookContext, patches: Patches) -> None:
         patches.replace(c10d, name, wrapper, original)
         if getattr(dist, name, None) is original:
             patches.replace(dist, name, wrapper, original)
-

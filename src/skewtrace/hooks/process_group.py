@@ -43,6 +43,8 @@ from skewtrace.hooks.collectives import tensor_bytes
 
 logger = logging.getLogger("skewtrace")
 
+SOURCE, TIMING = semconv.SOURCE_API, semconv.TIMING_HOST
+
 # Our id among a group's hooks (PyTorch's own flight recorder and NaN check use others).
 HOOK_ID = 0x5C3E7
 
@@ -88,30 +90,6 @@ def _op_table() -> dict[Any, str]:
     }
 
 
-class _Arrival:
-    """What the pre-hook saw, until the post-hook has the work."""
-
-    __slots__ = ("cuda_handle", "is_async", "nbytes", "op", "seq", "start", "step")
-
-    def __init__(
-        self,
-        step: int,
-        start: int,
-        op: str,
-        seq: int,
-        nbytes: int,
-        is_async: bool,
-        cuda_handle: Any,
-    ) -> None:
-        self.step = step
-        self.start = start
-        self.op = op
-        self.seq = seq
-        self.nbytes = nbytes
-        self.is_async = is_async
-        self.cuda_handle = cuda_handle
-
-
 class ProcessGroupHooks:
     """The hooks of one instrumentation session on every group this rank is in."""
 
@@ -119,8 +97,6 @@ class ProcessGroupHooks:
         self.ctx = ctx
         self._ops = _op_table()
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()
-        # op_id -> arrival, between a group's pre- and post-hook (the same thread, in order).
-        self._arrivals: dict[int, _Arrival] = {}
 
     # -- groups ---------------------------------------------------------------------------
     def attach(self, pg: Any) -> None:
@@ -148,7 +124,6 @@ class ProcessGroupHooks:
                 pg.unregister_pre_hook(HOOK_ID)
                 pg.unregister_post_hook(HOOK_ID)
         self._hooked = weakref.WeakSet()
-        self._arrivals.clear()
 
     # -- the hooks ------------------------------------------------------------------------
     def _hooks_for(
@@ -158,7 +133,10 @@ class ProcessGroupHooks:
         recorder = ctx.recorder
         tls = ctx.tls
         ops = self._ops
-        arrivals = self._arrivals
+        # What the pre-hook saw until the post-hook has the work: c10d calls the two one right
+        # after the other on the issuing thread, around the backend's call, so one slot per
+        # group is enough (reading the op's id in both would cost 0.3 us each).
+        pending: list[tuple[Any, ...] | None] = [None]
         record = recorder.record
         works = ctx.works
         # Resolved at the group's first collective: when init_process_group registers the
@@ -168,7 +146,7 @@ class ProcessGroupHooks:
         def pre(args: Any) -> None:
             # Called from C++ inside the op: never raise (it would fail the collective).
             try:
-                if getattr(tls, "depth", 0) or not recorder.active:
+                if tls.depth or not recorder.active:
                     return
                 op = ops.get(args.name)
                 if op is None:
@@ -181,54 +159,48 @@ class ProcessGroupHooks:
                     return
                 seq = state.seq
                 state.seq = seq + 1
-                is_async = bool(args.async_op)
+                is_async = args.async_op
                 inputs = args.input_tensors
-                ctx.maybe_pace()
+                if ctx.pacer is not None:
+                    ctx.maybe_pace()
                 handle = None
-                cuda_timer = ctx.cuda_timer
-                if cuda_timer is not None and not is_async and inputs and inputs[0].is_cuda:
+                if ctx.cuda_timer is not None and not is_async and inputs and inputs[0].is_cuda:
                     # Synchronous NCCL: an event on the current stream before the op marks
                     # this rank's arrival; one after wait() (which makes the stream wait for
                     # the collective) its completion.
-                    handle = cuda_timer.start()
-                arrivals[args.op_id] = _Arrival(
-                    recorder.step, now_ns(), op, seq, tensor_bytes(inputs), is_async, handle
-                )
+                    handle = ctx.cuda_timer.start()
+                nbytes = inputs[0].nbytes if len(inputs) == 1 else tensor_bytes(inputs)
+                pending[0] = (recorder.step, now_ns(), op, seq, nbytes, is_async, handle)
             except Exception:
                 logger.debug("skewtrace: collective not traced", exc_info=True)
 
         def post(args: Any) -> None:
             try:
-                arrival = arrivals.pop(args.op_id, None)
+                arrival = pending[0]
                 if arrival is None:
                     return
-                state = group[0]
-                if state is None:
-                    return
-                fields = (
-                    arrival.op, state.name, state.size, arrival.seq, arrival.nbytes,
-                    arrival.is_async, semconv.SOURCE_API, semconv.TIMING_HOST,
-                )  # fmt: skip
-                step, start, handle = arrival.step, arrival.start, arrival.cuda_handle
+                pending[0] = None
+                step, start, op, seq, nbytes, is_async, handle = arrival
+                state = group[0]  # set: the pre-hook only leaves an arrival for a member
+                fields = (op, state.name, state.size, seq, nbytes, is_async, SOURCE, TIMING)  # type: ignore[union-attr]
                 work = args.work
-                if work is None:
-                    if handle is not None and ctx.cuda_timer is not None:
-                        ctx.cuda_timer.stop(handle)
-                    record((COLLECTIVE, step, start, now_ns(), *fields, handle, None))
-                elif arrival.is_async:
+                if is_async and work is not None:
 
                     def done() -> None:
                         record((COLLECTIVE, step, start, now_ns(), *fields, None, None))
 
                     when_done(work, done, works)
-                else:
+                    return
 
-                    def waited() -> None:
-                        if handle is not None and ctx.cuda_timer is not None:
-                            ctx.cuda_timer.stop(handle)
-                        record((COLLECTIVE, step, start, now_ns(), *fields, handle, None))
+                def waited() -> None:
+                    if handle is not None:
+                        ctx.cuda_timer.stop(handle)  # type: ignore[union-attr]
+                    record((COLLECTIVE, step, start, now_ns(), *fields, handle, None))
 
+                if work is not None and works.observes(work):
                     works.expect(work, waited)
+                else:
+                    waited()
             except Exception:
                 logger.debug("skewtrace: collective not traced", exc_info=True)
 
