@@ -298,6 +298,27 @@ def test_nic_drops_are_named_first_then_transfer_then_step() -> None:
     assert encoded["changes"][0]["component"] == "node3/eth0"
 
 
+def test_a_nic_sampled_late_still_comes_before_the_transfers_it_slowed() -> None:
+    """Node telemetry reads the qdisc once per interval; the transfers are timed by their
+    spans. A NIC whose change shows two samples after the first slow transfer (one telemetry
+    interval of sampling lag plus one of scrape phase) is still the first change; with no
+    sampling lag allowed, the transfer would lead."""
+    job = Job()
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=103)
+    job.replace(semconv.PROM_COLLECTIVE_TRANSFER, {PG: "dp"}, 0.01, 0.034, at=101, noise=0.0002)
+
+    report = job.report()
+    assert [(c.kind, c.onset - T0) for c in report.changes][:2] == [
+        (semconv.COMPONENT_NIC, 103),
+        (semconv.COMPONENT_COLLECTIVE, 101),
+    ]
+    no_lag = first_change(
+        job.source, JOB_ID, T0, T0 + job.length - 1, Settings(telemetry_interval_s=0.0)
+    )
+    assert no_lag.changes[0].kind == semconv.COMPONENT_COLLECTIVE
+
+
 def test_dataloader_first_and_throughput_effects_after_it() -> None:
     job = Job(seed=1)
     job.healthy(step_at=101)

@@ -126,6 +126,11 @@ def add_parser(subparsers: Any) -> None:
         "--lookback", type=_type(parse_duration), default=DEFAULT_LOOKBACK_S, metavar="DURATION",
         help="a change may start this long before the regression (default 5m)",
     )  # fmt: skip
+    first.add_argument(
+        "--telemetry-interval", type=_type(parse_duration), default=1.0, metavar="DURATION",
+        help="the ranks' node telemetry interval (SKEWTRACE_NODE_TELEMETRY_INTERVAL_MILLIS; "
+        "default 1s): node figures can show a change this late",
+    )  # fmt: skip
     first.add_argument("--json", action="store_true", help="print the report as JSON")
     first.set_defaults(run=_run_first_change, parser=first)
 
@@ -189,7 +194,7 @@ def _run_first_change(args: argparse.Namespace) -> int:
     now = time.time()
     try:
         report = first_change(
-            source, args.job, now - args.since, now, Settings(lookback_s=args.lookback)
+            source, args.job, now - args.since, now, Settings(lookback_s=args.lookback, telemetry_interval_s=args.telemetry_interval),
         )
     except TimelineError as exc:
         return _fail("first-change", exc)

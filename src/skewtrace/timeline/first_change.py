@@ -15,7 +15,10 @@
    time (targets are scraped at different phases, rates smear over their window), so such
    ties are ordered by what feeds what: switch, then NIC, host, disk and GPU signals, then
    data loader, then collective transfer, then throughput figures, the step last; then by
-   the change's strength.
+   the change's strength. Node telemetry reads its figures once per interval while the
+   span-derived series (data loader, collectives, step) carry the time things happened, so
+   a node figure's onset is compared less one telemetry interval: a throttled NIC's rate
+   sampled 1.3 s after the first slow transfer through it still comes first.
 4. Switches: when NIC or host signals of every node behind one switch (at least two of the
    job's nodes) change within one sampling interval of each other, they become one change
    named after the switch.
@@ -72,6 +75,9 @@ class ComponentChange:
     """A throughput figure (:mod:`.signals`): not a cause on its own."""
     precedence: int = sig.EFFECT_PRECEDENCE
     """Its place among changes of one sampling interval (:func:`.signals.precedence`)."""
+    lag_s: float = 0.0
+    """How late its series can show a change (:func:`.signals.sample_lag_s`): the order
+    compares ``onset - lag_s``; the reported onset stays the observed one."""
 
     @property
     def ratio(self) -> float:
@@ -200,6 +206,9 @@ class Settings:
     """A signal in seconds per observation (a data loader's wait per batch, a collective's
     transfer) is a suspect only when its shift, times the observations per step, is at least
     this fraction of the step time's rise."""
+    telemetry_interval_s: float = 1.0
+    """The ranks' node telemetry interval (``SKEWTRACE_NODE_TELEMETRY_INTERVAL_MILLIS``): its
+    figures are read once per interval, so they can show a change up to that much late."""
     detector: DetectorParams = field(default_factory=DetectorParams)
 
 
@@ -324,6 +333,7 @@ def _earliest_per_component(
 def order_changes(changes: Iterable[ComponentChange], tie_s: float) -> list[ComponentChange]:
     """Causes, then effects, then the step; each by onset, and within one sampling interval
     of a group's first onset by precedence, then onset, then strength. Numbers them from 0.
+    Onsets are compared less each change's ``lag_s`` (a sampled gauge shows a change late).
 
     An effect (a throughput figure, or a signal that changed the way that does not hurt)
     never leads: whenever it changed, it cannot be what made the step slower."""
@@ -334,11 +344,11 @@ def order_changes(changes: Iterable[ComponentChange], tie_s: float) -> list[Comp
         [c for c in changes if c.effect and c.kind != semconv.COMPONENT_STEP],
         [c for c in changes if c.kind == semconv.COMPONENT_STEP],
     ):
-        remaining = sorted(part, key=lambda c: (c.onset, c.precedence, -c.score))
+        remaining = sorted(part, key=lambda c: (c.onset - c.lag_s, c.precedence, -c.score))
         while remaining:
-            anchor = remaining[0].onset
-            group = [c for c in remaining if c.onset - anchor <= tie_s + 1e-9]
-            group.sort(key=lambda c: (c.precedence, c.onset, -c.score))
+            anchor = remaining[0].onset - remaining[0].lag_s
+            group = [c for c in remaining if c.onset - c.lag_s - anchor <= tie_s + 1e-9]
+            group.sort(key=lambda c: (c.precedence, c.onset - c.lag_s, -c.score))
             ordered.extend(group)
             remaining = remaining[len(group) :]
     return [replace(c, order=i) for i, c in enumerate(ordered)]
@@ -441,6 +451,7 @@ def first_change(
                     score=change.score,
                     effect=effect,
                     precedence=sig.precedence(signal, effect),
+                    lag_s=sig.sample_lag_s(signal, cfg.telemetry_interval_s),
                 )
             )
     changes = _switch_changes(_earliest_per_component(changes, tie_s), switch_of, tie_s)

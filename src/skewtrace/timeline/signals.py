@@ -260,6 +260,18 @@ EFFECT_PRECEDENCE = 40
 STEP_PRECEDENCE = 50
 
 
+# Series timed by the spans themselves (when the wait or transfer happened); every other
+# signal comes from node telemetry, read once per its interval.
+SPAN_TIMED_KINDS = frozenset({semconv.COMPONENT_DATALOADER, semconv.COMPONENT_COLLECTIVE})
+
+
+def sample_lag_s(signal: Signal, telemetry_interval_s: float) -> float:
+    """How much later than the change itself the signal's series can show it: one telemetry
+    interval for node telemetry (a gauge is read, a counter's total taken, once per interval),
+    none for series timed by the spans."""
+    return 0.0 if signal.kind in SPAN_TIMED_KINDS else telemetry_interval_s
+
+
 def precedence(signal: Signal, effect: bool | None = None) -> int:
     """The signal's place among changes of one sampling interval (lower first); ``effect``:
     whether this change of it is an effect (default: whether the signal is a throughput)."""
