@@ -193,9 +193,8 @@ def _run_first_change(args: argparse.Namespace) -> int:
     source = _source(args)
     now = time.time()
     try:
-        report = first_change(
-            source, args.job, now - args.since, now, Settings(lookback_s=args.lookback, telemetry_interval_s=args.telemetry_interval),
-        )
+        settings = Settings(lookback_s=args.lookback, telemetry_interval_s=args.telemetry_interval)
+        report = first_change(source, args.job, now - args.since, now, settings)
     except TimelineError as exc:
         return _fail("first-change", exc)
     if args.json:
