@@ -168,7 +168,8 @@ OP_SEND_RECV = "send_recv"
 DEFAULT_PG_NAME = "default"
 
 # Values of training.collective.source.
-#: a `torch.distributed` call
+#: issued through the process group: a `torch.distributed` call, a functional collective
+#: (DTensor, FSDP2, pipelining), a process-group method
 SOURCE_API = "api"
 #: a DDP gradient bucket (through skewtrace's comm hook)
 SOURCE_DDP = "ddp"

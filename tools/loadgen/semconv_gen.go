@@ -238,7 +238,8 @@ const (
 
 // Values of training.collective.source.
 const (
-	// sourceAPI is "api": a `torch.distributed` call
+	// sourceAPI is "api": issued through the process group: a `torch.distributed` call, a
+	// functional collective (DTensor, FSDP2, pipelining), a process-group method
 	sourceAPI = "api"
 
 	// sourceDDP is "ddp": a DDP gradient bucket (through skewtrace's comm hook)

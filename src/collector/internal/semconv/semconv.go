@@ -239,7 +239,8 @@ const (
 
 // Values of training.collective.source.
 const (
-	// SourceAPI is "api": a `torch.distributed` call
+	// SourceAPI is "api": issued through the process group: a `torch.distributed` call, a
+	// functional collective (DTensor, FSDP2, pipelining), a process-group method
 	SourceAPI = "api"
 
 	// SourceDDP is "ddp": a DDP gradient bucket (through skewtrace's comm hook)
