@@ -154,6 +154,25 @@ def test_functions_mode_wraps_the_functions_and_leaves_groups_alone(
     assert [s.attributes[semconv.COLLECTIVE_SOURCE] for s in spans] == ["api"]
 
 
+def test_pytorch_without_group_hooks_falls_back_and_says_what_is_missed(
+    world_of_one: None,
+    memory_provider: tuple[TracerProvider, InMemorySpanExporter],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With ``auto`` on a PyTorch that has no group hooks (simulated: ``supported`` False),
+    the functions are wrapped and one warning names what goes untraced."""
+    monkeypatch.setattr(process_group, "supported", lambda: False)
+    provider, exporter = memory_provider
+    with caplog.at_level("WARNING", logger="skewtrace"):
+        skewtrace.instrument(tracer_provider=provider)
+    assert skewtrace.SkewtraceInstrumentor().session.ctx.process_groups is None  # type: ignore[union-attr]
+    warnings = [r.getMessage() for r in caplog.records if "process-group hooks" in r.getMessage()]
+    assert len(warnings) == 1 and "functional collectives" in warnings[0], warnings
+    dist.all_reduce(torch.ones(2))
+    assert len(_collective_spans(exporter)) == 1
+
+
 def test_ddp_buckets_are_counted_once(
     world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:

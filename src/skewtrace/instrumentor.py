@@ -240,6 +240,12 @@ class Session:
         if self.settings.collective_hooks == "auto" and process_group.supported():
             self.ctx.process_groups = process_group.patch_process_groups(self.ctx, self.patches)
         else:
+            if self.settings.collective_hooks == "auto":
+                logger.warning(
+                    "skewtrace: this PyTorch calls no process-group hooks (2.15 and later "
+                    "do): only torch.distributed functions and DDP buckets are traced; "
+                    "functional collectives (FSDP2, DTensor, pipelining) are not"
+                )
             patch_collectives(self.ctx, self.patches)
         patch_point_to_point(self.ctx, self.patches)
         patch_backward(self.ctx, self.patches)
