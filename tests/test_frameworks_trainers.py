@@ -1,0 +1,63 @@
+"""The framework matrix (issue 22), the trainers: unmodified scripts under examples/frameworks/
+for PyTorch Lightning (``Trainer(strategy="ddp")``), Accelerate (a tiny GPT-2 from a config,
+``accelerator.prepare``/``accelerator.backward``), transformers.Trainer and DeepSpeed ZeRO
+(stages 2 and 3), each run by torchrun on four gloo ranks against the built otelcol-skewtrace,
+under zero-code (``opentelemetry-instrument``) and one call where the user can make it (the
+trainers own the loop: a Lightning ``Callback``, a ``TrainerCallback``, or right after
+``accelerator.prepare``/``deepspeed.initialize``).
+
+The run and the checks are tests/_framework_matrix.py's, shared with tests/test_frameworks.py:
+every collective the process groups ran (their own counters) has its span, every phase span
+(``train.step``, ``forward``, ``backward``, ``optimizer.step``) on every rank for every step,
+every collective joined complete, nobody flagged while healthy, and once rank 2 turns slow
+only rank 2, for ``compute``.
+
+The frameworks come from the ``frameworks`` extra (``pip install -e '.[frameworks]'``), which
+CI installs (the Makefile's venv target); a case whose package is missing skips, naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from _framework_matrix import ALL_PHASES, MODES, Case, collector_process, run_and_check
+from collector_harness import CollectorProcess
+
+pytestmark = [pytest.mark.collector, pytest.mark.slow]
+
+# case -> (the case, the package it needs, the modes it runs in)
+TRAINERS: dict[str, tuple[Case, str, tuple[str, ...]]] = {
+    "lightning": (Case("lightning_ddp", phases=ALL_PHASES), "pytorch_lightning", MODES),
+    "accelerate": (Case("accelerate_gpt2", phases=ALL_PHASES), "accelerate", MODES),
+    "transformers": (Case("hf_trainer", phases=ALL_PHASES), "transformers", MODES),
+    "deepspeed-zero2": (
+        Case("deepspeed_zero", phases=ALL_PHASES, args=("--stage", "2")),
+        "deepspeed",
+        MODES,
+    ),
+    # Per-layer parameter all-gathers, as FSDP's: zero-code only, to keep the matrix short.
+    "deepspeed-zero3": (
+        Case("deepspeed_zero", phases=ALL_PHASES, args=("--stage", "3")),
+        "deepspeed",
+        ("zero-code",),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def collector(otelcol_path: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    yield from collector_process(otelcol_path, tmp_path_factory.mktemp("trainers"))
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [(name, mode) for name, (_, _, modes) in TRAINERS.items() for mode in modes],
+)
+def test_trainer_traced_joined_and_diagnosed(
+    collector: CollectorProcess, tmp_path: Path, name: str, mode: str
+) -> None:
+    case, package, _ = TRAINERS[name]
+    pytest.importorskip(package, reason=f"{package} is not installed (the frameworks extra)")
+    run_and_check(collector, case, mode, tmp_path)
