@@ -503,6 +503,80 @@ def test_dataloader_is_instrumented_in_place(
     assert len(fetches) == 5
 
 
+class _AcceleratedLike(torch.optim.Optimizer):
+    """Shaped as Accelerate's AcceleratedOptimizer: an Optimizer subclass that never runs
+    Optimizer.__init__ and keeps the real one in ``.optimizer``."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def step(self, closure: Any = None) -> Any:
+        return self.optimizer.step(closure)
+
+
+class _ZeroLike:
+    """Shaped as DeepSpeed's ZeRO optimizers: no torch Optimizer at all, one inside."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+
+@pytest.mark.parametrize("wrapper", [_AcceleratedLike, _ZeroLike])
+def test_framework_optimizer_wrappers_are_hooked_at_the_torch_optimizer_inside(
+    world_of_one: None,
+    memory_provider: tuple[TracerProvider, InMemorySpanExporter],
+    wrapper: Any,
+) -> None:
+    provider, exporter = memory_provider
+    model = nn.Linear(4, 1)
+    wrapped = wrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    skewtrace.instrument(model=model, optimizer=wrapped, tracer_provider=provider)
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+        wrapped.step()
+    skewtrace.uninstrument()
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names.count("optimizer.step") == 2 and names.count("train.step") == 2, names
+
+
+def test_an_optimizer_that_is_none_of_these_is_refused_naming_its_type(
+    world_of_one: None,
+) -> None:
+    with pytest.raises(TypeError, match="optimizer= must be a torch.optim.Optimizer.*object"):
+        skewtrace.instrument(optimizer=object())
+    assert not skewtrace.SkewtraceInstrumentor().is_instrumented_by_opentelemetry
+
+
+def test_a_step_with_a_closure_times_the_update_not_the_closure(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """optimizer.step(closure), as Lightning's automatic optimization and LBFGS call it: the
+    forward and backward run inside the step; the optimizer.step span starts after them."""
+    provider, exporter = memory_provider
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    skewtrace.instrument(model=model, optimizer=optimizer, tracer_provider=provider)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(torch.randn(8, 4)).square().mean()
+        loss.backward()
+        return loss
+
+    losses = [optimizer.step(closure) for _ in range(2)]
+    optimizer.step(closure=closure)
+    skewtrace.uninstrument()
+    assert all(isinstance(loss, torch.Tensor) for loss in losses)  # the closure's result kept
+    spans = exporter.get_finished_spans()
+    for step in (0, 1, 2):
+        of_step = {s.name: s for s in spans if s.attributes.get(semconv.STEP) == step}
+        update, backward = of_step["optimizer.step"], of_step["backward"]
+        assert update.start_time >= backward.end_time, step
+
+
 def test_builtin_iterables_are_rejected_with_advice(world_of_one: None) -> None:
     with pytest.raises(TypeError, match="traced_iterable"):
         skewtrace.instrument(dataloader=[1, 2, 3])

@@ -10,8 +10,8 @@ shards the data loader over the ranks. Per step, DDP's gradient all-reduce. Rand
 stand in for text.
 
 In one-call mode (``SKEWTRACE_ONE_CALL=1``) the script calls ``skewtrace.instrument`` right
-after ``prepare``, with the prepared model and the torch optimizer inside Accelerate's wrapper
-(``optimizer.optimizer``).
+after ``prepare``, with the prepared model and optimizer as ``prepare`` returned them
+(skewtrace hooks the torch optimizer inside Accelerate's wrapper).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
     tokens = torch.randint(0, config.vocab_size, (samples, args.seq_len))
     loader = DataLoader(TensorDataset(tokens), batch_size=args.batch_size, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    _knobs.one_call(model, optimizer.optimizer)
+    _knobs.one_call(model, optimizer)
     model.train()
     for (input_ids,) in loader:
         loss = model(input_ids=input_ids, labels=input_ids).loss

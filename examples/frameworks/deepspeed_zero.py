@@ -12,8 +12,8 @@ optimizer op needed). On CPU, DeepSpeed compiles its shared-memory communication
 time it starts (C++ compiler and ninja; cached in ``~/.cache/torch_extensions``).
 
 In one-call mode (``SKEWTRACE_ONE_CALL=1``) the script calls ``skewtrace.instrument`` after
-``deepspeed.initialize``, with the engine and the torch optimizer inside the ZeRO optimizer
-(``optimizer.optimizer``).
+``deepspeed.initialize``, with the engine and the optimizer it returned (skewtrace hooks the
+torch optimizer inside the ZeRO optimizer).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main() -> None:
     engine, optimizer, _, _ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=config
     )
-    _knobs.one_call(engine, optimizer.optimizer)
+    _knobs.one_call(engine, optimizer)
     generator = torch.Generator().manual_seed(dist.get_rank())
     for _ in range(args.steps):
         x = torch.randn(16, args.width, generator=generator).to(engine.device)

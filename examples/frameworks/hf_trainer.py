@@ -10,8 +10,8 @@ gradient all-reduce; at the end, the gathers of the training loss for the final 
 checkpoint, evaluation or reporting integration.
 
 In one-call mode (``SKEWTRACE_ONE_CALL=1``) a ``TrainerCallback`` calls ``skewtrace.instrument``
-at ``on_train_begin``, with the model and the optimizer the callback is given (the torch
-optimizer inside Accelerate's wrapper: ``optimizer.optimizer``).
+at ``on_train_begin``, with the model and the optimizer the callback is given (Accelerate's
+wrapper; skewtrace hooks the torch optimizer inside).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class OneCall(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         optimizer = kwargs["optimizer"]
-        _knobs.one_call(kwargs["model"], getattr(optimizer, "optimizer", optimizer))
+        _knobs.one_call(kwargs["model"], optimizer)
 
 
 def main() -> None:
