@@ -545,7 +545,7 @@ def test_framework_optimizer_wrappers_are_hooked_at_the_torch_optimizer_inside(
 def test_an_optimizer_that_is_none_of_these_is_refused_naming_its_type(
     world_of_one: None,
 ) -> None:
-    with pytest.raises(TypeError, match="optimizer= must be a torch.optim.Optimizer.*object"):
+    with pytest.raises(TypeError, match=r"optimizer= must be a torch\.optim\.Optimizer.*object"):
         skewtrace.instrument(optimizer=object())
     assert not skewtrace.SkewtraceInstrumentor().is_instrumented_by_opentelemetry
 

@@ -21,7 +21,6 @@ from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
 from skewtrace.hooks._patches import Patches
 
-
 # Where wrappers keep the optimizer they wrap, and how deep to look.
 _WRAPPED_ATTRS = ("optimizer", "_optimizer")
 _MAX_UNWRAP = 4
