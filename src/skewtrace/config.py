@@ -11,6 +11,7 @@ environment variables. Pacing settings share the pacer's family, ``SKEWTRACE_PAC
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -35,15 +36,18 @@ from skewtrace._options import (
     word,
 )
 
-__all__ = ["ConfigError", "Settings", "env_var", "resolve_job_id"]
+__all__ = ["ConfigError", "Settings", "env_var", "job_id_from_env", "resolve_job_id"]
 
 ENV_PREFIX = "SKEWTRACE_"
 
 SKEWTRACE_JOB_ID = "SKEWTRACE_JOB_ID"
 TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 TORCHELASTIC_UNSET = "none"
+TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 SLURM_JOB_ID = "SLURM_JOB_ID"
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+
+_log = logging.getLogger("skewtrace.config")
 
 MIN_NODE_TELEMETRY_INTERVAL_S = 0.1
 
@@ -71,7 +75,14 @@ class Settings:
 
     job_id: str | None = option(None, parse=text, check=not_blank)
     """The job id every rank agrees on; ``None`` means resolve it from the environment
-    (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``; see :func:`resolve_job_id`)."""
+    (``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``; see :func:`job_id_from_env`), else agree on
+    a generated one through the default process group's store (:mod:`skewtrace._job_id`)."""
+
+    job_id_timeout_millis: int = option(300_000, parse=integer, check=at_least(1))
+    """How long a rank waits for rank 0's generated job id in the process group's store
+    (counted from when it first sees the process group) before it gives up: its spans are
+    then dropped and counted (``reason=no_job_id``). The wait never blocks training; spans
+    recorded meanwhile are held in the event buffer."""
 
     buffer_events: int = option(65536, parse=integer, check=at_least(1))
     """Capacity of the rank's event buffer; when full, new events are dropped and counted.
@@ -133,14 +144,8 @@ class Settings:
             except ValueError as exc:
                 raise ConfigError(f"{found.source}={found.raw!r}: {exc}") from None
             given[setting.field] = found
-        if env.get(OTEL_SDK_DISABLED, "").strip():
-            try:
-                if boolean(env[OTEL_SDK_DISABLED]):
-                    values["enabled"] = False
-            except ValueError as exc:
-                raise ConfigError(
-                    f"{OTEL_SDK_DISABLED}={env[OTEL_SDK_DISABLED]!r}: {exc}"
-                ) from None
+        if sdk_disabled(env):
+            values["enabled"] = False
         known = {f.name for f in fields(cls)}
         for key, value in overrides.items():
             if key not in known:
@@ -167,31 +172,93 @@ def env_var(field_name: str) -> str:
     raise KeyError(field_name)
 
 
-def resolve_job_id(
-    explicit: str | None, world_size: int, env: Mapping[str, str] | None = None
-) -> str:
-    """The job id: argument, then SKEWTRACE_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID.
+def sdk_disabled(env: Mapping[str, str] | None = None) -> bool:
+    """``OTEL_SDK_DISABLED`` as the SDK reads it: only ``true`` (any case) disables.
 
-    With none of them and more than one rank there is no id every rank would pick the same
-    way (a random one differs per rank and splits each step into one trace per rank), so
-    that is an error; a single rank gets a generated id.
+    Any other value leaves the SDK (and skewtrace) on; one that is not ``false`` either is
+    warned about, since it was probably meant to disable.
     """
     env = os.environ if env is None else env
+    raw = env.get(OTEL_SDK_DISABLED, "")
+    value = raw.strip().lower()
+    if value == "true":
+        return True
+    if value not in ("", "false"):
+        _log.warning(
+            "%s=%r is not 'true': the OpenTelemetry SDK and skewtrace stay enabled",
+            OTEL_SDK_DISABLED,
+            raw,
+        )
+    return False
+
+
+def job_id_from_env(explicit: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The job id given by the user or the launcher, None when there is none.
+
+    In this order: ``explicit`` (the argument), ``SKEWTRACE_JOB_ID``, ``TORCHELASTIC_RUN_ID``
+    (unless ``none``), ``SLURM_JOB_ID``. Under an elastic restart (torchrun's
+    ``TORCHELASTIC_RESTART_COUNT`` above 0) the id gets ``-attempt<N>``: the restarted worker
+    group counts its steps and each group's collectives from 0 again, and under the same id
+    the Collector would take them for steps it has already analysed.
+    """
+    env = os.environ if env is None else env
+    found: str | None = None
     if explicit is not None and explicit.strip():
-        return explicit.strip()
+        found = explicit.strip()
     for name in (SKEWTRACE_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID):
+        if found is not None:
+            break
         value = env.get(name, "").strip()
         # torchrun sets TORCHELASTIC_RUN_ID=none without --rdzv-id: every such job would
         # share one id, and their traces would mix.
         if name == TORCHELASTIC_RUN_ID and value == TORCHELASTIC_UNSET:
             continue
         if value:
-            return value
+            found = value
+    if found is None:
+        return None
+    attempt = restart_attempt(env)
+    return f"{found}-attempt{attempt}" if attempt else found
+
+
+def restart_attempt(env: Mapping[str, str] | None = None) -> int:
+    """torchrun's restart count of this worker group (0: the first attempt, or no torchrun;
+    a value that is not a count is taken as 0)."""
+    env = os.environ if env is None else env
+    try:
+        return max(0, int(env.get(TORCHELASTIC_RESTART_COUNT, "0").strip() or 0))
+    except ValueError:
+        return 0
+
+
+def generated_job_id(prefix: str = "local") -> str:
+    return f"{prefix}-{os.urandom(6).hex()}"
+
+
+def resolve_job_id(
+    explicit: str | None, world_size: int, env: Mapping[str, str] | None = None
+) -> str:
+    """The job id without a process group: :func:`job_id_from_env`, else a generated one for
+    a single rank.
+
+    With none of them and more than one rank there is no id every rank would pick the same
+    way on its own (a random one differs per rank and splits each step into one trace per
+    rank): that is an error here. The instrumentation then agrees on one through the
+    default process group's store instead (:mod:`skewtrace._job_id`).
+    """
+    found = job_id_from_env(explicit, env)
+    if found is not None:
+        return found
     if world_size > 1:
-        raise ConfigError(
-            f"no job id: pass job_id= or set {SKEWTRACE_JOB_ID} (or run under torchrun with "
-            f"--rdzv-id, or Slurm, which set {TORCHELASTIC_RUN_ID}/{SLURM_JOB_ID}); with "
-            f"{world_size} ranks a "
-            "generated id could differ between ranks and break the per-step traces"
-        )
-    return "local-" + os.urandom(6).hex()
+        raise ConfigError(no_job_id_message(world_size))
+    return generated_job_id()
+
+
+def no_job_id_message(world_size: int) -> str:
+    return (
+        f"no job id: pass job_id= or set {SKEWTRACE_JOB_ID} (or run under torchrun with "
+        f"--rdzv-id, or Slurm, which set {TORCHELASTIC_RUN_ID}/{SLURM_JOB_ID}), or call "
+        f"instrument() after init_process_group so that the ranks agree on one through its "
+        f"store; with {world_size} ranks a generated id could differ between ranks and break "
+        "the per-step traces"
+    )

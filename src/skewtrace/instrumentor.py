@@ -5,14 +5,19 @@ Registered under the ``opentelemetry_instrumentor`` entry point, so
 change. There are two modes, chosen by the ``zero_code`` keyword:
 
 - ``zero_code=False`` (``skewtrace.instrument()``'s default): called after
-  ``init_process_group``; rank, world size and job id are resolved at once, so a missing job
-  id raises ``ConfigError`` at the call. Hooks go on every ``torch.distributed`` collective,
-  on ``torch.save``/``torch.load`` (checkpoint spans), and on what is passed: ``model``
-  (forward, backward, DDP gradient buckets), ``optimizer`` (else every optimizer's step ends
-  a ``train.step``), ``dataloader``.
+  ``init_process_group``; rank, world size and job id are resolved at once (several ranks
+  with no job id agree on one through the process group's store: rank 0's is written at the
+  call, the others read it at the call or on the export thread), and several ranks with
+  neither a job id nor a process group raise ``ConfigError`` at the call. Hooks go on
+  every ``torch.distributed`` collective, on ``torch.save``/``torch.load`` (checkpoint
+  spans), and on what is passed: ``model`` (forward, backward, DDP gradient buckets),
+  ``optimizer`` (else every optimizer's step ends a ``train.step``), ``dataloader``.
 - ``zero_code=True`` (what ``opentelemetry-instrument`` does): may run before
-  ``init_process_group``; rank, world size and job id are resolved when the first spans are
-  exported (a missing job id is then logged and the spans discarded; training goes on).
+  ``init_process_group``; rank, world size and job id are resolved on the export thread as
+  soon as they are known (:mod:`skewtrace._identity`: the default process group is seen as
+  ``init_process_group`` sets it), and spans wait in the event buffer until then. If no job
+  id can be had, that is logged once and the rank's spans are dropped and counted; training
+  goes on.
   Besides the above, each ``DistributedDataParallel`` constructed afterwards is instrumented
   when no ``model`` is passed (forward, backward, gradient buckets), and every
   ``torch.utils.data.DataLoader`` iteration is timed when no ``dataloader`` is passed.
@@ -25,6 +30,7 @@ no model, optimizer or dataloader (BaseInstrumentor's contract: no arguments doe
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import threading
 from collections.abc import Collection, Iterable, Iterator
@@ -34,17 +40,24 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from skewtrace import _log_limit
-from skewtrace._export.exporters import otlp_span_exporter
+from skewtrace import _log_limit, semconv
+from skewtrace._export.exporters import (
+    OTEL_METRICS_EXPORTER,
+    OTEL_TRACES_EXPORTER,
+    metric_exporter_factories,
+    span_exporter_factory,
+)
 from skewtrace._export.materialize import Identity
 from skewtrace._export.self_metrics import SelfMetrics
 from skewtrace._export.sinks import ExporterSink, ProcessorSink, SpanSink
 from skewtrace._export.thread import BackgroundExporter
+from skewtrace._identity import IdentityResolver, group_of
+from skewtrace._job_id import JobIdError
 from skewtrace._recorder import Recorder
-from skewtrace.config import Settings, resolve_job_id
+from skewtrace.config import Settings
 from skewtrace.hooks import Patches
 from skewtrace.hooks._context import HookContext
-from skewtrace.resource import RankInfo, build_resource, discover_rank_info
+from skewtrace.resource import build_resource
 from skewtrace.telemetry import FetchCountingRecorder, NodeTelemetry
 
 logger = logging.getLogger("skewtrace")
@@ -106,12 +119,36 @@ class Session:
             if isinstance(global_meters, MeterProvider):
                 meter_provider = global_meters
 
-        # Resolve who we are now when we can, so a missing job id fails at the call site.
-        self._rank_info: RankInfo | None = None
+        # OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER choose the private exporters (a
+        # provider of the user's was configured by them already): checked here, so a bad
+        # name is a ConfigError from instrument(); built later, on the threads that use them.
+        span_factory = span_exporter_factory() if self._user_provider is None else None
+        if self._user_provider is None and span_factory is None:
+            logger.info(
+                "skewtrace: %s=none: no spans are exported (collectives and phases are still "
+                "hooked, for pacing and node telemetry; SKEWTRACE_ENABLED=false removes "
+                "every hook)",
+                OTEL_TRACES_EXPORTER,
+            )
+        metrics_off = meter_provider is None and not metric_exporter_factories()
+        if metrics_off:
+            logger.info(
+                "skewtrace: %s=none: skewtrace's own metrics and node telemetry are off",
+                OTEL_METRICS_EXPORTER,
+            )
+
+        # Who we are: resolved now when we can, so that several ranks with neither a job id
+        # nor a process group fail at the call site; else on the export thread.
+        self._resolver = IdentityResolver(
+            settings.job_id,
+            timeout_s=settings.job_id_timeout_millis / 1000.0,
+            wait_for_rank=zero_code,
+            final_wait_s=settings.shutdown_timeout_millis / 2000.0,
+        )
         if not zero_code:
-            self._rank_info = discover_rank_info()
-            job_id = resolve_job_id(settings.job_id, self._rank_info.world_size)
-            self.settings = settings = settings.with_job_id(job_id)
+            # A store that fails: the export thread says so and counts the drops.
+            with contextlib.suppress(JobIdError):
+                self._resolver.resolve()
 
         device = _model_device(model) if model is not None else None
         use_cuda, cuda_timer = self._cuda(model)
@@ -128,11 +165,11 @@ class Session:
             self.recorder, pacer=pacing_client, device=device, cuda_timer=cuda_timer
         )
 
-        sink: SpanSink
+        sink: SpanSink | None
         if self._user_provider is not None:
             sink = ProcessorSink(self._user_provider)
         else:
-            sink = ExporterSink(otlp_span_exporter)
+            sink = ExporterSink(span_factory) if span_factory is not None else None
         self.exporter = BackgroundExporter(
             self.recorder,
             sink,
@@ -142,12 +179,16 @@ class Session:
             before_drain=self.ctx.works.poll,
         )
         self.metrics = SelfMetrics(
-            self.recorder, self.exporter.stats, meter_provider, self._resource_or_none
+            self.recorder, self.exporter.stats, meter_provider, self._metrics_resource
         )
-        # Started once the rank's identity is known (at once, or at the first export in
+        # A private meter provider carries the rank's resource: started once the rank is
+        # identified (or could not be), like node telemetry.
+        self._metrics_now = meter_provider is not None
+        self._metrics_off = metrics_off
+        # Started once the rank's identity is known (at once, or on the export thread in
         # zero-code mode): local rank 0 samples the node, the GPU comes from gpu.uuid.
         self.node_telemetry: NodeTelemetry | None = None
-        if settings.node_telemetry:
+        if settings.node_telemetry and not metrics_off:
             self.node_telemetry = NodeTelemetry(
                 interval_s=settings.node_telemetry_interval_s,
                 root=settings.node_telemetry_root,
@@ -161,12 +202,11 @@ class Session:
         except BaseException:
             self.patches.restore()
             raise
+        if self._metrics_now:
+            self._start_self_metrics()
         if not zero_code:
-            self.identity()
-        try:
-            self.metrics.start()
-        except Exception:
-            logger.warning("skewtrace: self-metrics disabled", exc_info=True)
+            with contextlib.suppress(JobIdError):
+                self.identity()
         if self._user_provider is None:
             # Our private exporters must not flood the training log while the collector
             # is down (the SDK logs every retry); failures are still counted. Installed
@@ -251,6 +291,7 @@ class Session:
         patch_backward(self.ctx, self.patches)
         patch_ddp_register(self.patches)
         patch_checkpoint(self.ctx, self.patches)
+        self._watch_default_group()
         if model is not None:
             self._instrument_model(model, use_cuda)
         elif zero_code:
@@ -263,6 +304,35 @@ class Session:
             from skewtrace.hooks.dataloader import patch_dataloader_class
 
             patch_dataloader_class(self.ctx, self.patches)
+
+    def _watch_default_group(self) -> None:
+        """Learn of the default process group as ``init_process_group`` sets it (torch's
+        ``_update_default_pg``), so that the rank and the store are known even when the
+        group lives shorter than an export interval; without that function the export
+        thread finds the group initialized instead."""
+        import functools
+
+        import torch.distributed.distributed_c10d as c10d
+
+        original = getattr(c10d, "_update_default_pg", None)
+        if original is None:
+            return
+        session = self
+
+        @functools.wraps(original)
+        def _update_default_pg(pg: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(pg, *args, **kwargs)
+            if pg is not None and not session._closed:
+                try:
+                    group = group_of(pg)
+                    if group is not None:
+                        session._resolver.on_group(group)
+                        session.exporter.flush_now()
+                except Exception:
+                    logger.debug("skewtrace: default process group not read", exc_info=True)
+            return result
+
+        self.patches.replace(c10d, "_update_default_pg", _update_default_pg, original)
 
     def _instrument_model(self, model: Any, use_cuda: bool) -> Any:
         from torch.nn.parallel import DistributedDataParallel
@@ -333,23 +403,44 @@ class Session:
             use_cuda = True
         return self._instrument_model(model, use_cuda)
 
-    def identity(self) -> Identity | None:
+    def identity(self, final: bool = False) -> Identity | None:
+        """The rank's identity; None while it is not known yet (the export thread asks again
+        each cycle; ``final``: at exit, where it is decided or raises)."""
         created = False
-        with self._lock:
-            if self._identity is None:
-                created = True
-                info = self._rank_info or discover_rank_info()
-                job_id = resolve_job_id(self.settings.job_id, info.world_size)
-                device_index = getattr(self.ctx.device, "index", None)
-                base = self._user_provider.resource if self._user_provider else None
-                resource = build_resource(job_id, info, device_index=device_index, base=base)
-                self._identity = Identity(job_id=job_id, rank=info.rank, resource=resource)
-                if self._own_pacer and not self._closed:
-                    self.ctx.pacer = self._pacing_client(self._identity)
-            identity = self._identity
+        try:
+            with self._lock:
+                if self._identity is None:
+                    resolved = self._resolver.resolve(final)
+                    if resolved is None:
+                        return None
+                    job_id, info = resolved
+                    device_index = getattr(self.ctx.device, "index", None)
+                    base = self._user_provider.resource if self._user_provider else None
+                    resource = build_resource(job_id, info, device_index=device_index, base=base)
+                    self._identity = Identity(job_id=job_id, rank=info.rank, resource=resource)
+                    created = True
+                    if self._own_pacer and not self._closed:
+                        self.ctx.pacer = self._pacing_client(self._identity)
+                identity = self._identity
+        except Exception:
+            # Never identified: the private metrics still report the drops, with the rank.
+            self._start_self_metrics()
+            raise
         if created:
+            self._start_self_metrics()
             self._start_node_telemetry(identity)
         return identity
+
+    def _start_self_metrics(self) -> None:
+        # Also while closing: a rank never identified reports its drops in the final export.
+        if self._metrics_off:
+            return
+        try:
+            self.metrics.start()
+        except Exception as e:
+            # At exit (a rank that never got its identity) the SDK may no longer start.
+            logger.warning("skewtrace: self-metrics disabled: %s", e)
+            logger.debug("skewtrace: self-metrics disabled", exc_info=True)
 
     def _start_node_telemetry(self, identity: Identity) -> None:
         if self.node_telemetry is None:
@@ -359,12 +450,27 @@ class Session:
         except Exception:
             logger.warning("skewtrace: node telemetry disabled", exc_info=True)
 
-    def _resource_or_none(self) -> Any | None:
-        try:
-            identity = self.identity()
-        except Exception:
-            return None
-        return identity.resource if identity else None
+    def _metrics_resource(self) -> Any | None:
+        """The private meter provider's resource: the rank's, or what is known of it."""
+        identity = self._identity
+        if identity is not None:
+            return identity.resource
+        from opentelemetry.sdk.resources import Resource
+
+        info = self._resolver.rank_info
+        attributes: dict[str, str | int] = {}
+        if info is not None:
+            attributes = {
+                semconv.RANK: info.rank,
+                semconv.LOCAL_RANK: info.local_rank,
+                semconv.WORLD_SIZE: info.world_size,
+            }
+        resource = Resource.create(attributes)
+        if str(resource.attributes.get(semconv.SERVICE_NAME, "")).startswith("unknown_service"):
+            resource = resource.merge(
+                Resource({semconv.SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME})
+            )
+        return resource
 
     def flush(self) -> None:
         self.exporter.flush_now()
@@ -377,9 +483,6 @@ class Session:
             self._closed = True
         self.recorder.active = False
         self.patches.restore()
-        if self._log_limit_installed:
-            self._log_limit_installed = False
-            _log_limit.uninstall()
         timeout = self.settings.shutdown_timeout_millis
         import time
 
@@ -402,12 +505,17 @@ class Session:
         )
         closer.start()
         closer.join(remaining / 1000.0)
+        # Only now: the final flush is when a collector that is down makes the most noise.
+        if self._log_limit_installed:
+            self._log_limit_installed = False
+            _log_limit.uninstall()
         atexit.unregister(self.close)
         finalizer, self._finalizer = self._finalizer, None
         if finalizer is not None:
             finalizer.cancel()
 
     def _close_metrics(self, timeout_millis: int) -> None:
+        self._metrics_off = True  # not started after this
         try:
             self.metrics.shutdown(timeout_millis)
         except Exception:

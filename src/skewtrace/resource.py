@@ -56,6 +56,28 @@ def discover_rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
         rank = _env_int(env, "RANK", "SLURM_PROCID")
     if world_size is None:
         world_size = _env_int(env, "WORLD_SIZE", "SLURM_NTASKS")
+    return _rank_info(rank, world_size, env)
+
+
+def env_rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
+    """Rank and world size from the launcher's environment (torchrun's ``RANK`` and
+    ``WORLD_SIZE``, Slurm's ``SLURM_PROCID`` and ``SLURM_NTASKS``); None when it names
+    neither (a single process, or a ``torch.multiprocessing.spawn`` child before its
+    ``init_process_group``)."""
+    env = os.environ if env is None else env
+    rank = _env_int(env, "RANK", "SLURM_PROCID")
+    world_size = _env_int(env, "WORLD_SIZE", "SLURM_NTASKS")
+    if rank is None and world_size is None:
+        return None
+    return _rank_info(rank, world_size, env)
+
+
+def group_rank_info(rank: int, world_size: int, env: Mapping[str, str] | None = None) -> RankInfo:
+    """A process group's rank and size, with the local rank from the environment."""
+    return _rank_info(rank, world_size, os.environ if env is None else env)
+
+
+def _rank_info(rank: int | None, world_size: int | None, env: Mapping[str, str]) -> RankInfo:
     rank = 0 if rank is None else rank
     world_size = 1 if world_size is None else world_size
     # Without either variable the ranks are assumed to share one node.

@@ -574,7 +574,8 @@ PROM_FIRST_CHANGE = "training_first_change_seconds"
 
 # Data point attributes of the training process's own metrics.
 #: reason (string): why the counted items were dropped, refused or rejected; the values depend
-#: on the metric: `buffer_full` on `skewtrace.events.dropped`, and those in the notes of
+#: on the metric: `buffer_full`, `no_job_id` (no job id could be had: the rank's spans are
+#: dropped) and `no_identity` on `skewtrace.events.dropped`, and those in the notes of
 #: `skewtrace.pacer.otlp.requests.refused`, `skewtrace.pacer.points.rejected` and
 #: `skewtrace.pacer.http.requests.refused`
 REASON = "reason"

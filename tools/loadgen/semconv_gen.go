@@ -752,8 +752,9 @@ const (
 // Data point attributes of the training process's own metrics.
 const (
 	// attrReason is reason (string): why the counted items were dropped, refused or rejected; the
-	// values depend on the metric: `buffer_full` on `skewtrace.events.dropped`, and those in the
-	// notes of `skewtrace.pacer.otlp.requests.refused`, `skewtrace.pacer.points.rejected` and
+	// values depend on the metric: `buffer_full`, `no_job_id` (no job id could be had: the rank's
+	// spans are dropped) and `no_identity` on `skewtrace.events.dropped`, and those in the notes
+	// of `skewtrace.pacer.otlp.requests.refused`, `skewtrace.pacer.points.rejected` and
 	// `skewtrace.pacer.http.requests.refused`
 	attrReason = "reason"
 )

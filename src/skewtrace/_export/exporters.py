@@ -1,13 +1,28 @@
-"""The private OTLP exporters, configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables.
+"""The private exporters, chosen and configured by OpenTelemetry's own variables.
 
-Used when the user gave no TracerProvider (spans) or MeterProvider (self-metrics). gRPC is
-the default; ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or the per-signal variable) picks
-``http/protobuf``. The gRPC span exporter is the SDK's (endpoint, headers, TLS, retries)
-with its request encoding replaced by :class:`~.otlp_wire.FastSpanEncoder`: that replaces
-the SDK's private ``_translate_data``, so it is used only with the exporter versions it is
-tested against (``FAST_ENCODER_TESTED``, the same bounds as in ``pyproject.toml``), and
-with any other version, or if the override fails, the SDK's own encoder runs and one line
-says so.
+Used when the user gave no TracerProvider (spans) or MeterProvider (self-metrics, node
+telemetry). Which exporters: ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER``, read as
+the SDK's configurator reads them (:func:`exporter_names`): unset means ``otlp``, ``none``
+means no exporter at all, a comma-separated list means each of them; ``otlp`` (and the SDK's
+``otlp_proto_grpc``/``otlp_proto_http``) is skewtrace's OTLP exporter, any other name is the
+exporter installed under that name (entry point groups ``opentelemetry_traces_exporter`` and
+``opentelemetry_metrics_exporter``: the SDK's ``console``, for one); a name that is not
+installed is a :class:`~skewtrace.config.ConfigError` from ``instrument()``. Pull metric
+readers (``prometheus``) are not supported on skewtrace's private meter provider: give
+``instrument()`` a ``meter_provider`` with one instead.
+
+Where to: the exporters read ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the per-signal
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``/``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` themselves,
+with the specification's semantics: for http/protobuf a per-signal endpoint is used as it is
+and the general one gets ``/v1/traces`` or ``/v1/metrics`` appended; for gRPC either is the
+server's address. gRPC is the default; ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or the per-signal
+variable, which wins) picks ``http/protobuf``.
+
+The gRPC span exporter is the SDK's (endpoint, headers, TLS, retries) with its request
+encoding replaced by :class:`~.otlp_wire.FastSpanEncoder`: that replaces the SDK's private
+``_translate_data``, so it is used only with the exporter versions it is tested against
+(``FAST_ENCODER_TESTED``, the same bounds as in ``pyproject.toml``), and with any other
+version, or if the override fails, the SDK's own encoder runs and one line says so.
 """
 
 from __future__ import annotations
@@ -16,19 +31,40 @@ import importlib.metadata
 import logging
 import os
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from skewtrace._export.otlp_wire import FastSpanEncoder
+from skewtrace._options import ConfigError
 
 logger = logging.getLogger("skewtrace")
 
 OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 OTEL_EXPORTER_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+OTEL_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
+OTEL_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
+
+Signal = Literal["traces", "metrics"]
+_EXPORTER_VAR: dict[str, str] = {"traces": OTEL_TRACES_EXPORTER, "metrics": OTEL_METRICS_EXPORTER}
+_PROTOCOL_VAR: dict[str, str] = {
+    "traces": OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    "metrics": OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+}
+_ENTRY_POINT_GROUP: dict[str, str] = {
+    "traces": "opentelemetry_traces_exporter",
+    "metrics": "opentelemetry_metrics_exporter",
+}
+# The SDK's names for OTLP -> the protocol they fix (None: the protocol variables decide).
+_OTLP_NAMES: dict[str, str | None] = {
+    "otlp": None,
+    "otlp_proto_grpc": "grpc",
+    "otlp_proto_http": "http/protobuf",
+}
+_PROTOCOLS = ("grpc", "http/protobuf")
 
 GRPC_EXPORTER_PACKAGE = "opentelemetry-exporter-otlp-proto-grpc"
 FAST_ENCODER_TESTED = ((1, 30), (1, 46))
@@ -39,14 +75,98 @@ SDK's span encoding for these spans is unchanged since 1.30. Raise the upper bou
 with ``pyproject.toml``'s, after the test passes against the new version."""
 
 
-def _protocol(signal_var: str) -> str:
-    protocol = os.environ.get(signal_var) or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL) or "grpc"
-    protocol = protocol.strip().lower()
-    if protocol not in ("grpc", "http/protobuf"):
-        raise ValueError(
-            f"{OTEL_EXPORTER_OTLP_PROTOCOL}={protocol!r}: skewtrace supports grpc and http/protobuf"
+def _protocol(signal_var: str, env: Mapping[str, str] | None = None) -> str:
+    """The OTLP protocol of a signal: its own variable, else the general one, else grpc."""
+    env = os.environ if env is None else env
+    for name in (signal_var, OTEL_EXPORTER_OTLP_PROTOCOL):
+        raw = env.get(name, "")
+        if raw.strip():
+            protocol = raw.strip().lower()
+            if protocol not in _PROTOCOLS:
+                raise ConfigError(f"{name}={raw!r}: skewtrace supports grpc and http/protobuf")
+            return protocol
+    return "grpc"
+
+
+def exporter_names(signal: Signal, env: Mapping[str, str] | None = None) -> list[str]:
+    """``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` as names: unset or blank is
+    ``["otlp"]`` (the SDK's default), ``none`` is ``[]``."""
+    env = os.environ if env is None else env
+    var = _EXPORTER_VAR[signal]
+    raw = env.get(var, "")
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    if not names:
+        return ["otlp"]
+    if any(name.lower() == "none" for name in names):
+        if len(names) > 1:
+            raise ConfigError(f"{var}={raw!r}: none cannot be combined with other exporters")
+        return []
+    return names
+
+
+def _installed_exporter(signal: Signal, name: str) -> type:
+    var, group = _EXPORTER_VAR[signal], _ENTRY_POINT_GROUP[signal]
+    found = importlib.metadata.entry_points(group=group, name=name)
+    if not found:
+        installed = sorted({ep.name for ep in importlib.metadata.entry_points(group=group)})
+        raise ConfigError(
+            f"{var}: no exporter named {name!r} is installed (entry points "
+            f"{group}: {', '.join(installed) or 'none'}; or use otlp or none)"
         )
-    return protocol
+    try:
+        loaded = next(iter(found)).load()
+    except Exception as exc:
+        raise ConfigError(f"{var}: exporter {name!r} could not be loaded ({exc!r})") from None
+    if not isinstance(loaded, type):
+        raise ConfigError(f"{var}: {name!r} is not an exporter class")
+    return loaded
+
+
+def _span_builder(name: str, env: Mapping[str, str] | None) -> Callable[[], SpanExporter]:
+    key = name.lower()
+    if key in _OTLP_NAMES:
+        protocol = _OTLP_NAMES[key] or _protocol(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, env)
+        return lambda: otlp_span_exporter(protocol)
+    cls = _installed_exporter("traces", name)
+    if not issubclass(cls, SpanExporter):
+        raise ConfigError(f"{OTEL_TRACES_EXPORTER}: {name!r} is not a span exporter")
+    return cls
+
+
+def span_exporter_factory(
+    env: Mapping[str, str] | None = None,
+) -> Callable[[], SpanExporter] | None:
+    """What builds the private span exporter, None for ``OTEL_TRACES_EXPORTER=none``.
+
+    Checks now (a :class:`ConfigError` from ``instrument()``); builds when called (on the
+    export thread, so that a slow channel setup costs training nothing).
+    """
+    builders = [_span_builder(name, env) for name in exporter_names("traces", env)]
+    if not builders:
+        return None
+    if len(builders) == 1:
+        return builders[0]
+    return lambda: FanOutSpanExporter([build() for build in builders])
+
+
+class FanOutSpanExporter(SpanExporter):
+    """Several span exporters (``OTEL_TRACES_EXPORTER=otlp,console``); a failure of one is
+    a failure of the export."""
+
+    def __init__(self, exporters: Sequence[SpanExporter]) -> None:
+        self.exporters = list(exporters)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        results = [exporter.export(spans) for exporter in self.exporters]
+        ok = all(result == SpanExportResult.SUCCESS for result in results)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        for exporter in self.exporters:
+            exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return all(exporter.force_flush(timeout_millis) for exporter in self.exporters)
 
 
 def _installed_version(package: str) -> str | None:
@@ -71,9 +191,10 @@ def fast_encoder_refusal(exporter_class: type, version: str | None) -> str | Non
     return None
 
 
-def otlp_span_exporter() -> SpanExporter:
-    """An OTLP span exporter configured from the standard OTEL_EXPORTER_OTLP_* variables."""
-    if _protocol(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) != "grpc":
+def otlp_span_exporter(protocol: str | None = None) -> SpanExporter:
+    """An OTLP span exporter configured from the standard OTEL_EXPORTER_OTLP_* variables
+    (``protocol`` None: the protocol variables decide)."""
+    if (protocol or _protocol(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL)) != "grpc":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpSpanExporter,
         )
@@ -121,8 +242,8 @@ def _fast_grpc_exporter_class(base: type[Any]) -> type[SpanExporter]:
     return FastOTLPSpanExporter
 
 
-def otlp_metric_exporter() -> Any:
-    if _protocol(OTEL_EXPORTER_OTLP_METRICS_PROTOCOL) == "grpc":
+def otlp_metric_exporter(protocol: str | None = None) -> Any:
+    if (protocol or _protocol(OTEL_EXPORTER_OTLP_METRICS_PROTOCOL)) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
         return OTLPMetricExporter()
@@ -131,3 +252,38 @@ def otlp_metric_exporter() -> Any:
     )
 
     return HttpMetricExporter()
+
+
+def _metric_builder(name: str, env: Mapping[str, str] | None) -> Callable[[], Any]:
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
+
+    key = name.lower()
+    if key in _OTLP_NAMES:
+        protocol = _OTLP_NAMES[key] or _protocol(OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, env)
+        return lambda: otlp_metric_exporter(protocol)
+    cls = _installed_exporter("metrics", name)
+    if issubclass(cls, MetricReader):
+        raise ConfigError(
+            f"{OTEL_METRICS_EXPORTER}: {name!r} is a pull reader, which skewtrace's private "
+            "meter provider does not serve; pass instrument() a meter_provider with it"
+        )
+    if not issubclass(cls, MetricExporter):
+        raise ConfigError(f"{OTEL_METRICS_EXPORTER}: {name!r} is not a metric exporter")
+    return cls
+
+
+def metric_exporter_factories(env: Mapping[str, str] | None = None) -> list[Callable[[], Any]]:
+    """What builds each private metric exporter; empty for ``OTEL_METRICS_EXPORTER=none``.
+    Checks now, like :func:`span_exporter_factory`."""
+    return [_metric_builder(name, env) for name in exporter_names("metrics", env)]
+
+
+def metric_readers(export_interval_millis: float | None) -> list[Any]:
+    """A periodic reader per exporter of ``OTEL_METRICS_EXPORTER`` (none: no reader);
+    ``export_interval_millis`` None lets the reader read ``OTEL_METRIC_EXPORT_INTERVAL``."""
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    return [
+        PeriodicExportingMetricReader(build(), export_interval_millis=export_interval_millis)
+        for build in metric_exporter_factories()
+    ]

@@ -2,8 +2,9 @@
 
 Observable counters: the hot path only bumps plain ints and the SDK reads them on its own
 schedule. They go to the user's MeterProvider, else the global SDK one, else a private one
-with an OTLP exporter (:mod:`.exporters`) every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (the SDK's
-reader parses it; unset, skewtrace's default of 10 s applies rather than the SDK's 60 s).
+with the exporters of ``OTEL_METRICS_EXPORTER`` (:mod:`.exporters`; OTLP by default, none
+at all for ``none``) every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (the SDK's reader parses it;
+unset, skewtrace's default of 10 s applies rather than the SDK's 60 s).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from opentelemetry.sdk.environment_variables import OTEL_METRIC_EXPORT_INTERVAL
 from opentelemetry.sdk.resources import Resource
 
 from skewtrace import semconv
-from skewtrace._export.exporters import otlp_metric_exporter
+from skewtrace._export.exporters import metric_readers
 from skewtrace._export.thread import ExportStats
 from skewtrace._recorder import Recorder
 from skewtrace.version import __version__
@@ -52,6 +53,9 @@ class SelfMetrics:
         self._started = False
 
     def start(self) -> None:
+        """Register the counters; with no provider of the user's, on a private one with the
+        rank's resource (so call this once the rank is identified) and the exporters of
+        ``OTEL_METRICS_EXPORTER``. With that set to ``none`` nothing is registered."""
         if self._started:
             return
         self._started = True
@@ -60,13 +64,12 @@ class SelfMetrics:
         provider = self._meter_provider
         if provider is None:
             from opentelemetry.sdk.metrics import MeterProvider
-            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-            reader = PeriodicExportingMetricReader(
-                otlp_metric_exporter(), export_interval_millis=metric_export_interval_millis()
-            )
+            readers = metric_readers(metric_export_interval_millis())
+            if not readers:
+                return
             resource = self._resource() or Resource.create({})
-            provider = MeterProvider(metric_readers=[reader], resource=resource)
+            provider = MeterProvider(metric_readers=readers, resource=resource)
             self._own_provider = provider
         meter = provider.get_meter("skewtrace", __version__)
 

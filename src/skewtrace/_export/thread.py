@@ -1,5 +1,12 @@
 """The export thread: every interval, drain the recorder, materialize, export; the final
-flush at exit is bounded by ``shutdown_timeout_millis``."""
+flush at exit is bounded by ``shutdown_timeout_millis``.
+
+Spans are built only once the rank's identity is known (:mod:`skewtrace._identity`, asked
+every cycle): until then the events stay in the recorder's bounded buffer, so nothing is
+exported under a wrong job id or rank. If the identity cannot be had, what was recorded
+is dropped and counted (``skewtrace.events.dropped{reason=no_job_id}``) with one error
+line. Without a sink (``OTEL_TRACES_EXPORTER=none``) events are drained and discarded,
+neither materialized nor counted."""
 
 from __future__ import annotations
 
@@ -18,6 +25,10 @@ logger = logging.getLogger("skewtrace")
 
 # Spans per export call: keeps one OTLP request well under gRPC's 4 MiB default.
 _EXPORT_BATCH = 512
+# While the identity is pending, ask again this often rather than every interval: rank 0's
+# job id is read as soon as it is written (and before a short-lived rank 0, which may hold
+# the store, is gone). Asking costs microseconds, a store round trip at most.
+_PENDING_RETRY_S = 0.05
 
 
 class ExportStats:
@@ -35,8 +46,8 @@ class BackgroundExporter:
     def __init__(
         self,
         recorder: Recorder,
-        sink: SpanSink,
-        identity: Callable[[], Identity | None],
+        sink: SpanSink | None,
+        identity: Callable[[bool], Identity | None],
         interval_millis: int,
         cuda_timer: CudaPoller | None = None,
         before_drain: Callable[[], None] | None = None,
@@ -50,6 +61,8 @@ class BackgroundExporter:
         self._cuda_timer = cuda_timer
         self._materializer: SpanMaterializer | None = None
         self._disabled = False
+        self._pending = True
+        self._drop_reason = "no_identity"
         self.stats = ExportStats()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -74,7 +87,10 @@ class BackgroundExporter:
         attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
             while not self._stop.is_set():
-                self._wake.wait(self._interval_s)
+                pending = self._pending and not self._disabled
+                self._wake.wait(
+                    min(self._interval_s, _PENDING_RETRY_S) if pending else self._interval_s
+                )
                 self._wake.clear()
                 self._cycle(final=False)
             self._cycle(final=True)
@@ -92,12 +108,18 @@ class BackgroundExporter:
         try:
             if self._before_drain is not None:
                 self._before_drain()
+            materializer = self._get_materializer(final)
+            if self._sink is None:
+                self._discard(None)
+                return
+            if materializer is None:
+                if self._disabled:
+                    self._discard(self._drop_reason)
+                # Else the identity is not known yet: the events wait in the buffer.
+                return
             while not self._abandoned.is_set():
                 events = self._recorder.drain(_EXPORT_BATCH)
-                if not events and not (final and self._materializer is not None):
-                    return
-                materializer = self._get_materializer()
-                if materializer is None:
+                if not events and not final:
                     return
                 spans = materializer.materialize(events, final=final and not events)
                 if spans:
@@ -109,25 +131,42 @@ class BackgroundExporter:
         except Exception:
             logger.exception("skewtrace: export cycle failed; continuing")
 
-    def _get_materializer(self) -> SpanMaterializer | None:
+    def _discard(self, reason: str | None) -> None:
+        """Empty the buffer (bounded memory); ``reason``: count the events as dropped."""
+        while True:
+            events = self._recorder.drain(self._recorder.capacity)
+            if not events:
+                return
+            if reason is not None:
+                self._recorder.count_drop(reason, len(events))
+
+    def _get_materializer(self, final: bool) -> SpanMaterializer | None:
         if self._materializer is None and not self._disabled:
             try:
-                identity = self._identity()
-            except Exception:
-                logger.exception("skewtrace: cannot identify this rank; spans are discarded")
+                identity = self._identity(final)
+            except Exception as exc:
                 self._disabled = True
+                self._drop_reason = getattr(exc, "drop_reason", self._drop_reason)
+                if hasattr(exc, "drop_reason"):
+                    logger.error(
+                        "skewtrace: %s. This rank's spans are dropped (counted in "
+                        "skewtrace.events.dropped{reason=%s}); training goes on",
+                        exc,
+                        self._drop_reason,
+                    )
+                else:
+                    logger.exception("skewtrace: cannot identify this rank; spans are dropped")
                 return None
-            if identity is None:
+            self._pending = identity is None
+            if identity is None or self._sink is None:
                 return None
             self._materializer = SpanMaterializer(
                 identity, self._recorder.epoch_anchor_ns, self._cuda_timer, self._sink.sampler
             )
-        if self._disabled:
-            # Keep memory bounded by discarding what cannot be exported.
-            self._recorder.drain(self._recorder.capacity)
         return self._materializer
 
     def _export(self, spans: list[ReadableSpan]) -> None:
+        assert self._sink is not None
         try:
             ok = self._sink.export(spans)
         except Exception:
@@ -150,6 +189,8 @@ class BackgroundExporter:
         if self._thread.is_alive():
             self._done.wait(max(0.0, deadline - time.monotonic()))
         finished = self._done.is_set() or not self._thread.is_alive()
+        if self._sink is None:
+            return finished
         if finished:
             try:
                 self._sink.flush(max(0, int((deadline - time.monotonic()) * 1000)))

@@ -113,11 +113,11 @@ class NodeTelemetry:
     """Registers the node-telemetry instruments and owns their MeterProvider when it has to.
 
     ``meter_provider``: a MeterProvider passed to ``instrument()``; without one, a private
-    provider with the rank's resource and a periodic OTLP reader every ``interval_s`` (or
-    ``reader``, for tests). ``root`` prefixes ``/proc`` and ``/sys``. ``nvml_loader`` returns
-    an initialized ``pynvml`` (or a stand-in) or None; ``qdisc_reader`` replaces the netlink
-    dump (the dump reads the live kernel whatever ``root`` is); ``clock`` (monotonic seconds)
-    times the PCIe integration.
+    provider with the rank's resource and a periodic reader every ``interval_s`` per exporter
+    of ``OTEL_METRICS_EXPORTER`` (OTLP by default; or ``reader``, for tests). ``root``
+    prefixes ``/proc`` and ``/sys``. ``nvml_loader`` returns an initialized ``pynvml`` (or a
+    stand-in) or None; ``qdisc_reader`` replaces the netlink dump (the dump reads the live
+    kernel whatever ``root`` is); ``clock`` (monotonic seconds) times the PCIe integration.
     """
 
     def __init__(
@@ -172,14 +172,15 @@ class NodeTelemetry:
         provider = self._meter_provider
         if provider is None:
             from opentelemetry.sdk.metrics import MeterProvider
-            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-            from skewtrace._export.exporters import otlp_metric_exporter
+            from skewtrace._export.exporters import metric_readers
 
-            reader = self._reader or PeriodicExportingMetricReader(
-                otlp_metric_exporter(), export_interval_millis=self.interval_s * 1000.0
+            readers = (
+                [self._reader]
+                if self._reader is not None
+                else metric_readers(self.interval_s * 1000.0)
             )
-            provider = MeterProvider(metric_readers=[reader], resource=resource)
+            provider = MeterProvider(metric_readers=readers, resource=resource)
             self._own_provider = provider
         uuid = attributes.get(semconv.GPU_UUID)
         if isinstance(uuid, str) and uuid:
