@@ -10,8 +10,9 @@ one fault starts mid-run:
 
 - ``nic``: node2's NIC is throttled to 100 Mbit/s (its tbf both ways): node2 sends at most
   that (its ``system.network.io``) and the first change is on ``node2/eth0`` (its qdisc);
-- ``data``: rank 1's data loader waits 60 ms more per batch: its data-loader wait rises and
-  the first change is rank 1's data loader;
+- ``data``: rank 1's data loader waits 100 ms more per batch (a step of about 80 ms grows
+  2.2x, clear of a busy machine's step-time noise): its data-loader wait rises and the first
+  change is rank 1's data loader;
 - ``volume``: every rank reads 256 KiB per batch with O_DIRECT from a loop device the test
   creates; then rank 1 is put in a blkio cgroup throttled to 1 MiB/s on that device: the
   device's and rank 1's read series fall and the first change is storage (the loop device),
@@ -174,7 +175,7 @@ SCENARIOS = [
     ),
     Scenario(
         "data",
-        (f"data:1:0.06@{FAULT_STEP}",),
+        (f"data:1:0.1@{FAULT_STEP}",),
         semconv.COMPONENT_DATALOADER,
         _is_rank(1),
     ),
@@ -282,6 +283,20 @@ def _rate_before_after(run: Run, expr_of_window: Callable[[str], str]) -> tuple[
     return value(before), value(after)
 
 
+def _step_series(run: Run) -> dict[str, list[float]]:
+    """Each rank's mean step time per second around the fault, for a failure's message."""
+    series: dict[str, list[float]] = {}
+    for at in range(int(run.fault_at) - 20, int(run.ended) + 1, 2):
+        expr = (
+            f'rate({semconv.PROM_STEP_DURATION}_sum{{{JOB}="{run.job_id}"}}[3s])'
+            f' / rate({semconv.PROM_STEP_DURATION}_count{{{JOB}="{run.job_id}"}}[3s])'
+        )
+        for sample in _query(run, expr, at):
+            rank = sample["metric"].get(RANK, "?")
+            series.setdefault(rank, []).append(round(float(sample["value"][1]), 4))
+    return series
+
+
 def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, Run]) -> None:
     scenario, r = run
     report = _first_change(r, 600)
@@ -307,7 +322,7 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
                 f"[{w}]))"
             ),
         )
-        assert after > before + 0.04, (before, after)
+        assert after > before + 0.07, (before, after)
     else:
         before, after = _rate_before_after(
             r,
@@ -321,7 +336,7 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
 
     # The first-change report names the injected component before anything else.
     changes = report["changes"]
-    assert changes, report
+    assert changes, (report, _step_series(r))
     first = changes[0]
     assert first["kind"] == scenario.kind, report
     assert scenario.component(first), report
