@@ -10,7 +10,9 @@ The run and the checks are tests/_framework_matrix.py's, shared with tests/test_
 every collective the process groups ran (their own counters) has its span, every phase span
 (``train.step``, ``forward``, ``backward``, ``optimizer.step``) on every rank for every step,
 every collective joined complete, nobody flagged while healthy, and once rank 2 turns slow
-only rank 2, for ``compute``.
+only rank 2, for ``compute``. Lightning and Accelerate also run on two ranks, rank 1 60 ms
+slower per step, as many users start: two ranks have no peers' median to compare with, and
+the slow rank must still be flagged.
 
 The frameworks come from the ``frameworks`` extra (``pip install -e '.[frameworks]'``), which
 CI installs (the Makefile's venv target); a case whose package is missing skips, naming it.
@@ -36,6 +38,18 @@ TRAINERS: dict[str, tuple[Case, str, tuple[str, ...]]] = {
         Case("deepspeed_zero", phases=ALL_PHASES, args=("--stage", "2")),
         "deepspeed",
         MODES,
+    ),
+    # Two ranks, one 60 ms slower per step: the peers' median is no reference there (issue
+    # 21); zero-code only, to keep the matrix short.
+    "lightning-2ranks": (
+        Case("lightning_ddp", ranks=2, slow_rank=1, slow_ms=60, phases=ALL_PHASES),
+        "pytorch_lightning",
+        ("zero-code",),
+    ),
+    "accelerate-2ranks": (
+        Case("accelerate_gpt2", ranks=2, slow_rank=1, slow_ms=60, phases=ALL_PHASES),
+        "accelerate",
+        ("zero-code",),
     ),
     # Per-layer parameter all-gathers, as FSDP's: zero-code only, to keep the matrix short.
     "deepspeed-zero3": (

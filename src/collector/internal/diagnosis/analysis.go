@@ -246,9 +246,22 @@ func maxMissingRoots(ranks int) int {
 }
 
 // excessSpread returns the median of the ranks' excess and its robust standard deviation
-// (1.4826 x the median absolute deviation), over an evenly spread sample of ranks.
+// (1.4826 x the median absolute deviation), over an evenly spread sample of ranks. Two ranks
+// have no median that is not half the straggler's own excess, nor a spread that is not the
+// other half: there the least excess is the noise and the cost threshold (and the flags' K
+// of W steps) the only bar.
 func (m *model) excessSpread() (float64, float64) {
 	n := len(m.rankOf)
+	if n < 3 {
+		least := math.Inf(1)
+		for ri := range n {
+			least = min(least, m.excess[ri])
+		}
+		if math.IsInf(least, 1) {
+			least = 0
+		}
+		return least, 0
+	}
 	stride := 1
 	if n > maxSpreadSample {
 		stride = (n + maxSpreadSample - 1) / maxSpreadSample

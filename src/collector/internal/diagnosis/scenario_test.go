@@ -366,3 +366,59 @@ func TestOneGroupJobNamesNoLink(t *testing.T) {
 		}
 	}
 }
+
+// twoRanks: two ranks on two hosts of one switch, DDP-like: forward, backward and one
+// world all-reduce per step. Many users start on two GPUs.
+func twoRanks(seed uint64) *fixture.Job {
+	ranks := fixture.LeafSpine(2, 1, 2)
+	job := fixture.NewJob(ranks, []fixture.Coll{fixture.World(2, 4<<20, 2*time.Millisecond)}, seed)
+	job.Forward, job.Backward = 3*time.Millisecond, 5*time.Millisecond
+	return job
+}
+
+func TestTwoRankJobFlagsItsStraggler(t *testing.T) {
+	// One of two ranks computes 60 ms more in a step of about 10 ms: with two ranks the
+	// median of their excess is half the straggler's, so the spread test across ranks must
+	// not be what decides.
+	for _, slow := range []int{0, 1} {
+		job := twoRanks(uint64(slow))
+		job.ExtraForward = func(step, rank int) time.Duration {
+			if rank == slow && step >= 5 {
+				return 60 * time.Millisecond
+			}
+			return 0
+		}
+		results := run(t, job, join.DefaultConfig(), 25)
+		for _, r := range results[:5] {
+			if len(r.Flagged) > 0 {
+				t.Fatalf("slow %d step %d before the fault: flagged %v", slow, r.Step, flagged(r))
+			}
+		}
+		for _, r := range results[10:] {
+			if got := flagged(r); len(got) != 1 || got[slow] != semconv.CauseCompute {
+				t.Fatalf("slow %d step %d: flagged %v, want only rank %d (compute); roots %+v",
+					slow, r.Step, got, slow, r.RootCauses)
+			}
+		}
+		last := results[len(results)-1]
+		if cost := last.Flagged[0].Cost; cost < 0.050 || cost > 0.070 {
+			t.Errorf("slow %d: cost %.4f s per step, want about the 60 ms it adds", slow, cost)
+		}
+		if last.Slowdown < 4 {
+			t.Errorf("slow %d: job slowdown %.3f, want about 70/12", slow, last.Slowdown)
+		}
+	}
+}
+
+func TestTwoRankHealthyJobStaysQuiet(t *testing.T) {
+	for seed := range uint64(5) {
+		job := twoRanks(seed)
+		job.Jitter = 2 * time.Millisecond // a loaded machine, a fifth of the step
+		for _, r := range run(t, job, join.DefaultConfig(), 60) {
+			if len(r.Flagged) > 0 || len(r.Suspects) > 0 {
+				t.Fatalf("seed %d step %d: flagged %v suspects %v (root causes %+v)", seed,
+					r.Step, flagged(r), suspects(r), r.RootCauses)
+			}
+		}
+	}
+}
