@@ -156,7 +156,8 @@ func stepBatch(ranks []fixture.Rank, step int64, slowRank int, slowPhase string,
 func TestMetricsFromOwnJoin(t *testing.T) {
 	h := newHarness(t, nil)
 	ranks := fixture.Ranks(4)
-	for step := range int64(5) {
+	// Seven steps: the job's first two (its warm-up) vote for no flag, then K = 4.
+	for step := range int64(7) {
 		h.consume(t, stepBatch(ranks, step, 2, semconv.SpanForward, 30*time.Millisecond))
 	}
 	md := h.flush(t)
@@ -167,8 +168,8 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 		t.Fatalf("skew metric shape: unit %q type %s", skew.Unit(), skew.Type())
 	}
 	dp := skew.Histogram().DataPoints().At(0)
-	if dp.Count() != 5 || math.Abs(dp.Sum()-0.150) > 1e-6 {
-		t.Errorf("skew count %d sum %g, want 5 and 0.150", dp.Count(), dp.Sum())
+	if dp.Count() != 7 || math.Abs(dp.Sum()-0.210) > 1e-6 {
+		t.Errorf("skew count %d sum %g, want 7 and 0.210", dp.Count(), dp.Sum())
 	}
 	want := map[string]any{semconv.AttrJobID: "job", semconv.AttrCollectivePG: "default",
 		semconv.AttrCollectiveOp: "all_reduce"}
@@ -185,9 +186,9 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 		t.Fatalf("transfer metric: unit %q, %d series", transfer.Unit(),
 			transfer.Histogram().DataPoints().Len())
 	}
-	if tp := transfer.Histogram().DataPoints().At(0); tp.Count() != 5 ||
-		math.Abs(tp.Sum()-0.015) > 1e-6 || attrs(tp.Attributes())[semconv.AttrCollectivePG] != "default" {
-		t.Errorf("transfer count %d sum %g attrs %v, want 5, 0.015, pg default", tp.Count(),
+	if tp := transfer.Histogram().DataPoints().At(0); tp.Count() != 7 ||
+		math.Abs(tp.Sum()-0.021) > 1e-6 || attrs(tp.Attributes())[semconv.AttrCollectivePG] != "default" {
+		t.Errorf("transfer count %d sum %g attrs %v, want 7, 0.021, pg default", tp.Count(),
 			tp.Sum(), attrs(tp.Attributes()))
 	}
 
@@ -206,7 +207,7 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 		}
 		wantSum := 0.0
 		if a[semconv.AttrRank] == int64(2) {
-			wantSum = 0.150
+			wantSum = 0.210
 		}
 		if math.Abs(p.Sum()-wantSum) > 1e-6 {
 			t.Errorf("rank %v lateness sum %g, want %g", a[semconv.AttrRank], p.Sum(), wantSum)
@@ -239,8 +240,8 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 	}
 
 	steps := findMetric(t, md, semconv.MetricStepDuration).Histogram().DataPoints()
-	if steps.Len() != 4 || steps.At(0).Count() != 5 {
-		t.Errorf("step duration series %d count %d, want 4 series of 5", steps.Len(),
+	if steps.Len() != 4 || steps.At(0).Count() != 7 {
+		t.Errorf("step duration series %d count %d, want 4 series of 7", steps.Len(),
 			steps.At(0).Count())
 	}
 	ex := steps.At(0).Exemplars()
@@ -248,7 +249,7 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 		t.Fatal("step duration without exemplars")
 	}
 	found := false
-	for step := range int64(5) {
+	for step := range int64(7) {
 		if ex.At(ex.Len()-1).TraceID() == fixture.TraceID("job", step) {
 			found = true
 		}
@@ -261,13 +262,14 @@ func TestMetricsFromOwnJoin(t *testing.T) {
 func TestStragglerClearsToZero(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.FlagK, c.FlagWindow, c.ClearSteps = 2, 4, 1 })
 	ranks := fixture.Ranks(4)
-	for step := range int64(3) {
+	// Two warm-up steps that vote for no flag, then K = 2.
+	for step := range int64(4) {
 		h.consume(t, stepBatch(ranks, step, 1, semconv.SpanDataloaderFetch, 30*time.Millisecond))
 	}
 	if v := stragglerValue(t, h.flush(t), 1, semconv.CauseData); v != 1 {
 		t.Fatalf("rank 1 data straggler gauge %d, want 1", v)
 	}
-	for step := int64(3); step < 8; step++ {
+	for step := int64(4); step < 9; step++ {
 		h.consume(t, stepBatch(ranks, step, -1, "", 0))
 	}
 	if v := stragglerValue(t, h.flush(t), 1, semconv.CauseData); v != 0 {

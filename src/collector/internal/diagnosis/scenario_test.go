@@ -422,3 +422,59 @@ func TestTwoRankHealthyJobStaysQuiet(t *testing.T) {
 		}
 	}
 }
+
+// A job's first steps are slow on some rank for reasons that end by themselves (lazy
+// initialisation, each group's first connections, allocator growth): `make demo` flagged a
+// healthy rank for 3 steps at the job's start, from root causes in its first four steps. The
+// first two steps' root causes are still reported, but they vote for no flag.
+func TestWarmUpOfTheFirstStepsFlagsNobody(t *testing.T) {
+	for _, ranks := range []int{2, 16} {
+		job := sixteenRanks(7)
+		if ranks == 2 {
+			job = twoRanks(7)
+		}
+		job.ExtraForward = func(step, rank int) time.Duration {
+			if rank == 0 && step < 4 {
+				return time.Duration(40-8*step) * time.Millisecond
+			}
+			return 0
+		}
+		results := run(t, job, join.DefaultConfig(), 20)
+		blamed := 0
+		for _, r := range results {
+			if len(r.Flagged) > 0 {
+				t.Fatalf("%d ranks, step %d: flagged %v (roots %+v), want none", ranks, r.Step,
+					flagged(r), r.RootCauses)
+			}
+			for _, rc := range r.RootCauses {
+				if rc.Rank == 0 {
+					blamed++
+				}
+			}
+		}
+		if blamed < 3 {
+			t.Errorf("%d ranks: rank 0 a root cause in %d warm-up steps, want them reported",
+				ranks, blamed)
+		}
+	}
+}
+
+func TestStragglerFromTheFirstStepIsFlaggedAfterTheWarmUp(t *testing.T) {
+	job := sixteenRanks(8)
+	job.ExtraForward = func(step, rank int) time.Duration {
+		if rank == 6 {
+			return 30 * time.Millisecond
+		}
+		return 0
+	}
+	results := run(t, job, join.DefaultConfig(), 20)
+	// Root cause from step 0; votes from step 2; K = 4 of them by step 5.
+	if first := firstFlag(results, 6); first != 5 {
+		t.Fatalf("rank 6 first flagged at step %d, want 5", first)
+	}
+	for _, r := range results[5:] {
+		if got := flagged(r); len(got) != 1 || got[6] != semconv.CauseCompute {
+			t.Fatalf("step %d: flagged %v, want only rank 6 (compute)", r.Step, got)
+		}
+	}
+}

@@ -82,6 +82,13 @@ func updateFlags(cfg *Config, j *jobState, roots []RootCause, located []SuspectC
 ) ([]RankFlag, []SuspectFlag) {
 	window := uint64(1)<<cfg.FlagWindow - 1
 	alpha := costAlpha(cfg)
+	// A job's first warmupSteps analyzed steps vote for no flag: what is slow there (lazy
+	// initialisation, first connections of each group, allocator growth) ends by itself,
+	// and with the two after them it flagged a healthy rank at the job's start for
+	// ClearSteps steps. Their root causes are still reported on the steps' summaries.
+	if j.stepsSeen < warmupSteps {
+		roots, located = nil, nil
+	}
 	for _, t := range j.ranks {
 		t.hist = (t.hist << 1) & window
 		t.cost *= 1 - alpha

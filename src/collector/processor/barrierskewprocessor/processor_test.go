@@ -274,7 +274,7 @@ func TestClockOffsetsDoNotChangeSkewOrVerdict(t *testing.T) {
 		}
 		return 0
 	}
-	h.runSteps(t, job, 8)
+	h.runSteps(t, job, 10)
 	stragglerSpans := map[int]int{}
 	for _, s := range h.collectives() {
 		// Every rank but 1 waited 15 ms for it, whatever the clocks say.
@@ -292,15 +292,16 @@ func TestClockOffsetsDoNotChangeSkewOrVerdict(t *testing.T) {
 		}
 	}
 	summaries := h.summaries(t)
-	if len(summaries) != 8 {
-		t.Fatalf("%d step summaries for 8 steps", len(summaries))
+	if len(summaries) != 10 {
+		t.Fatalf("%d step summaries for 10 steps", len(summaries))
 	}
-	if got := flaggedIn(summaries[7]); len(got) != 1 || got[1] != semconv.CauseCompute {
-		t.Errorf("step 7 flags %v, want rank 1 compute", got)
+	if got := flaggedIn(summaries[9]); len(got) != 1 || got[1] != semconv.CauseCompute {
+		t.Errorf("step 9 flags %v, want rank 1 compute", got)
 	}
-	// Flagged after its 4th step as the root cause (step 3), its spans of steps 4-7 say so.
+	// Flagged after its 4th step as the root cause past the job's two warm-up steps (step
+	// 5), its spans of steps 6-9 say so.
 	if len(stragglerSpans) != 1 || stragglerSpans[1] != 4 {
-		t.Errorf("training.straggler=true on %v, want rank 1's spans of steps 4-7", stragglerSpans)
+		t.Errorf("training.straggler=true on %v, want rank 1's spans of steps 6-9", stragglerSpans)
 	}
 }
 
