@@ -339,6 +339,49 @@ def test_dataloader_first_and_throughput_effects_after_it() -> None:
     assert kinds[-1] == semconv.COMPONENT_STEP
 
 
+def test_the_largest_of_several_step_rises_is_the_regression() -> None:
+    """A host busy for a while (step time x1.3 at 60 s), then the fault (x2.6 at 140 s,
+    node3's qdisc dropping from 135 s): the report explains the fault's rise, names the
+    earlier one in its notes, and the busy period's changes are not its causes."""
+    job = Job(length=220, seed=4)
+    job.healthy(step_at=None)
+    for rank in range(4):
+        times = [T0 + i for i in range(job.length)]
+        values = [
+            (0.5 if i < 60 else 0.65 if i < 140 else 1.7) + job.rng.gauss(0, 0.005)
+            for i in range(job.length)
+        ]
+        stored = job.source._series[STEP_TIME.metric]
+        for index, series in enumerate(stored):
+            if series.labels.get(RANK) == str(rank):
+                stored[index] = type(series)(series.labels, times, values)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=135)
+    report = job.report()
+    assert report.regression is not None
+    assert report.regression.onset == T0 + 140, report.regression
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node3/eth0")
+    assert any("smaller step-time rise x1.3" in note for note in report.notes), report.notes
+
+
+def test_a_data_stragglers_loader_is_named_though_only_its_peers_step_time_rose() -> None:
+    """Rank 2 waits 200 ms more per batch before its step span starts: its peers' step time
+    rises (they wait for it in the collectives), its own does not. Its loader is still the
+    job's wait, and the first change."""
+    job = Job(seed=5)
+    job.healthy(step_at=None)
+    for rank in (0, 1, 3):
+        job.replace(STEP_TIME.metric, {RANK: str(rank)}, 0.5, 0.7, at=101, noise=0.002)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "2"}, 0.01, 0.21, at=100, noise=0.003)
+    report = job.report()
+    assert report.regression is not None and 2 not in report.regression.ranks
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (
+        semconv.COMPONENT_DATALOADER,
+        "node2/rank2",
+    )
+
+
 def test_disk_first() -> None:
     job = Job(seed=2)
     job.healthy(step_at=105)

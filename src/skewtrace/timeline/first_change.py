@@ -2,11 +2,14 @@
 
 1. The regression: each rank's mean step time (``training.step.duration``: rate of its sum
    over rate of its count) and, per sample, the job's step time as the maximum over ranks
-   (synchronous training waits for the slowest). The first sustained rise of that series in
-   the window is the regression (:func:`~.changepoint.detect`); the ranks whose own step time
-   rose within ``slack_s`` of it are the regressed ranks.
+   (synchronous training waits for the slowest). Every sustained rise of that series in the
+   window is found (:func:`~.changepoint.detect`, each search starting once the previous
+   rise's new level holds); the largest is the regression, the others are named in the
+   notes (a host busy for a while, then the fault). The ranks whose own step time rose
+   within ``slack_s`` of it are the regressed ranks.
 2. The suspects: every series of :data:`~.signals.SIGNALS` on the regressed ranks' hosts (the
-   collective transfer of every process group of the job) whose level shifted with an onset
+   collective transfer of every process group of the job, and every rank's data-loader wait:
+   the job's own waits) whose level shifted with an onset
    from ``lookback_s`` before the regression to ``slack_s`` after it, and is still at its new
    level when the regression starts (a burst that ended before does not explain it). A
    change in the job's first ``startup_s`` (from its first step-time sample in the window)
@@ -354,6 +357,32 @@ def order_changes(changes: Iterable[ComponentChange], tie_s: float) -> list[Comp
     return [replace(c, order=i) for i, c in enumerate(ordered)]
 
 
+MAX_STEP_RISES = 16
+"""At most this many step-time rises are told apart in one window."""
+
+
+def _step_rises(
+    times: Sequence[float],
+    values: Sequence[float],
+    detector: DetectorParams,
+    smear_s: float,
+    step_s: float,
+) -> list[Change]:
+    """Every sustained rise of the job's step time in the window, earliest first."""
+    rises: list[Change] = []
+    not_before: float | None = None
+    while len(rises) < MAX_STEP_RISES:
+        change = detect(
+            times, values, detector, direction=1, not_before=not_before, smear_s=smear_s
+        )
+        if change is None:
+            break
+        rises.append(change)
+        # The next one starts once this one's new level is established.
+        not_before = change.onset + detector.min_after * step_s + smear_s
+    return rises
+
+
 def first_change(
     source: SeriesSource,
     job: str,
@@ -381,9 +410,12 @@ def first_change(
         )
     times, values = _job_max(per_rank)
     step_smear = source.smear_s(sig.STEP_TIME, start, end)
-    step_change = detect(times, values, detector, direction=1, smear_s=step_smear)
-    if step_change is None:
+    rises = _step_rises(times, values, detector, step_smear, step_s)
+    if not rises:
         return Report(job, start, end, step_s, None)
+    # Several rises in the window (a busy host for a while, then the fault): the largest is
+    # the regression; the others are named in the notes.
+    step_change = max(rises, key=lambda c: c.ratio)
     onset = step_change.onset
 
     ranks: list[int] = []
@@ -405,7 +437,11 @@ def first_change(
         if own is not None and rank is not None:
             ranks.append(rank)
             hosts.add(host)
-    notes: list[str] = []
+    notes: list[str] = [
+        f"a smaller step-time rise x{c.ratio:.2g} from {_clock(c.onset)} is not explained here"
+        for c in rises
+        if c is not step_change
+    ]
     if not hosts:  # the job's maximum rose but no single rank clearly did: look everywhere
         hosts = set(switch_of)
         notes.append("no single rank's step time rose clearly; all the job's hosts examined")

@@ -95,7 +95,8 @@ class Signal:
     detail: tuple[str, ...] = ()
     """Labels whose values go in braces after the name."""
     per_host: bool = True
-    """Read only on the hosts of the regressed ranks (False: the job's process groups)."""
+    """Read only on the hosts of the regressed ranks (False: on all the job's series: its
+    process groups' transfers, its ranks' data-loader waits)."""
     effect: bool = False
     """A throughput figure (see the module doc)."""
     worse: int = 0
@@ -209,6 +210,9 @@ SIGNALS: tuple[Signal, ...] = (
         Query(sc.PROM_DATALOADER_WAIT, Form.RATIO, sc.PROM_DATALOADER_FETCHES),
         sc.COMPONENT_DATALOADER,
         rank_on_host,
+        # A rank's wait for its batches is the job's wait, whichever ranks' step time rose
+        # (a data straggler's own step span may not hold its fetch; its peers' do).
+        per_host=False,
         worse=UP,
         observations=Query(sc.PROM_DATALOADER_FETCHES, Form.RATE),
     ),
