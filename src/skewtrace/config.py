@@ -202,23 +202,25 @@ def job_id_from_env(explicit: str | None, env: Mapping[str, str] | None = None) 
     the Collector would take them for steps it has already analysed.
     """
     env = os.environ if env is None else env
-    found: str | None = None
+    found = _given_job_id(explicit, env)
+    if found is None:
+        return None
+    attempt = restart_attempt(env)
+    return f"{found}-attempt{attempt}" if attempt else found
+
+
+def _given_job_id(explicit: str | None, env: Mapping[str, str]) -> str | None:
     if explicit is not None and explicit.strip():
-        found = explicit.strip()
+        return explicit.strip()
     for name in (SKEWTRACE_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID):
-        if found is not None:
-            break
         value = env.get(name, "").strip()
         # torchrun sets TORCHELASTIC_RUN_ID=none without --rdzv-id: every such job would
         # share one id, and their traces would mix.
         if name == TORCHELASTIC_RUN_ID and value == TORCHELASTIC_UNSET:
             continue
         if value:
-            found = value
-    if found is None:
-        return None
-    attempt = restart_attempt(env)
-    return f"{found}-attempt{attempt}" if attempt else found
+            return value
+    return None
 
 
 def restart_attempt(env: Mapping[str, str] | None = None) -> int:
