@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// defaultStepWait is how long a step waits for ranks that have not ended it before the job's
+// step time is known; maxStepWait bounds the wait after.
+const (
+	defaultStepWait = 10 * time.Second
+	maxStepWait     = 5 * time.Minute
+)
+
 // maxTrackedRanks bounds the per-job per-rank state (topology, carry-over between steps,
 // singleton history); ranks beyond it are analyzed without it.
 const maxTrackedRanks = 1 << 16
@@ -38,8 +45,10 @@ type stepData struct {
 	lastActivity int64
 	// pending counts this step's collectives still waiting for members in the join engine.
 	pending int
-	colls   []collRec
-	ops     []opRec
+	// ended is set once every rank expected in the step has ended it (see ranksEnded).
+	ended bool
+	colls []collRec
+	ops   []opRec
 }
 
 // carry is what one rank's previous analyzed step leaves for the next.
@@ -76,7 +85,14 @@ type jobState struct {
 
 	ranks    map[int32]*track
 	suspects map[string]*suspectTrack
-	slowdown ewma
+	// imbalances holds the flag state of the job's stage and data imbalances.
+	imbalances map[string]*imbalanceTrack
+	slowdown   ewma
+	// stepTime is the job's usual step duration (seconds), which bounds how long a step
+	// waits for ranks that have not ended it.
+	stepTime ewma
+	// latest is the highest step each rank had a collective or a phase in.
+	latest map[int32]int64
 	// activity counts the collectives observed: past max_jobs the job with the least goes,
 	// so a training job keeps its state however many one-off job ids arrive.
 	activity int64
@@ -187,6 +203,8 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		groupClasses:   make(map[string]groupClass),
 		ranks:          make(map[int32]*track),
 		suspects:       make(map[string]*suspectTrack),
+		latest:         make(map[int32]int64),
+		imbalances:     make(map[string]*imbalanceTrack),
 	}
 	a.jobs[name] = j
 	return j
@@ -222,6 +240,7 @@ func (a *Analyzer) openStep(j *jobState, step int64, now int64) *stepData {
 	sd.step = step
 	sd.lastActivity = now
 	sd.pending = 0
+	sd.ended = false
 	sd.colls = sd.colls[:0]
 	sd.ops = sd.ops[:0]
 	j.open[step] = sd
@@ -288,6 +307,7 @@ func (a *Analyzer) AddMember(s *Span) {
 	rec.n++
 	a.heldOps++
 	j := a.curJob
+	j.sawRank(int32(s.Rank), sd.step)
 	if t, ok := j.topology[int32(s.Rank)]; (!ok && len(j.topology) < maxTrackedRanks) ||
 		(ok && t != s.Topology) {
 		j.topology[int32(s.Rank)] = s.Topology
@@ -307,6 +327,63 @@ func (a *Analyzer) ObservePhase(job string, step int64, rank int, kind PhaseKind
 		return
 	}
 	a.phases.add(job, step, int32(rank), kind, start, end)
+	if j := a.jobs[job]; j != nil {
+		j.sawRank(int32(rank), step)
+	}
+}
+
+// sawRank notes that a rank reached a step.
+func (j *jobState) sawRank(rank int32, step int64) {
+	if last, ok := j.latest[rank]; ok {
+		if step > last {
+			j.latest[rank] = step
+		}
+	} else if len(j.latest) < maxTrackedRanks {
+		j.latest[rank] = step
+	}
+}
+
+// ranksEnded reports whether every rank expected in the step has ended it: its train.step
+// span arrived, or it reached a later step. The ranks expected are the step's own and those
+// of the job's previous analyzed step. A pipeline stage's collectives come seconds apart in
+// a long step, so a quiet spell of analysis_delay does not mean the step is over.
+func (a *Analyzer) ranksEnded(j *jobState, sd *stepData) bool {
+	if sd.ended {
+		return true
+	}
+	ended := func(rank int32) bool {
+		if last, ok := j.latest[rank]; ok && last > sd.step {
+			return true
+		}
+		if e := a.phases.get(j.name, sd.step, rank); e != nil {
+			_, ok := e.get(PhaseStep)
+			return ok
+		}
+		return false
+	}
+	for i := range sd.ops {
+		if !ended(sd.ops[i].rank) {
+			return false
+		}
+	}
+	for rank, c := range j.carry {
+		if c.step == j.analyzed && !ended(rank) {
+			return false
+		}
+	}
+	sd.ended = true
+	return true
+}
+
+// stepWait is how long a step whose collectives were all released waits for ranks that
+// have not ended it: twice the job's usual step time, at least analysis_delay, and
+// defaultStepWait before a step time is known.
+func (a *Analyzer) stepWait(j *jobState) int64 {
+	delay := int64(a.cfg.AnalysisDelay)
+	if j.stepTime.samples == 0 {
+		return max(delay, int64(defaultStepWait))
+	}
+	return max(delay, min(int64(maxStepWait), int64(2*j.stepTime.mean*1e9)))
 }
 
 // Close analyzes the steps that are due and returns their results (valid until the next
@@ -330,7 +407,9 @@ func (a *Analyzer) Close(now time.Time, drain bool) []StepResult {
 		slices.Sort(steps)
 		for i, s := range steps {
 			sd := j.open[s]
-			due := sd.pending == 0 && ns-sd.lastActivity >= delay
+			idle := ns - sd.lastActivity
+			due := sd.pending == 0 && idle >= delay &&
+				(a.ranksEnded(j, sd) || idle >= a.stepWait(j))
 			forced := !due && (drain || len(steps)-i > a.cfg.MaxOpenSteps ||
 				a.heldOps > a.cfg.MaxStepOps)
 			if !due && !forced {
