@@ -39,7 +39,6 @@ CASES: dict[str, Case] = {
         "pipelining",
         forwards_per_step=4,
         point_to_point=True,
-        gap="a slow pipeline stage is not attributed by the step analysis: issue 21",
     ),
 }
 

@@ -93,6 +93,12 @@ EVENT_STRAGGLER = "training.straggler"
 #: training.fabric.suspect: a suspected part of the fabric after this step: its kind, name (and
 #: `host.name` for a NIC), `training.fabric.cost`, and whether it was derived from flagged ranks
 EVENT_SUSPECT = "training.fabric.suspect"
+#: training.imbalance: an imbalance of the job flagged after this step (K of W steps,
+#: hysteresis): `training.straggler.cause` (`stage_imbalance` or `data_imbalance`),
+#: `training.pipeline.stage` and `training.imbalance.ranks` for a stage,
+#: `training.imbalance.excess`, `training.imbalance.cost` (moving average) and
+#: `training.imbalance.fix`
+EVENT_IMBALANCE = "training.imbalance"
 
 # Events on the timeline.first_change span.
 #: training.change: one component whose signal changed before the regression:
@@ -233,6 +239,14 @@ CAUSE_COMPUTE = "compute"
 CAUSE_NETWORK = "network"
 #: no phase explains the rank's excess own work, or the rank never arrived
 CAUSE_UNKNOWN = "unknown"
+#: a pipeline stage does more work per step than the mean stage on every replica
+#: (`training.pipeline.stage`); a partition of the layers, not a rank, is what to fix (a root
+#: cause or imbalance without a rank)
+CAUSE_STAGE_IMBALANCE = "stage_imbalance"
+#: work varies across data-parallel replicas from step to step with no persistent rank (sequence
+#: lengths, dynamic batches); a balanced split of each global batch is what to fix (a root cause
+#: or imbalance without a rank)
+CAUSE_DATA_IMBALANCE = "data_imbalance"
 
 # Values of training.barrier.released.
 #: `wait_timeout` passed and the missing ranks had fallen silent (or `max_wait` passed):
@@ -264,6 +278,23 @@ STEP_SLOW_COLLECTIVES = "training.step.slow_collectives"
 #: training.rank.cost (float s): what the rank cost: in a root cause, this step's seconds (the
 #: step with the rank's own work at its peers' median alone); on a flag, the moving average
 RANK_COST = "training.rank.cost"
+#: training.pipeline.stage (int): the pipeline stage (0 first), found from the point-to-point
+#: messages: a rank whose first message of the step is a send is stage 0, one whose first is a
+#: receive is one more than its sender's
+PIPELINE_STAGE = "training.pipeline.stage"
+#: training.imbalance.ranks (string): the stage's ranks, comma separated
+IMBALANCE_RANKS = "training.imbalance.ranks"
+#: training.imbalance.excess (float): how much more work than balanced: a stage's work per step
+#: over the mean stage's, minus 1; for data, the slowest replica's work over the mean replica's,
+#: minus 1
+IMBALANCE_EXCESS = "training.imbalance.excess"
+#: training.imbalance.cost (float s): seconds of the step the imbalance costs: the replayed step
+#: minus the replayed step with it balanced (on `training.imbalance`, a moving average over the
+#: flag window)
+IMBALANCE_COST = "training.imbalance.cost"
+#: training.imbalance.fix (string): what to change, in words ("moving about 19% of stage 3's
+#: work to stage 2 saves about 15% of the step")
+IMBALANCE_FIX = "training.imbalance.fix"
 #: training.fabric.cost (float s): what a suspected link cost (this step's seconds, or the
 #: moving average)
 FABRIC_COST = "training.fabric.cost"

@@ -24,6 +24,7 @@ from skewtrace.report.align import estimate_offsets
 from skewtrace.report.model import (
     FabricSuspect,
     FlagChange,
+    Imbalance,
     RankInfo,
     RankRow,
     RankVerdict,
@@ -115,6 +116,20 @@ def _suspect(attrs: Mapping[str, Any]) -> FabricSuspect:
     )
 
 
+_IMBALANCE_CAUSES = (semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE)
+
+
+def _imbalance(attrs: Mapping[str, Any]) -> Imbalance:
+    return Imbalance(
+        cause=_str(attrs.get(semconv.STRAGGLER_CAUSE)),
+        stage=_int(attrs.get(semconv.PIPELINE_STAGE)),
+        ranks=_str(attrs.get(semconv.IMBALANCE_RANKS)),
+        excess=_float(attrs.get(semconv.IMBALANCE_EXCESS)),
+        cost_s=_float(attrs.get(semconv.IMBALANCE_COST)),
+        fix=_str(attrs.get(semconv.IMBALANCE_FIX)),
+    )
+
+
 def parse_summary(span: FileSpan) -> StepSummary | None:
     """A ``train.step.summary`` span as a StepSummary (None without a step)."""
     a = span.attributes
@@ -133,7 +148,13 @@ def parse_summary(span: FileSpan) -> StepSummary | None:
     for event in span.events:
         attrs = event.get("attributes") or {}
         name = event.get("name")
-        if name == semconv.EVENT_ROOT_CAUSE:
+        if name == semconv.EVENT_ROOT_CAUSE and attrs.get(semconv.STRAGGLER_CAUSE) in (
+            _IMBALANCE_CAUSES
+        ):
+            summary.imbalance_causes.append(_imbalance(attrs))
+        elif name == semconv.EVENT_IMBALANCE:
+            summary.imbalances.append(_imbalance(attrs))
+        elif name == semconv.EVENT_ROOT_CAUSE:
             verdict = _rank_verdict(attrs)
             if verdict is not None:
                 summary.root_causes.append(verdict)

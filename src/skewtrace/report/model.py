@@ -98,6 +98,19 @@ class FabricSuspect:
         return f"{self.kind}:{self.name}"
 
 
+@dataclass(frozen=True)
+class Imbalance:
+    """A ``stage_imbalance`` or ``data_imbalance`` of the job (a root cause without a rank, or
+    a flagged ``training.imbalance``)."""
+
+    cause: str
+    stage: int | None
+    ranks: str
+    excess: float
+    cost_s: float
+    fix: str
+
+
 @dataclass
 class StepSummary:
     """One ``train.step.summary`` span."""
@@ -113,6 +126,8 @@ class StepSummary:
     link_causes: list[FabricSuspect] = field(default_factory=list)
     flags: list[RankVerdict] = field(default_factory=list)
     suspects: list[FabricSuspect] = field(default_factory=list)
+    imbalance_causes: list[Imbalance] = field(default_factory=list)
+    imbalances: list[Imbalance] = field(default_factory=list)
 
     @property
     def flagged(self) -> frozenset[int]:

@@ -16,7 +16,7 @@ import datetime as _dt
 import statistics
 
 from skewtrace.report.charts import lateness_chart, skew_chart, step_time_chart
-from skewtrace.report.model import InfoTable, ReportData, RunInfo, Waterfall
+from skewtrace.report.model import InfoTable, ReportData, RunInfo, StepSummary, Waterfall
 from skewtrace.report.svg import CLEARED, FLAGGED, FLAGGED_BAND, esc, fmt_ms
 from skewtrace.report.waterfall import legend_html, waterfall_svg
 from skewtrace.version import __version__
@@ -238,6 +238,7 @@ def _verdicts(data: ReportData) -> str:
         )
     else:
         parts.append('<p class="note">none</p>')
+    parts.append(_imbalances_html(last))
     parts.append(f"<h3>Fabric suspects after step {last.step}</h3>")
     if data.suspects:
         parts.append(
@@ -261,6 +262,35 @@ def _verdicts(data: ReportData) -> str:
     return "".join(parts)
 
 
+def _imbalances_html(last: StepSummary) -> str:
+    """The job's flagged imbalances after the last step: a pipeline stage longer than the
+    mean stage, or work split unevenly across data-parallel replicas, with the fix."""
+    parts = [f"<h3>Imbalances after step {last.step}</h3>"]
+    if not last.imbalances:
+        parts.append('<p class="note">none</p>')
+        return "".join(parts)
+    parts.append(
+        '<table class="imbalances"><tr><th>cause</th><th>stage</th><th>ranks</th>'
+        '<th class="num">excess</th><th class="num">cost per step</th><th>fix</th></tr>'
+    )
+    for im in last.imbalances:
+        stage = _DASH if im.stage is None else str(im.stage)
+        parts.append(
+            f'<tr class="imbalance" data-cause="{esc(im.cause)}"><td>{esc(im.cause)}</td>'
+            f"<td>{stage}</td><td>{esc(im.ranks) or _DASH}</td>"
+            f'<td class="num">{100 * im.excess:.0f}%</td><td class="num">{_ms(im.cost_s)}</td>'
+            f"<td>{esc(im.fix)}</td></tr>"
+        )
+    parts.append("</table>")
+    parts.append(
+        '<p class="note">Cost per step: the moving average of how much shorter the replayed '
+        "step is with the work balanced (stages at the mean stage, or each global batch split "
+        "evenly over the replicas). Pacing cannot level an imbalance; repartitioning or "
+        "rebalancing the batch can.</p>"
+    )
+    return "".join(parts)
+
+
 def _waterfall(data: ReportData) -> str:
     wf = data.waterfall
     parts = ['<section id="waterfall">']
@@ -279,10 +309,18 @@ def _waterfall(data: ReportData) -> str:
     parts.append(f"<h2>Worst step: step {wf.step} \u00b7 {_ms(wf.duration_s)}</h2>")
     parts.append(f'<p class="sub">Chosen as {esc(why)}.</p>')
     summary = data.summaries.get(wf.step)
-    if summary is not None and (summary.root_causes or summary.link_causes):
-        causes = [
-            f"rank {c.rank} ({esc(c.cause)}, {_ms(c.cost_s)})" for c in summary.root_causes
-        ] + [f"{esc(c.key)} ({_ms(c.cost_s)})" for c in summary.link_causes]
+    if summary is not None and (
+        summary.root_causes or summary.link_causes or summary.imbalance_causes
+    ):
+        causes = (
+            [f"rank {c.rank} ({esc(c.cause)}, {_ms(c.cost_s)})" for c in summary.root_causes]
+            + [f"{esc(c.key)} ({_ms(c.cost_s)})" for c in summary.link_causes]
+            + [
+                f"{esc(c.cause)}{'' if c.stage is None else f' of stage {c.stage}'} "
+                f"({_ms(c.cost_s)})"
+                for c in summary.imbalance_causes
+            ]
+        )
         parts.append(
             f"<p>Root causes of this step: {', '.join(causes)}; what-if step time "
             f"{_ms(summary.whatif_s)}.</p>"

@@ -23,12 +23,16 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	m.reset(sd)
 	m.breaks = 0
 	m.timeline(a, j, sd)
+	m.stages(sd)
 	m.classify(sd)
 	m.references(j)
 
 	res := StepResult{Job: j.name, Step: sd.step, Ranks: len(m.rankOf),
 		Collectives: len(sd.colls)}
 	exit := m.simulate(sd, m.gap, m.transfer)
+	if m.eagerSends(sd) {
+		exit = m.simulate(sd, m.gap, m.transfer)
+	}
 	m.actualEnd = append(m.actualEnd[:0], m.end...)
 	maxEntry := math.Inf(-1)
 	for ri := range m.rankOf {
@@ -65,11 +69,8 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	}
 	located := m.locate(j, sd)
 
-	var roots []RootCause
-	var suspectCosts []SuspectCost
-	if len(candidates) > 0 || len(located) > 0 {
-		roots, suspectCosts = m.whatIf(a, j, sd, candidates, located, threshold, exit, &res)
-	}
+	roots, suspectCosts, slowest := m.whatIf(a, j, sd, candidates, located, threshold, exit,
+		&res)
 	roots = append(roots, m.missing(j, sd, roots)...)
 	sort.SliceStable(roots, func(x, y int) bool { return roots[x].Cost > roots[y].Cost })
 	res.RootCauses = roots
@@ -78,10 +79,12 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	}
 
 	res.Flagged, res.Suspects = updateFlags(&a.cfg, j, roots, suspectCosts)
+	res.Imbalances = updateImbalances(&a.cfg, j, roots, slowest)
 	if res.WhatIf > 0 {
 		j.slowdown.add(res.Duration/res.WhatIf, costAlpha(&a.cfg))
 	}
 	res.Slowdown = j.slowdown.mean
+	j.stepTime.add(res.Duration, historyAlpha)
 	m.learnHistory(j)
 	// A job's first steps (allocations, connections, kernels compiled) are not any rank's
 	// usual work: learned, they would make a rank whose compute slows down later read as
@@ -101,10 +104,13 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 }
 
 // whatIf replays the step with contributors at their references and returns the root
-// causes (cost at or above threshold) and the located suspects' costs.
+// causes (cost at or above threshold), the located suspects' costs, and the replica with
+// the most work over its peers' mean when the step's work was imbalanced across replicas
+// (-1 otherwise). Every step is checked for imbalances; the replays run only for the
+// candidates, located links, and imbalances above the cost threshold.
 func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int32,
 	located []located, threshold, exit float64, res *StepResult,
-) ([]RootCause, []SuspectCost) {
+) ([]RootCause, []SuspectCost, int32) {
 	n := len(m.order)
 	m.idealGap = grow(m.idealGap, n)
 	m.variantGap = grow(m.variantGap, n)
@@ -120,51 +126,86 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			m.idealT[c] = min(m.transfer[c], m.links.refT[c])
 		}
 	}
-	ideal := m.simulate(sd, m.idealGap, m.idealT)
-
 	var roots []RootCause
 	fixRank := make(map[int32]bool)
-	for _, ri := range candidates {
-		copy(m.variantGap, m.idealGap)
-		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-			m.variantGap[p] = m.gap[p]
-		}
-		cost := m.simulate(sd, m.variantGap, m.idealT) - ideal
-		if cost < threshold {
-			continue
-		}
-		rank := m.rankOf[ri]
-		roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology[rank],
-			Cause: m.cause(a, j, sd, ri), Cost: cost})
-		fixRank[ri] = true
-	}
 	var costs []SuspectCost
 	fixColl := make(map[int32]bool)
-	for _, loc := range located {
-		copy(m.variantT, m.idealT)
-		for _, c := range loc.colls {
-			m.variantT[c] = m.transfer[c]
+	if len(candidates) > 0 || len(located) > 0 {
+		ideal := m.simulate(sd, m.idealGap, m.idealT)
+		for _, ri := range candidates {
+			copy(m.variantGap, m.idealGap)
+			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+				m.variantGap[p] = m.gap[p]
+			}
+			cost := m.simulate(sd, m.variantGap, m.idealT) - ideal
+			if cost < threshold {
+				continue
+			}
+			rank := m.rankOf[ri]
+			roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology[rank],
+				Cause: m.cause(a, j, sd, ri), Cost: cost, Stage: -1})
+			fixRank[ri] = true
 		}
-		cost := m.simulate(sd, m.idealGap, m.variantT) - ideal
-		if cost < threshold {
-			continue
+		for _, loc := range located {
+			copy(m.variantT, m.idealT)
+			for _, c := range loc.colls {
+				m.variantT[c] = m.transfer[c]
+			}
+			cost := m.simulate(sd, m.idealGap, m.variantT) - ideal
+			if cost < threshold {
+				continue
+			}
+			suspect := loc.suspect
+			costs = append(costs, SuspectCost{Suspect: suspect, Cost: cost})
+			for _, c := range loc.colls {
+				fixColl[c] = true
+			}
+			roots = append(roots, RootCause{Rank: -1, Cause: semconv.CauseNetwork, Cost: cost,
+				Suspect: &suspect, Stage: -1})
+			roots = m.linkRanks(j, suspect, cost, roots)
 		}
-		suspect := loc.suspect
-		costs = append(costs, SuspectCost{Suspect: suspect, Cost: cost})
-		for _, c := range loc.colls {
-			fixColl[c] = true
-		}
-		roots = append(roots, RootCause{Rank: -1, Cause: semconv.CauseNetwork, Cost: cost,
-			Suspect: &suspect})
-		roots = m.linkRanks(j, suspect, cost, roots)
 	}
-	if len(fixRank) == 0 && len(fixColl) == 0 {
-		return roots, costs
+
+	// Imbalances: work split unevenly across the replicas of each class in this step, and
+	// pipeline stages longer than the mean stage (on gaps with everything else balanced).
+	slowest := int32(-1)
+	data, hasData := m.dataImbalance(j, sd, fixRank, threshold)
+	if hasData {
+		roots = append(roots, m.rootCause(data, res.Duration))
+		slowest = data.slowest
+		for p := range n {
+			m.idealGap[p] = min(m.idealGap[p], m.balancedGap[p])
+		}
+	}
+	var stages []imbalance
+	if m.nStages >= 2 {
+		stages = m.stageImbalance(sd, m.idealGap, threshold)
+		for _, im := range stages {
+			roots = append(roots, m.rootCause(im, res.Duration))
+		}
+	}
+	if len(fixRank) == 0 && len(fixColl) == 0 && !hasData && len(stages) == 0 {
+		return roots, costs, slowest
 	}
 	copy(m.variantGap, m.gap)
 	for ri := range fixRank {
 		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
 			m.variantGap[p] = m.idealGap[p]
+		}
+	}
+	if hasData {
+		for p := range n {
+			m.variantGap[p] = min(m.variantGap[p], m.balancedGap[p])
+		}
+	}
+	if len(stages) > 0 {
+		for ri := range m.rankOf {
+			f := m.scale[m.stage[ri]]
+			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+				if m.pipelineWork(sd, int32(ri), p) {
+					m.variantGap[p] *= f
+				}
+			}
 		}
 	}
 	copy(m.variantT, m.transfer)
@@ -173,7 +214,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	}
 	fixed := m.simulate(sd, m.variantGap, m.variantT)
 	res.WhatIf = max(0, res.Duration-(exit-fixed))
-	return roots, costs
+	return roots, costs, slowest
 }
 
 // linkRanks makes the ranks behind a located NIC or host root causes with cause network

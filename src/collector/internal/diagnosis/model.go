@@ -55,6 +55,13 @@ type model struct {
 	idealGap, variantGap []float64
 	idealT, variantT     []float64
 
+	// imbalances: each rank's pipeline stage (-1 none) and sender, the stages' count, the
+	// gaps with work balanced across replicas or stages
+	stage, pred                    []int32
+	nStages                        int32
+	baseGap, balancedGap, stageGap []float64
+	stageWork, scale               []float64
+
 	classIdx map[uint64]int32
 	vals     []float64
 	links    linkScratch
@@ -222,7 +229,9 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 						asyncMaxEnd, asyncMaxPos = qo.end, q
 					}
 					if qo.end <= op.start {
-						if !qo.async && qo.end > doneMaxEnd {
+						// A receive is a data dependency of what follows it, asynchronous
+						// or not: the stage computes on the message once it is in.
+						if (!qo.async || qo.role == RoleRecv) && qo.end > doneMaxEnd {
 							doneMaxEnd, doneMaxPos = qo.end, q
 						}
 					} else {
@@ -293,6 +302,44 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		m.transfer[c] = t
 	}
 }
+
+// eagerSends corrects the transfer of messages whose receiver came after their send had
+// begun. A transfer is first the shorter side's time (a send held until its receiver posted
+// was waiting for a late peer). But a send does not wait for its receiver in the replay, and
+// a receive posted while the message was on its way, or after it arrived, is short because
+// the message was partly or wholly there: on the replayed timeline of the actual step, a
+// receiver that arrived after the send began makes the send's own duration the transfer,
+// and the replay then ends both sides where they ended. It reports whether any changed.
+// (A transport whose sends wait for their receivers would read a late receiver's wait as
+// transfer here; the messages of the step's other pairs keep its link from being located.)
+func (m *model) eagerSends(sd *stepData) bool {
+	changed := false
+	for c := range sd.colls {
+		rec := &sd.colls[c]
+		if !rec.p2p || rec.n != 2 {
+			continue
+		}
+		ps, pr := m.posOf[rec.first], m.posOf[rec.first+1]
+		if sd.ops[rec.first].role == RoleRecv {
+			ps, pr = pr, ps
+		}
+		if sd.ops[m.order[ps]].role != RoleSend || !m.netSet[ps] || !m.netSet[pr] {
+			continue
+		}
+		ds := m.netDur[ps]
+		if ds <= m.transfer[c]+eagerSlack(ds) {
+			continue
+		}
+		if m.net[pr] > m.net[ps]+eagerSlack(m.transfer[c]) {
+			m.transfer[c] = ds
+			changed = true
+		}
+	}
+	return changed
+}
+
+// eagerSlack is the tolerance of eagerSends: 0.1 ms or a tenth of the send.
+func eagerSlack(d float64) float64 { return max(1e-4, d/10) }
 
 // simulate replays the step from gaps and transfers and returns the latest rank's exit
 // (the end of its span that ended last) on the virtual timeline. The ends are in m.end.

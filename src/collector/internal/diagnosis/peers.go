@@ -35,6 +35,9 @@ func (m *model) classify(sd *stepData) {
 	h.SetSeed(seqSeed)
 	for ri := range m.rankOf {
 		h.Reset()
+		// Ranks of different pipeline stages are no peers, whatever their spans.
+		st := m.stage[ri]
+		h.Write([]byte{byte(st), byte(st >> 8), byte(st >> 16), 0xfe})
 		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
 			rec := &sd.colls[m.coll[p]]
 			op := &sd.ops[m.order[p]]

@@ -57,7 +57,7 @@ func feed(t *testing.T, e *join.Engine[int], td ptrace.Traces) {
 
 // run runs the job's steps (each rank's batch separately, in a shuffled order) and returns
 // every step's analysis.
-func run(t *testing.T, job *fixture.Job, cfg join.Config, steps int) []diagnosis.StepResult {
+func run(t *testing.T, job stepper, cfg join.Config, steps int) []diagnosis.StepResult {
 	t.Helper()
 	if err := cfg.Check(); err != nil {
 		t.Fatal(err)
@@ -77,6 +77,11 @@ func run(t *testing.T, job *fixture.Job, cfg join.Config, steps int) []diagnosis
 		t.Fatalf("%d results for %d steps", len(out), steps)
 	}
 	return out
+}
+
+// stepper is a job model that emits each step's batches.
+type stepper interface {
+	Step(step int) []*fixture.Batch
 }
 
 func clone(rs []diagnosis.StepResult) []diagnosis.StepResult {

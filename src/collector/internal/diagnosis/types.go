@@ -153,6 +153,28 @@ type RootCause struct {
 	Cost float64
 	// Suspect is set for a link, and for a rank whose cause is its own link.
 	Suspect *Suspect
+	// Stage is the pipeline stage of a stage_imbalance (-1 otherwise) and Ranks its ranks.
+	Stage int
+	Ranks []int
+	// Excess is an imbalance's work over balanced, minus 1; Fix says what to change.
+	Excess float64
+	Fix    string
+}
+
+// ImbalanceFlag is a flagged imbalance of a job: a pipeline stage longer than the mean
+// stage, or work that varies across data-parallel replicas with no persistent rank.
+type ImbalanceFlag struct {
+	// Cause is stage_imbalance or data_imbalance.
+	Cause string
+	// Stage and Ranks name the stage (-1 and nil for data).
+	Stage int
+	Ranks []int
+	// Excess is the latest step's work over balanced, minus 1.
+	Excess float64
+	// Cost is the seconds per step it has cost recently (moving average over the window).
+	Cost float64
+	// Fix says what to change.
+	Fix string
 }
 
 // RankFlag is a flagged rank's verdict.
@@ -198,6 +220,8 @@ type StepResult struct {
 	// Flagged ranks and Suspects after this step, with hysteresis.
 	Flagged  []RankFlag
 	Suspects []SuspectFlag
+	// Imbalances flagged after this step.
+	Imbalances []ImbalanceFlag
 	// Slowdown is the job's moving average of Duration / WhatIf.
 	Slowdown float64
 	// Forced marks a step analyzed before its delay passed (bounds reached).

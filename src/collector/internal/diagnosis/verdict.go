@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"math/bits"
 	"sort"
+	"strconv"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
@@ -237,4 +238,103 @@ func assignDomains(flagged []RankFlag, suspects []SuspectFlag) {
 			f.Domain = host
 		}
 	}
+}
+
+// imbalanceTrack is the flag state of one imbalance of a job (a stage's, or the data's).
+type imbalanceTrack struct {
+	hist    uint64
+	flagged bool
+	cost    float64
+	last    RootCause
+	// slowest holds the replica that was slowest in each of the latest data-imbalanced
+	// steps: one rank slowest in most of them is a straggler, not an imbalance of the data.
+	slowest    [maxFlagWindow]int32
+	slowestLen int
+	slowestPos int
+}
+
+// persistentRank reports whether one rank was the slowest replica in more than half of the
+// latest imbalanced steps.
+func (t *imbalanceTrack) persistentRank() bool {
+	for i := range t.slowestLen {
+		n := 0
+		for k := range t.slowestLen {
+			if t.slowest[k] == t.slowest[i] {
+				n++
+			}
+		}
+		if 2*n > t.slowestLen {
+			return true
+		}
+	}
+	return false
+}
+
+// imbalanceKey names an imbalance's track: "data", or "stage:<n>".
+func imbalanceKey(rc *RootCause) string {
+	if rc.Cause == semconv.CauseStageImbalance {
+		return "stage:" + strconv.Itoa(rc.Stage)
+	}
+	return rc.Cause
+}
+
+// updateImbalances pushes one step's imbalances into the job's flag state (K of W with
+// hysteresis, as ranks) and returns the flagged imbalances after it. slowest is the step's
+// slowest replica when its data was imbalanced.
+func updateImbalances(cfg *Config, j *jobState, roots []RootCause, slowest int32,
+) []ImbalanceFlag {
+	window := uint64(1)<<cfg.FlagWindow - 1
+	alpha := costAlpha(cfg)
+	if j.stepsSeen < warmupSteps {
+		roots = nil
+	}
+	for _, t := range j.imbalances {
+		t.hist = (t.hist << 1) & window
+		t.cost *= 1 - alpha
+	}
+	for i := range roots {
+		rc := &roots[i]
+		if rc.Cause != semconv.CauseStageImbalance && rc.Cause != semconv.CauseDataImbalance {
+			continue
+		}
+		key := imbalanceKey(rc)
+		t := j.imbalances[key]
+		if t == nil {
+			if len(j.imbalances) >= maxBaselinesPerJob {
+				continue
+			}
+			t = &imbalanceTrack{}
+			j.imbalances[key] = t
+		}
+		t.hist |= 1
+		t.cost += alpha * rc.Cost
+		t.last = *rc
+		if rc.Cause == semconv.CauseDataImbalance {
+			t.slowest[t.slowestPos] = slowest
+			t.slowestPos = (t.slowestPos + 1) % cfg.FlagWindow
+			t.slowestLen = min(t.slowestLen+1, cfg.FlagWindow)
+		}
+	}
+	var out []ImbalanceFlag
+	for key, t := range j.imbalances {
+		t.flagged = flagRule(t.hist, t.flagged, cfg)
+		if t.last.Cause == semconv.CauseDataImbalance && t.persistentRank() {
+			t.flagged = false
+		}
+		if !t.flagged && t.hist == 0 {
+			delete(j.imbalances, key)
+			continue
+		}
+		if t.flagged {
+			out = append(out, ImbalanceFlag{Cause: t.last.Cause, Stage: t.last.Stage,
+				Ranks: t.last.Ranks, Excess: t.last.Excess, Cost: t.cost, Fix: t.last.Fix})
+		}
+	}
+	sort.Slice(out, func(x, y int) bool {
+		if out[x].Cause != out[y].Cause {
+			return out[x].Cause < out[y].Cause
+		}
+		return out[x].Stage < out[y].Stage
+	})
+	return out
 }

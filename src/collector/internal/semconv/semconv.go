@@ -124,6 +124,13 @@ const (
 	// kind, name (and `host.name` for a NIC), `training.fabric.cost`, and whether it was derived
 	// from flagged ranks
 	EventSuspect = "training.fabric.suspect"
+
+	// EventImbalance is training.imbalance: an imbalance of the job flagged after this step (K of
+	// W steps, hysteresis): `training.straggler.cause` (`stage_imbalance` or `data_imbalance`),
+	// `training.pipeline.stage` and `training.imbalance.ranks` for a stage,
+	// `training.imbalance.excess`, `training.imbalance.cost` (moving average) and
+	// `training.imbalance.fix`
+	EventImbalance = "training.imbalance"
 )
 
 // Events on the timeline.first_change span.
@@ -335,6 +342,16 @@ const (
 	// CauseUnknown is "unknown": no phase explains the rank's excess own work, or the rank never
 	// arrived
 	CauseUnknown = "unknown"
+
+	// CauseStageImbalance is "stage_imbalance": a pipeline stage does more work per step than the
+	// mean stage on every replica (`training.pipeline.stage`); a partition of the layers, not a
+	// rank, is what to fix (a root cause or imbalance without a rank)
+	CauseStageImbalance = "stage_imbalance"
+
+	// CauseDataImbalance is "data_imbalance": work varies across data-parallel replicas from step
+	// to step with no persistent rank (sequence lengths, dynamic batches); a balanced split of
+	// each global batch is what to fix (a root cause or imbalance without a rank)
+	CauseDataImbalance = "data_imbalance"
 )
 
 // Values of training.barrier.released.
@@ -382,6 +399,28 @@ const (
 	// step's seconds (the step with the rank's own work at its peers' median alone); on a flag,
 	// the moving average
 	AttrRankCost = "training.rank.cost"
+
+	// AttrPipelineStage is training.pipeline.stage (int): the pipeline stage (0 first), found from
+	// the point-to-point messages: a rank whose first message of the step is a send is stage 0,
+	// one whose first is a receive is one more than its sender's
+	AttrPipelineStage = "training.pipeline.stage"
+
+	// AttrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated
+	AttrImbalanceRanks = "training.imbalance.ranks"
+
+	// AttrImbalanceExcess is training.imbalance.excess (float): how much more work than balanced:
+	// a stage's work per step over the mean stage's, minus 1; for data, the slowest replica's work
+	// over the mean replica's, minus 1
+	AttrImbalanceExcess = "training.imbalance.excess"
+
+	// AttrImbalanceCost is training.imbalance.cost (float s): seconds of the step the imbalance
+	// costs: the replayed step minus the replayed step with it balanced (on `training.imbalance`,
+	// a moving average over the flag window)
+	AttrImbalanceCost = "training.imbalance.cost"
+
+	// AttrImbalanceFix is training.imbalance.fix (string): what to change, in words ("moving about
+	// 19% of stage 3's work to stage 2 saves about 15% of the step")
+	AttrImbalanceFix = "training.imbalance.fix"
 
 	// AttrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
 	// seconds, or the moving average)

@@ -3,6 +3,7 @@ package spanio
 import (
 	"crypto/sha256"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -91,6 +92,18 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		if rc.Suspect != nil {
 			putSuspect(a, *rc.Suspect)
 		}
+		if isImbalance(rc.Cause) {
+			putImbalance(a, rc.Cause, rc.Stage, rc.Ranks, rc.Excess, rc.Cost, rc.Fix)
+		}
+	}
+	for i := range res.Imbalances {
+		im := &res.Imbalances[i]
+		ev := span.Events().AppendEmpty()
+		ev.SetName(semconv.EventImbalance)
+		ev.SetTimestamp(end)
+		a := ev.Attributes()
+		a.PutStr(semconv.AttrStragglerCause, im.Cause)
+		putImbalance(a, im.Cause, im.Stage, im.Ranks, im.Excess, im.Cost, im.Fix)
 	}
 	for i := range res.Flagged {
 		f := &res.Flagged[i]
@@ -115,6 +128,62 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		a.PutDouble(semconv.AttrFabricCost, s.Cost)
 		a.PutBool(semconv.AttrSuspectDerived, s.Derived)
 	}
+}
+
+func isImbalance(cause string) bool {
+	return cause == semconv.CauseStageImbalance || cause == semconv.CauseDataImbalance
+}
+
+func putImbalance(a pcommon.Map, cause string, stage int, ranks []int, excess, cost float64,
+	fix string,
+) {
+	if cause == semconv.CauseStageImbalance {
+		a.PutInt(semconv.AttrPipelineStage, int64(stage))
+		a.PutStr(semconv.AttrImbalanceRanks, formatRanks(ranks))
+	}
+	a.PutDouble(semconv.AttrImbalanceExcess, excess)
+	a.PutDouble(semconv.AttrImbalanceCost, cost)
+	a.PutStr(semconv.AttrImbalanceFix, fix)
+}
+
+// formatRanks writes ranks comma separated.
+func formatRanks(ranks []int) string {
+	var b strings.Builder
+	for i, r := range ranks {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(r))
+	}
+	return b.String()
+}
+
+// parseRanks reads formatRanks' text; a value that is not a rank ends it.
+func parseRanks(text string) []int {
+	if text == "" {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Split(text, ",") {
+		r, err := strconv.Atoi(f)
+		if err != nil || r < 0 || r >= diagnosisMaxRank {
+			return out
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// readImbalance reads putImbalance's attributes.
+func readImbalance(a pcommon.Map) (stage int, ranks []int, excess, cost float64, fix string) {
+	stage = -1
+	if v, ok := a.Get(semconv.AttrPipelineStage); ok && v.Type() == pcommon.ValueTypeInt &&
+		v.Int() >= 0 && v.Int() < diagnosisMaxRank {
+		stage = int(v.Int())
+	}
+	return stage, parseRanks(str(a, semconv.AttrImbalanceRanks)),
+		double(a, semconv.AttrImbalanceExcess), double(a, semconv.AttrImbalanceCost),
+		str(a, semconv.AttrImbalanceFix)
 }
 
 func putRank(a pcommon.Map, rank int, t diagnosis.Topology) {
@@ -178,6 +247,9 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 			if s, ok := suspectOf(a); ok {
 				rc.Suspect = &s
 			}
+			if isImbalance(rc.Cause) {
+				rc.Stage, rc.Ranks, rc.Excess, rc.Cost, rc.Fix = readImbalance(a)
+			}
 			out.RootCauses = append(out.RootCauses, rc)
 		case semconv.EventStraggler:
 			rank, ok := rankOf(a)
@@ -188,6 +260,14 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 				Rank: rank, Topology: topologyOf(a), Cause: str(a, semconv.AttrStragglerCause),
 				Cost: double(a, semconv.AttrRankCost), Domain: str(a, semconv.AttrStragglerDomain),
 			})
+		case semconv.EventImbalance:
+			cause := str(a, semconv.AttrStragglerCause)
+			if !isImbalance(cause) {
+				continue
+			}
+			im := diagnosis.ImbalanceFlag{Cause: cause}
+			im.Stage, im.Ranks, im.Excess, im.Cost, im.Fix = readImbalance(a)
+			out.Imbalances = append(out.Imbalances, im)
 		case semconv.EventSuspect:
 			s, ok := suspectOf(a)
 			if !ok {
@@ -218,7 +298,8 @@ func boundedEvent(a pcommon.Map, maxLen int) bool {
 		return false
 	}
 	switch str(a, semconv.AttrStragglerCause) {
-	case "", semconv.CauseData, semconv.CauseCompute, semconv.CauseNetwork, semconv.CauseUnknown:
+	case "", semconv.CauseData, semconv.CauseCompute, semconv.CauseNetwork, semconv.CauseUnknown,
+		semconv.CauseStageImbalance, semconv.CauseDataImbalance:
 		return true
 	default:
 		return false

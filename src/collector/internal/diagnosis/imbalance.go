@@ -1,0 +1,343 @@
+package diagnosis
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+)
+
+// maxStageVariants bounds the stages whose imbalance is replayed in one step (the longest
+// first).
+const maxStageVariants = 8
+
+// minStageExcess is the least a stage's work must exceed the mean stage's by, as a fraction,
+// to be replayed as an imbalance (below it the stages' own jitter decides).
+const minStageExcess = 0.03
+
+// stages finds each rank's pipeline stage from the step's point-to-point messages: a rank
+// whose first message is a send is stage 0 (it feeds the pipeline), one whose first is a
+// receive is one more than its sender. It holds under 1F1B, GPipe and interleaved schedules
+// alike (an interleaved rank's first message is its first chunk's). Ranks without messages
+// have stage -1; so does every rank when some ranks of a pipeline cannot be placed.
+func (m *model) stages(sd *stepData) {
+	n := len(m.rankOf)
+	m.stage = grow(m.stage, n)
+	m.pred = grow(m.pred, n)
+	m.nStages = 0
+	any := false
+	for ri := range n {
+		m.stage[ri], m.pred[ri] = -1, -1
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			rec := &sd.colls[m.coll[p]]
+			if !rec.p2p {
+				continue
+			}
+			any = true
+			op := &sd.ops[m.order[p]]
+			if op.role == RoleSend {
+				m.stage[ri] = 0
+				break
+			}
+			m.pred[ri] = -2 // a receive whose sender is not in the step
+			for i := rec.first; i < rec.first+rec.n; i++ {
+				if sd.ops[i].role == RoleSend {
+					if si, ok := m.rankIdx[sd.ops[i].rank]; ok {
+						m.pred[ri] = si
+					}
+				}
+			}
+			break
+		}
+	}
+	if !any {
+		return
+	}
+	// Each rank's stage is its sender's plus one; a chain longer than the ranks is a cycle.
+	for ri := range n {
+		if m.stage[ri] >= 0 || m.pred[ri] == -1 {
+			continue
+		}
+		depth, cur := int32(0), int32(ri)
+		for m.stage[cur] < 0 && m.pred[cur] >= 0 && depth <= int32(n) {
+			cur = m.pred[cur]
+			depth++
+		}
+		if m.stage[cur] < 0 || depth > int32(n) {
+			clear(m.stage)
+			for i := range m.stage {
+				m.stage[i] = -1
+			}
+			m.nStages = 0
+			return
+		}
+		// Walk again, numbering the chain from its placed end.
+		base := m.stage[cur]
+		k := int32(0)
+		for c := int32(ri); c != cur; c = m.pred[c] {
+			m.stage[c] = base + depth - k
+			k++
+		}
+	}
+	for ri := range n {
+		m.nStages = max(m.nStages, m.stage[ri]+1)
+	}
+}
+
+// pipelineWork reports whether the gap before position p is pipeline work: the compute of a
+// microbatch (before a message, or after one).
+func (m *model) pipelineWork(sd *stepData, ri, p int32) bool {
+	if sd.colls[m.coll[p]].p2p {
+		return true
+	}
+	return p > m.rankStart[ri] && sd.colls[m.coll[p-1]].p2p
+}
+
+// imbalance is one step's imbalance found by replay.
+type imbalance struct {
+	cause  string
+	stage  int32
+	cost   float64
+	excess float64
+	// slowest is the replica with the most work over the mean (data imbalance).
+	slowest int32
+	// fixTo is the stage to move work to (stage imbalance).
+	fixTo int32
+}
+
+// dataImbalance replays the step with each class's work split evenly over its members
+// (every position at the class mean), ranks that are this step's root causes or flagged for
+// their own work left at their reference (a rank that stands out is its own verdict): what
+// a balanced split of each global batch would save. base holds the
+// gaps to start from and is left with the balanced gaps of every class in m.balancedGap.
+func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
+	threshold float64,
+) (imbalance, bool) {
+	n := len(m.order)
+	m.baseGap = grow(m.baseGap, n)
+	m.balancedGap = grow(m.balancedGap, n)
+	copy(m.baseGap, m.gap)
+	for ri, rank := range m.rankOf {
+		if t := j.ranks[rank]; fixRank[int32(ri)] || (t != nil && t.flagged) {
+			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+				m.baseGap[p] = m.idealGap[p]
+			}
+		}
+	}
+	copy(m.balancedGap, m.baseGap)
+	// bound: what balancing could save at most, the summed excess of each position's
+	// slowest member over the mean (the step's critical path passes each position once).
+	bound, worst, worstRank, worstMean := 0.0, 0.0, int32(-1), 0.0
+	for _, members := range m.classes {
+		if len(members) < 2 {
+			continue
+		}
+		k := int(m.rankStart[members[0]+1] - m.rankStart[members[0]])
+		var total, over float64
+		for pos := range k {
+			var sum, most float64
+			for _, ri := range members {
+				g := m.baseGap[m.rankStart[ri]+int32(pos)]
+				sum += g
+				most = max(most, g)
+			}
+			mean := sum / float64(len(members))
+			total += mean
+			over += most - mean
+			for _, ri := range members {
+				m.balancedGap[m.rankStart[ri]+int32(pos)] = mean
+			}
+		}
+		bound = max(bound, over)
+		for _, ri := range members {
+			var own float64
+			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+				own += m.baseGap[p]
+			}
+			if own-total > worst {
+				worst, worstRank, worstMean = own-total, ri, total
+			}
+		}
+	}
+	if bound < threshold || worstRank < 0 {
+		return imbalance{}, false
+	}
+	cost := m.simulate(sd, m.baseGap, m.idealT) - m.simulate(sd, m.balancedGap, m.idealT)
+	if cost < threshold {
+		return imbalance{}, false
+	}
+	excess := 0.0
+	if worstMean > 0 {
+		excess = worst / worstMean
+	}
+	return imbalance{cause: semconv.CauseDataImbalance, stage: -1, cost: cost, excess: excess,
+		slowest: m.rankOf[worstRank]}, true
+}
+
+// stageImbalance compares the pipeline stages' work per step (each stage's median replica,
+// from gaps with every other contributor at its reference) with the mean stage's, and
+// replays, for each stage longer than the mean, the step with its excess moved evenly to the
+// other stages. The balanced gaps (every stage at the mean) are left in m.stageGap.
+func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) []imbalance {
+	s := int(m.nStages)
+	if s < 2 {
+		return nil
+	}
+	for ri := range m.rankOf {
+		if m.stage[ri] < 0 {
+			return nil // a pipeline with ranks outside it: not one this model places
+		}
+	}
+	m.stageWork = grow(m.stageWork, len(m.rankOf))
+	for ri := range m.rankOf {
+		var w float64
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			if m.pipelineWork(sd, int32(ri), p) {
+				w += gaps[p]
+			}
+		}
+		m.stageWork[ri] = w
+	}
+	work := make([]float64, s)
+	var total float64
+	for st := range s {
+		m.vals = m.vals[:0]
+		for ri := range m.rankOf {
+			if int(m.stage[ri]) == st {
+				m.vals = append(m.vals, m.stageWork[ri])
+			}
+		}
+		work[st] = median(m.vals)
+		total += work[st]
+	}
+	mean := total / float64(s)
+	if mean <= 0 {
+		return nil
+	}
+	var longer []int
+	for st := range s {
+		if e := work[st] - mean; e >= minStageExcess*mean && e >= threshold {
+			longer = append(longer, st)
+		}
+	}
+	slices.SortFunc(longer, func(x, y int) int { return cmpFloat(work[y], work[x]) })
+	if len(longer) > maxStageVariants {
+		longer = longer[:maxStageVariants]
+	}
+	if len(longer) == 0 {
+		return nil
+	}
+	n := len(m.order)
+	ref := m.simulate(sd, gaps, m.idealT)
+	m.stageGap = grow(m.stageGap, n)
+	m.scale = grow(m.scale, s)
+	var out []imbalance
+	for _, st := range longer {
+		excess := work[st] - mean
+		for o := range s {
+			switch {
+			case o == st:
+				m.scale[o] = mean / work[o]
+			case work[o] > 0:
+				m.scale[o] = (work[o] + excess/float64(s-1)) / work[o]
+			default:
+				m.scale[o] = 1
+			}
+		}
+		m.scaleStages(sd, gaps)
+		cost := ref - m.simulate(sd, m.stageGap, m.idealT)
+		if cost < threshold {
+			continue
+		}
+		to := int32(-1)
+		for _, nb := range []int{st - 1, st + 1} {
+			if nb >= 0 && nb < s && (to < 0 || work[nb] < work[to]) {
+				to = int32(nb)
+			}
+		}
+		out = append(out, imbalance{cause: semconv.CauseStageImbalance, stage: int32(st),
+			cost: cost, excess: excess / mean, fixTo: to})
+	}
+	if len(out) > 0 {
+		for o := range s {
+			m.scale[o] = 1
+			if work[o] > 0 {
+				m.scale[o] = mean / work[o]
+			}
+		}
+		m.scaleStages(sd, gaps)
+	}
+	return out
+}
+
+// scaleStages writes gaps into m.stageGap with every stage's pipeline work scaled by
+// m.scale.
+func (m *model) scaleStages(sd *stepData, gaps []float64) {
+	copy(m.stageGap, gaps)
+	for ri := range m.rankOf {
+		f := m.scale[m.stage[ri]]
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			if m.pipelineWork(sd, int32(ri), p) {
+				m.stageGap[p] = gaps[p] * f
+			}
+		}
+	}
+}
+
+// stageRanks lists a stage's ranks in order.
+func (m *model) stageRanks(stage int32) []int {
+	var out []int
+	for ri, rank := range m.rankOf {
+		if m.stage[ri] == stage {
+			out = append(out, int(rank))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rootCause turns an imbalance into a step's root cause.
+func (m *model) rootCause(im imbalance, step float64) RootCause {
+	rc := RootCause{Rank: -1, Cause: im.cause, Cost: im.cost, Stage: -1, Excess: im.excess}
+	if im.cause == semconv.CauseStageImbalance {
+		rc.Stage = int(im.stage)
+		rc.Ranks = m.stageRanks(im.stage)
+	}
+	rc.Fix = fixText(im, step)
+	return rc
+}
+
+// fixText says what to change, in words.
+func fixText(im imbalance, step float64) string {
+	saves := 0.0
+	if step > 0 {
+		saves = im.cost / step
+	}
+	switch im.cause {
+	case semconv.CauseStageImbalance:
+		move := im.excess / (1 + im.excess)
+		if im.fixTo < 0 {
+			return fmt.Sprintf("stage %d does %.0f%% more work than the mean stage: a partition "+
+				"that moves about %.0f%% of its work to other stages saves about %.0f%% of "+
+				"the step", im.stage, 100*im.excess, 100*move, 100*saves)
+		}
+		return fmt.Sprintf("stage %d does %.0f%% more work than the mean stage: moving about "+
+			"%.0f%% of its work (its layers) to stage %d saves about %.0f%% of the step",
+			im.stage, 100*im.excess, 100*move, im.fixTo, 100*saves)
+	default:
+		return fmt.Sprintf("the slowest replica did %.0f%% more work than the mean replica, "+
+			"a different one from step to step: splitting each global batch by work "+
+			"(tokens, not samples) saves about %.0f%% of the step", 100*im.excess, 100*saves)
+	}
+}
+
+func cmpFloat(x, y float64) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	default:
+		return 0
+	}
+}
