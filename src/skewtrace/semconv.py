@@ -270,6 +270,10 @@ STEP_DURATION = "training.step.duration"
 STEP_WHATIF = "training.step.whatif"
 #: training.job.slowdown (float): the job's moving average of step time over what-if step time
 JOB_SLOWDOWN = "training.job.slowdown"
+#: training.replay.error (float): the replay's self-check: the replayed step fed the measured
+#: gaps and transfers against the measured one (the median rank's period on its own clock), as a
+#: fraction; absent in a job's first step and in steps with pacing holds
+REPLAY_ERROR = "training.replay.error"
 #: training.step.ranks (int): ranks with spans in the step
 STEP_RANKS = "training.step.ranks"
 #: training.step.slow_collectives (int): collectives of the step whose transfer was slow against
@@ -336,6 +340,17 @@ METRIC_RANK_COST = "training.rank.cost"
 #: training.job.slowdown (gauge, 1): A job's step time over its what-if step time with its root
 #: causes at their references (moving average; 1 when nothing holds it up).
 METRIC_JOB_SLOWDOWN = "training.job.slowdown"
+#: training.replay.error (gauge, 1): The step replay's self-check: how far the replayed step,
+#: fed the measured durations, is from the measured one, as a fraction (moving average).
+METRIC_REPLAY_ERROR = "training.replay.error"
+#: training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is flagged: a pipeline
+#: stage longer than the mean stage (`stage_imbalance`, with its stage), or work split unevenly
+#: across data-parallel replicas (`data_imbalance`, stage -1).
+METRIC_IMBALANCE = "training.imbalance"
+#: training.imbalance.cost (gauge, s): Seconds per step a flagged imbalance has cost the job
+#: recently: the replayed step minus the replayed step with the work balanced (0 once no longer
+#: flagged).
+METRIC_IMBALANCE_COST = "training.imbalance.cost"
 #: training.fabric.suspect (gauge 0/1, 1): 1 while a part of the fabric (a host's NIC, a host, a
 #: switch's uplink, a switch) is suspected of making the job's steps late.
 METRIC_FABRIC_SUSPECT = "training.fabric.suspect"
@@ -364,6 +379,9 @@ PROM_RANK_WAIT = "training_rank_wait_seconds"
 PROM_STRAGGLER = "training_straggler_ratio"
 PROM_RANK_COST = "training_rank_cost_seconds"
 PROM_JOB_SLOWDOWN = "training_job_slowdown_ratio"
+PROM_REPLAY_ERROR = "training_replay_error_ratio"
+PROM_IMBALANCE = "training_imbalance_ratio"
+PROM_IMBALANCE_COST = "training_imbalance_cost_seconds"
 PROM_FABRIC_SUSPECT = "training_fabric_suspect_ratio"
 PROM_FABRIC_COST = "training_fabric_cost_seconds"
 PROM_COLLECTIVE_INCOMPLETE = "training_collective_incomplete_total"
@@ -379,6 +397,9 @@ CONNECTOR_METRICS = (
     METRIC_STRAGGLER,
     METRIC_RANK_COST,
     METRIC_JOB_SLOWDOWN,
+    METRIC_REPLAY_ERROR,
+    METRIC_IMBALANCE,
+    METRIC_IMBALANCE_COST,
     METRIC_FABRIC_SUSPECT,
     METRIC_FABRIC_COST,
     METRIC_COLLECTIVE_INCOMPLETE,

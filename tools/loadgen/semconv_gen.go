@@ -387,6 +387,11 @@ const (
 	// what-if step time
 	attrJobSlowdown = "training.job.slowdown"
 
+	// attrReplayError is training.replay.error (float): the replay's self-check: the replayed step
+	// fed the measured gaps and transfers against the measured one (the median rank's period on
+	// its own clock), as a fraction; absent in a job's first step and in steps with pacing holds
+	attrReplayError = "training.replay.error"
+
 	// attrStepRanks is training.step.ranks (int): ranks with spans in the step
 	attrStepRanks = "training.step.ranks"
 
@@ -483,6 +488,21 @@ const (
 	// step time with its root causes at their references (moving average; 1 when nothing holds it
 	// up).
 	metricJobSlowdown = "training.job.slowdown"
+
+	// metricReplayError is training.replay.error (gauge, 1): The step replay's self-check: how far
+	// the replayed step, fed the measured durations, is from the measured one, as a fraction
+	// (moving average).
+	metricReplayError = "training.replay.error"
+
+	// metricImbalance is training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is
+	// flagged: a pipeline stage longer than the mean stage (`stage_imbalance`, with its stage), or
+	// work split unevenly across data-parallel replicas (`data_imbalance`, stage -1).
+	metricImbalance = "training.imbalance"
+
+	// metricImbalanceCost is training.imbalance.cost (gauge, s): Seconds per step a flagged
+	// imbalance has cost the job recently: the replayed step minus the replayed step with the work
+	// balanced (0 once no longer flagged).
+	metricImbalanceCost = "training.imbalance.cost"
 
 	// metricFabricSuspect is training.fabric.suspect (gauge 0/1, 1): 1 while a part of the fabric
 	// (a host's NIC, a host, a switch's uplink, a switch) is suspected of making the job's steps

@@ -714,3 +714,34 @@ func TestUnchangedHistogramsWaitForTheResend(t *testing.T) {
 		t.Fatalf("after metrics_resend_interval: %d lateness points, want all 4", n)
 	}
 }
+
+func TestImbalanceAndReplayErrorGauges(t *testing.T) {
+	h := newHarness(t, nil)
+	p := fixture.NewPipeline(4, 2, 8, 1, 3)
+	p.Forward[3], p.Backward[3] = p.Forward[3]*2, p.Backward[3]*3/2
+	for step := range 10 {
+		for _, b := range p.Step(step) {
+			h.consume(t, b.Traces)
+		}
+		h.clock.Advance(time.Second)
+	}
+	md := h.flush(t)
+	points := findMetric(t, md, semconv.MetricImbalance).Gauge().DataPoints()
+	costs := findMetric(t, md, semconv.MetricImbalanceCost).Gauge().DataPoints()
+	if points.Len() != 1 || costs.Len() != 1 {
+		t.Fatalf("%d imbalance points, %d costs; want the last stage's", points.Len(), costs.Len())
+	}
+	a := attrs(points.At(0).Attributes())
+	if a[semconv.AttrStragglerCause] != semconv.CauseStageImbalance ||
+		a[semconv.AttrPipelineStage] != int64(3) || points.At(0).IntValue() != 1 {
+		t.Errorf("imbalance point %v = %d, want stage 3 flagged", a, points.At(0).IntValue())
+	}
+	if c := costs.At(0).DoubleValue(); c <= 0.01 {
+		t.Errorf("imbalance cost %g s, want tens of ms per step", c)
+	}
+	errs := findMetric(t, md, semconv.MetricReplayError).Gauge().DataPoints()
+	if errs.Len() != 1 || errs.At(0).DoubleValue() > 0.02 {
+		t.Errorf("replay error points %d, value %g; want one below 0.02", errs.Len(),
+			errs.At(0).DoubleValue())
+	}
+}

@@ -38,6 +38,20 @@ type suspectKey struct {
 	diagnosis.Suspect
 }
 
+// imbalanceKey is one imbalance of one job (stage -1 for data).
+type imbalanceKey struct {
+	job   string
+	cause string
+	stage int
+}
+
+// imbalanceGauge is one imbalance's flag and cost.
+type imbalanceGauge struct {
+	updated time.Time
+	active  bool
+	cost    float64
+}
+
 // jobName keys the per-job gauges.
 type jobName string
 
@@ -47,6 +61,7 @@ func (k missingKey) jobOf() string    { return k.job }
 func (k hostKey) jobOf() string       { return k.job }
 func (k suspectKey) jobOf() string    { return k.job }
 func (k jobName) jobOf() string       { return string(k) }
+func (k imbalanceKey) jobOf() string  { return k.job }
 
 // seriesKey is a series key that says which job it belongs to.
 type seriesKey interface {
@@ -101,11 +116,13 @@ type suspectGauge struct {
 	cost    float64
 }
 
-// jobGauge is a job's what-if slowdown and the last step analyzed.
+// jobGauge is a job's what-if slowdown, its replay's self-check error (moving average; -1
+// before the first check) and the last step analyzed.
 type jobGauge struct {
-	updated  time.Time
-	slowdown float64
-	step     int64
+	updated     time.Time
+	slowdown    float64
+	replayError float64
+	step        int64
 }
 
 type offsetGauge struct {
@@ -132,6 +149,7 @@ type aggregator struct {
 	stepDuration map[rankKey]*histogram
 	stragglers   map[rankKey]*rankStraggler
 	suspects     map[suspectKey]*suspectGauge
+	imbalances   map[imbalanceKey]*imbalanceGauge
 	jobs         map[jobName]*jobGauge
 	incomplete   map[collectiveKey]*incompleteCounter
 	missing      map[missingKey]*incompleteCounter
@@ -158,6 +176,7 @@ func newAggregator(cfg *Config) *aggregator {
 		stepDuration: make(map[rankKey]*histogram),
 		stragglers:   make(map[rankKey]*rankStraggler),
 		suspects:     make(map[suspectKey]*suspectGauge),
+		imbalances:   make(map[imbalanceKey]*imbalanceGauge),
 		jobs:         make(map[jobName]*jobGauge),
 		byJob:        make(map[string]*jobSeries),
 		incomplete:   make(map[collectiveKey]*incompleteCounter),
@@ -325,7 +344,9 @@ func (a *aggregator) observeMember(now time.Time, m memberObservation) {
 // applied (a summary that arrived late) changes nothing.
 func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult) {
 	a.now = now
-	g := lookup(a, a.jobs, jobName(res.Job), func() *jobGauge { return &jobGauge{step: -1} })
+	g := lookup(a, a.jobs, jobName(res.Job), func() *jobGauge {
+		return &jobGauge{step: -1, replayError: -1}
+	})
 	if g == nil {
 		return
 	}
@@ -335,6 +356,14 @@ func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult)
 	g.step = res.Step
 	g.updated = now
 	g.slowdown = res.Slowdown
+	if res.ReplayChecked {
+		if g.replayError < 0 {
+			g.replayError = res.ReplayError
+		} else {
+			g.replayError += replayErrorAlpha * (res.ReplayError - g.replayError)
+		}
+	}
+	a.observeImbalances(now, res)
 	flagged := make(map[int]*diagnosis.RankFlag, len(res.Flagged))
 	for i := range res.Flagged {
 		flagged[res.Flagged[i].Rank] = &res.Flagged[i]
@@ -383,6 +412,37 @@ func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult)
 	}
 }
 
+// replayErrorAlpha is the weight of a step in the replay error's moving average.
+const replayErrorAlpha = 0.2
+
+// observeImbalances sets the job's imbalance flags and costs after one step: the flagged
+// ones active with their cost, the others inactive at 0.
+func (a *aggregator) observeImbalances(now time.Time, res *diagnosis.StepResult) {
+	active := make(map[imbalanceKey]*diagnosis.ImbalanceFlag, len(res.Imbalances))
+	for i := range res.Imbalances {
+		im := &res.Imbalances[i]
+		active[imbalanceKey{job: res.Job, cause: im.Cause, stage: im.Stage}] = im
+	}
+	for key, g := range a.imbalances {
+		if key.job != res.Job {
+			continue
+		}
+		if im := active[key]; im != nil {
+			g.active, g.cost, g.updated = true, im.Cost, now
+			delete(active, key)
+		} else {
+			g.active, g.cost = false, 0
+		}
+	}
+	for key, im := range active {
+		if g := lookup(a, a.imbalances, key, func() *imbalanceGauge {
+			return &imbalanceGauge{}
+		}); g != nil {
+			g.active, g.cost, g.updated = true, im.Cost, now
+		}
+	}
+}
+
 func (a *aggregator) setStraggler(now time.Time, s *rankStraggler, f *diagnosis.RankFlag) {
 	s.updated = now
 	s.flagged = true
@@ -422,6 +482,7 @@ func (a *aggregator) expire(now time.Time) {
 	expireMap(a.stragglers, cutoff, func(s *rankStraggler) time.Time { return s.updated })
 	expireMap(a.suspects, cutoff, func(g *suspectGauge) time.Time { return g.updated })
 	expireMap(a.jobs, cutoff, func(g *jobGauge) time.Time { return g.updated })
+	expireMap(a.imbalances, cutoff, func(g *imbalanceGauge) time.Time { return g.updated })
 	for job, js := range a.byJob {
 		if js.lastUsed.Before(cutoff) {
 			delete(a.byJob, job)
@@ -572,6 +633,60 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			dp.SetDoubleValue(a.jobs[job].slowdown)
 		}
 	}
+	if checked := jobsChecked(a.jobs); len(checked) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricReplayError)
+		m.SetDescription("The step replay's self-check: how far the replayed step, fed the " +
+			"measured durations, is from the measured one, as a fraction (moving average).")
+		m.SetUnit("1")
+		points := m.SetEmptyGauge().DataPoints()
+		for _, job := range checked {
+			dp := points.AppendEmpty()
+			dp.Attributes().PutStr(semconv.AttrJobID, string(job))
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(a.jobs[job].replayError)
+		}
+	}
+	if len(a.imbalances) > 0 {
+		flags := metrics.AppendEmpty()
+		flags.SetName(semconv.MetricImbalance)
+		flags.SetDescription("1 while an imbalance of the job is flagged: a pipeline stage " +
+			"longer than the mean stage, or work split unevenly across data-parallel replicas.")
+		flags.SetUnit("1")
+		costs := metrics.AppendEmpty()
+		costs.SetName(semconv.MetricImbalanceCost)
+		costs.SetDescription("Seconds per step a flagged imbalance has cost the job recently " +
+			"(0 once no longer flagged).")
+		costs.SetUnit("s")
+		flagPoints := flags.SetEmptyGauge().DataPoints()
+		costPoints := costs.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.imbalances, func(x, y imbalanceKey) bool {
+			if x.job != y.job {
+				return x.job < y.job
+			}
+			if x.cause != y.cause {
+				return x.cause < y.cause
+			}
+			return x.stage < y.stage
+		}) {
+			g := a.imbalances[key]
+			for _, pt := range []struct {
+				dp   pmetric.NumberDataPoint
+				cost bool
+			}{{flagPoints.AppendEmpty(), false}, {costPoints.AppendEmpty(), true}} {
+				attrs := pt.dp.Attributes()
+				attrs.PutStr(semconv.AttrJobID, key.job)
+				attrs.PutStr(semconv.AttrStragglerCause, key.cause)
+				attrs.PutInt(semconv.AttrPipelineStage, int64(key.stage))
+				pt.dp.SetTimestamp(ts)
+				if pt.cost {
+					pt.dp.SetDoubleValue(g.cost)
+				} else {
+					pt.dp.SetIntValue(gaugeFlag(g.active))
+				}
+			}
+		}
+	}
 	if len(a.incomplete) > 0 {
 		m := metrics.AppendEmpty()
 		m.SetName(semconv.MetricCollectiveIncomplete)
@@ -630,6 +745,17 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	return md
+}
+
+// jobsChecked lists the jobs whose replay was self-checked, in order.
+func jobsChecked(jobs map[jobName]*jobGauge) []jobName {
+	var out []jobName
+	for _, job := range sortedKeys(jobs, func(x, y jobName) bool { return x < y }) {
+		if jobs[job].replayError >= 0 {
+			out = append(out, job)
+		}
+	}
+	return out
 }
 
 func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, name, desc string,

@@ -29,11 +29,14 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 
 	res := StepResult{Job: j.name, Step: sd.step, Ranks: len(m.rankOf),
 		Collectives: len(sd.colls)}
-	exit := m.simulate(sd, m.gap, m.transfer)
-	if m.eagerSends(sd) {
-		exit = m.simulate(sd, m.gap, m.transfer)
-	}
+	exit := m.simulate(sd, m.gap, m.replayT)
+	m.eagerSends(sd)
 	m.actualEnd = append(m.actualEnd[:0], m.end...)
+	if e, ok := m.replayError(a, j, sd); ok {
+		j.replayError.add(e, historyAlpha)
+		res.ReplayError = e
+		res.ReplayChecked = true
+	}
 	maxEntry := math.Inf(-1)
 	for ri := range m.rankOf {
 		maxEntry = max(maxEntry, m.entry[ri])
@@ -121,9 +124,9 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	m.idealT = grow(m.idealT, nc)
 	m.variantT = grow(m.variantT, nc)
 	for c := range nc {
-		m.idealT[c] = m.transfer[c]
+		m.idealT[c] = m.replayT[c]
 		if m.links.hasRef[c] {
-			m.idealT[c] = min(m.transfer[c], m.links.refT[c])
+			m.idealT[c] = min(m.replayT[c], m.links.refT[c])
 		}
 	}
 	var roots []RootCause
@@ -149,7 +152,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 		for _, loc := range located {
 			copy(m.variantT, m.idealT)
 			for _, c := range loc.colls {
-				m.variantT[c] = m.transfer[c]
+				m.variantT[c] = m.replayT[c]
 			}
 			cost := m.simulate(sd, m.idealGap, m.variantT) - ideal
 			if cost < threshold {
@@ -208,7 +211,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			}
 		}
 	}
-	copy(m.variantT, m.transfer)
+	copy(m.variantT, m.replayT)
 	for c := range fixColl {
 		m.variantT[c] = m.idealT[c]
 	}
@@ -325,6 +328,40 @@ func (m *model) medianEnd(sd *stepData) int64 {
 		m.vals = append(m.vals, float64(sd.ops[m.order[m.lastEnd[ri]]].end))
 	}
 	return int64(median(m.vals))
+}
+
+// replayError is the self-check of the replay: how far the replayed step, fed the measured
+// gaps and transfers, is from the measured one. Each rank's period (the end of its last span
+// in this step minus the end of its last span in the previous one) is read on its own clock
+// and on the replayed timeline; the error is the difference of the two medians over ranks,
+// as a fraction of the measured one. ok is false without two consecutive steps of a rank,
+// and in a step the pacer held a rank in (the replay leaves holds out on purpose).
+func (m *model) replayError(a *Analyzer, j *jobState, sd *stepData) (float64, bool) {
+	measured, replayed := m.vals[:0], m.scratch[:0]
+	for ri, rank := range m.rankOf {
+		if m.prevEnd[ri] == 0 {
+			continue
+		}
+		p := m.lastEnd[ri]
+		from, to := m.prevEnd[ri], sd.ops[m.order[p]].end
+		// The pacer's holds are not the rank's work: the replay leaves them out, and with
+		// them whatever the other ranks waited for them. A step with holds is not checked.
+		if delayWithin(a.phases.get(j.name, sd.step, rank), from, to) > 0 ||
+			delayWithin(a.phases.get(j.name, sd.step-1, rank), from, to) > 0 {
+			return 0, false
+		}
+		measured = append(measured, float64(to-from)/1e9)
+		replayed = append(replayed, m.actualEnd[p]-m.entry[ri])
+	}
+	m.vals, m.scratch = measured, replayed
+	if len(measured) == 0 {
+		return 0, false
+	}
+	want := median(measured)
+	if want <= 0 {
+		return 0, false
+	}
+	return math.Abs(median(replayed)-want) / want, true
 }
 
 // carryOver keeps, per rank, where the step left it for the next step's entry.

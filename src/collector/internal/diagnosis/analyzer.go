@@ -88,6 +88,8 @@ type jobState struct {
 	// imbalances holds the flag state of the job's stage and data imbalances.
 	imbalances map[string]*imbalanceTrack
 	slowdown   ewma
+	// replayError is the moving average of the replay's self-check error.
+	replayError ewma
 	// stepTime is the job's usual step duration (seconds), which bounds how long a step
 	// waits for ranks that have not ended it.
 	stepTime ewma

@@ -14,6 +14,7 @@ type model struct {
 	rankOf    []int32
 	rankStart []int32
 	entry     []float64 // virtual time the rank became free at the start of the step
+	prevEnd   []int64   // the rank's clock at its last end in the previous step (0: unknown)
 	lastEnd   []int32   // position of the rank's span that ended last
 	excess    []float64 // summed positive excess of the rank's gaps over its peers'
 	classOf   []int32
@@ -36,7 +37,9 @@ type model struct {
 	opColl   []int32
 	pgID     []int32
 	transfer []float64
-	pgIDs    map[string]int32
+	// replayT is what the replay takes a collective's transfer as (see timeline).
+	replayT []float64
+	pgIDs   map[string]int32
 
 	// simulation
 	launch, net, end []float64
@@ -64,6 +67,7 @@ type model struct {
 
 	classIdx map[uint64]int32
 	vals     []float64
+	scratch  []float64
 	links    linkScratch
 }
 
@@ -88,6 +92,7 @@ func (m *model) reset(sd *stepData) {
 	m.opColl = grow(m.opColl, nOps)
 	m.pgID = grow(m.pgID, nColls)
 	m.transfer = grow(m.transfer, nColls)
+	m.replayT = grow(m.replayT, nColls)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		for i := rec.first; i < rec.first+rec.n; i++ {
@@ -151,6 +156,7 @@ func (m *model) reset(sd *stepData) {
 	m.netDur = grow(m.netDur, nOps)
 	m.refGap = grow(m.refGap, nOps)
 	m.entry = grow(m.entry, nRanks)
+	m.prevEnd = grow(m.prevEnd, nRanks)
 	m.lastEnd = grow(m.lastEnd, nRanks)
 	m.excess = grow(m.excess, nRanks)
 	m.classOf = grow(m.classOf, nRanks)
@@ -200,8 +206,9 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		start0 := sd.ops[m.order[first]].start
 		ref := start0
 		m.entry[ri] = 0
+		m.prevEnd[ri] = 0
 		if c, ok := j.carry[rank]; ok && c.step == sd.step-1 && c.lastEnd <= start0 {
-			ref, m.entry[ri] = c.lastEnd, c.exit
+			ref, m.entry[ri], m.prevEnd[ri] = c.lastEnd, c.exit, c.lastEnd
 		} else if ph := a.phases.get(j.name, sd.step, rank); ph != nil {
 			if iv, ok := ph.get(PhaseStep); ok && iv.start <= start0 {
 				ref = iv.start
@@ -289,29 +296,39 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 	}
 	// A transfer is the shortest time a member spent in it after it could start: for a
 	// message, the sender's and the receiver's alike (a send held until its receiver posted
-	// the receive was waiting for a late peer, not moving bytes).
+	// the receive was waiting for a late peer, not moving bytes). That is the evidence links
+	// are judged on. The replay ends a send its own duration after it could start: a send
+	// does not wait for its receiver there, so the sender's time is kept whatever it was
+	// (moving bytes, or waiting for the receiver to post), and the receive ends when the
+	// message is in, as both did.
 	for c := range sd.colls {
 		rec := &sd.colls[c]
-		t := math.Inf(1)
+		t, sent := math.Inf(1), -1.0
 		for i := rec.first; i < rec.first+rec.n; i++ {
-			t = min(t, m.netDur[m.posOf[i]])
+			d := m.netDur[m.posOf[i]]
+			t = min(t, d)
+			if rec.p2p && sd.ops[i].role == RoleSend {
+				sent = d
+			}
 		}
 		if math.IsInf(t, 1) {
 			t = 0
 		}
 		m.transfer[c] = t
+		m.replayT[c] = t
+		if sent >= 0 {
+			m.replayT[c] = sent
+		}
 	}
 }
 
-// eagerSends corrects the transfer of messages whose receiver came after their send had
-// begun. A transfer is first the shorter side's time (a send held until its receiver posted
-// was waiting for a late peer). But a send does not wait for its receiver in the replay, and
-// a receive posted while the message was on its way, or after it arrived, is short because
-// the message was partly or wholly there: on the replayed timeline of the actual step, a
-// receiver that arrived after the send began makes the send's own duration the transfer,
-// and the replay then ends both sides where they ended. It reports whether any changed.
-// (A transport whose sends wait for their receivers would read a late receiver's wait as
-// transfer here; the messages of the step's other pairs keep its link from being located.)
+// eagerSends corrects the evidence of messages whose receiver came after their send had
+// begun: a receive posted while the message was on its way, or after it arrived, is short
+// because the message was partly or wholly there, so on the replayed timeline of the actual
+// step a receiver that arrived after the send began makes the send's own duration the
+// transfer that links are judged on. (A transport whose sends wait for their receivers
+// reads a late receiver's wait as transfer here; the messages of the step's other pairs
+// keep its link from being located.) It reports whether any changed.
 func (m *model) eagerSends(sd *stepData) bool {
 	changed := false
 	for c := range sd.colls {

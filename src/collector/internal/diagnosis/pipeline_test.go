@@ -167,8 +167,9 @@ var pipelineCases = []pipelineCase{
 }
 
 // TestPipelineJobsReplayedCost is the generator's table: each fault on each layout gets the
-// right verdict, and the replayed slowdown (training.job.slowdown) is within 10% of the
-// generator's own actual over ideal step time.
+// right verdict, the replayed slowdown (training.job.slowdown) is within 10% of the
+// generator's own actual over ideal step time, and the replay of every step reproduces the
+// measured step within 2%.
 func TestPipelineJobsReplayedCost(t *testing.T) {
 	const steps = 24
 	for _, shape := range pipelineShapes {
@@ -199,7 +200,12 @@ func TestPipelineJobsReplayedCost(t *testing.T) {
 				for s := steps - 8; s < steps; s++ {
 					truth += float64(p.Actual(s)) / float64(ideal(s)) / 8
 				}
-				t.Logf("table: %s | %s | %.3f | %.3f", shape.name, c.name, last.Slowdown, truth)
+				t.Logf("table: %s | %s | %.3f | %.3f | %.4f", shape.name, c.name, last.Slowdown, truth,
+					maxReplayError(results))
+				// The self-check: the replay fed the measured durations is the measured step.
+				if e := maxReplayError(results); e > 0.02 {
+					t.Errorf("replay error up to %.1f%% of the measured step, want < 2%%", 100*e)
+				}
 				if math.Abs(last.Slowdown-truth) > 0.1*truth {
 					t.Errorf("slowdown %.3f, truth %.3f (whatif %.3f of %.3f s); roots %+v",
 						last.Slowdown, truth, last.WhatIf, last.Duration, last.RootCauses)
@@ -207,6 +213,17 @@ func TestPipelineJobsReplayedCost(t *testing.T) {
 			})
 		}
 	}
+}
+
+// maxReplayError is the largest self-check error of the steps that had one.
+func maxReplayError(results []diagnosis.StepResult) float64 {
+	worst := 0.0
+	for _, r := range results {
+		if r.ReplayChecked {
+			worst = max(worst, r.ReplayError)
+		}
+	}
+	return worst
 }
 
 // TestLongStepWaitsForEveryRank: a pipeline step whose ranks' spans come seconds apart (the

@@ -76,6 +76,11 @@ func run(t *testing.T, job stepper, cfg join.Config, steps int) []diagnosis.Step
 	if len(out) != steps {
 		t.Fatalf("%d results for %d steps", len(out), steps)
 	}
+	// The replay's self-check holds on every job model: fed the measured durations, it is
+	// the measured step.
+	if e := maxReplayError(out); e > 0.02 {
+		t.Errorf("replay error up to %.1f%% of the measured step, want < 2%%", 100*e)
+	}
 	return out
 }
 

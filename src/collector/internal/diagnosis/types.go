@@ -224,6 +224,12 @@ type StepResult struct {
 	Imbalances []ImbalanceFlag
 	// Slowdown is the job's moving average of Duration / WhatIf.
 	Slowdown float64
+	// ReplayError is the replay's self-check in this step: the replayed step fed the
+	// measured gaps and transfers against the measured one, as a fraction (the median
+	// rank's period on its own clock). ReplayChecked is false when no rank had the previous
+	// step to measure a period from.
+	ReplayError   float64
+	ReplayChecked bool
 	// Forced marks a step analyzed before its delay passed (bounds reached).
 	Forced bool
 	// EndUnixNano is the median over ranks of the end of their last span in the step (each

@@ -74,6 +74,9 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 	attrs.PutDouble(semconv.AttrStepDuration, res.Duration)
 	attrs.PutDouble(semconv.AttrStepWhatIf, res.WhatIf)
 	attrs.PutDouble(semconv.AttrJobSlowdown, res.Slowdown)
+	if res.ReplayChecked {
+		attrs.PutDouble(semconv.AttrReplayError, res.ReplayError)
+	}
 	attrs.PutInt(semconv.AttrStepRanks, int64(res.Ranks))
 	attrs.PutInt(semconv.AttrStepSlowCollectives, int64(res.SlowCollectives))
 	for i := range res.RootCauses {
@@ -226,6 +229,9 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 	out.Duration = double(attrs, semconv.AttrStepDuration)
 	out.WhatIf = double(attrs, semconv.AttrStepWhatIf)
 	out.Slowdown = double(attrs, semconv.AttrJobSlowdown)
+	if v, ok := attrs.Get(semconv.AttrReplayError); ok && v.Type() == pcommon.ValueTypeDouble {
+		out.ReplayError, out.ReplayChecked = v.Double(), true
+	}
 	out.EndUnixNano = int64(span.EndTimestamp())
 	events := span.Events()
 	for i := range events.Len() {

@@ -13,6 +13,7 @@ import (
 func TestImbalancesRoundTripThroughTheSummary(t *testing.T) {
 	res := diagnosis.StepResult{
 		Job: "job", Step: 7, Duration: 1.2, WhatIf: 0.9, Slowdown: 1.3, EndUnixNano: 5e9,
+		ReplayError: 0.004, ReplayChecked: true,
 		RootCauses: []diagnosis.RootCause{
 			{Rank: -1, Cause: semconv.CauseStageImbalance, Cost: 0.2, Stage: 3,
 				Ranks: []int{12, 13}, Excess: 0.4, Fix: "move work"},
@@ -31,6 +32,9 @@ func TestImbalancesRoundTripThroughTheSummary(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.RootCauses, res.RootCauses) {
 		t.Errorf("root causes\n got %+v\nwant %+v", got.RootCauses, res.RootCauses)
+	}
+	if !got.ReplayChecked || got.ReplayError != res.ReplayError {
+		t.Errorf("replay error %v %g, want %g", got.ReplayChecked, got.ReplayError, res.ReplayError)
 	}
 	if !reflect.DeepEqual(got.Imbalances, res.Imbalances) {
 		t.Errorf("imbalances\n got %+v\nwant %+v", got.Imbalances, res.Imbalances)
