@@ -83,6 +83,7 @@ NIC = semconv.prometheus_label(semconv.NIC)
 PG = semconv.prometheus_label(semconv.COLLECTIVE_PG)
 OP = semconv.prometheus_label(semconv.COLLECTIVE_OP)
 CAUSE = semconv.prometheus_label(semconv.STRAGGLER_CAUSE)
+STAGE = semconv.prometheus_label(semconv.PIPELINE_STAGE)
 KIND = semconv.prometheus_label(semconv.SUSPECT_KIND)
 NAME = semconv.prometheus_label(semconv.SUSPECT_NAME)
 REASON = semconv.prometheus_label(semconv.REASON)
@@ -668,6 +669,44 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
             8,
             {KIND: "kind", NAME: "name", HOST: "host (of a NIC)", JOB: "job"},
             value=("cost per step", "s"),
+        )
+    )
+    board.with_panel(
+        _table(
+            "Imbalances",
+            "Work no single rank explains, with what it costs per step (the replayed step minus "
+            "the replayed step with the work balanced): a pipeline stage longer than the mean "
+            "stage on every replica (stage_imbalance: repartition its layers), or work split "
+            "unevenly across data-parallel replicas from step to step (data_imbalance: split "
+            "each global batch by tokens). Pacing cannot level either. The fix in words is on "
+            "the step summaries' training.imbalance events.",
+            _promql(
+                "A",
+                f"max by ({JOB}, {CAUSE}, {STAGE}) ({semconv.PROM_IMBALANCE}{{{IN_JOBS}}} > 0)"
+                f" * on ({JOB}, {CAUSE}, {STAGE}) group_left"
+                f" max by ({JOB}, {CAUSE}, {STAGE}) ({semconv.PROM_IMBALANCE_COST}{{{IN_JOBS}}})",
+                instant=True,
+                table_format=True,
+            ),
+            8,
+            {CAUSE: "cause", STAGE: "stage (-1: data)", JOB: "job"},
+            value=("cost per step", "s"),
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Replay self-check",
+            "How far the step replay, fed the measured durations, is from the measured step "
+            "(moving average, a fraction). Above 0.02 the job's spans do not form the "
+            "dependencies the replay assumes, and costs and the slowdown are less sure.",
+            [
+                _promql(
+                    "A",
+                    f"max by ({JOB}) ({semconv.PROM_REPLAY_ERROR}{{{IN_JOBS}}})",
+                    _legend(JOB),
+                )
+            ],
+            12,
         )
     )
     board.with_panel(

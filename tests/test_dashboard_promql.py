@@ -264,6 +264,8 @@ ONLY_ON_TROUBLE = {
     "otelcol_exporter_enqueue_failed_spans",  # an exporter queue was full
     semconv.PROM_EVENTS_DROPPED,  # a rank's event buffer was full
     semconv.PROM_FIRST_CHANGE,  # `skewtrace timeline watch` explained a regression
+    semconv.PROM_IMBALANCE,  # a pipeline stage or the data split is flagged imbalanced
+    semconv.PROM_IMBALANCE_COST,  # what an imbalance costs
 }
 # Node telemetry of hardware this machine may not have: a GPU (NVML), RDMA ports, a qdisc that
 # keeps statistics (an interface with only `noqueue` has none).
