@@ -29,8 +29,9 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 
 	res := StepResult{Job: j.name, Step: sd.step, Ranks: len(m.rankOf),
 		Collectives: len(sd.colls)}
+	m.settling = true
 	exit := m.simulate(sd, m.gap, m.replayT)
-	m.eagerSends(sd)
+	m.settling = false
 	m.actualEnd = append(m.actualEnd[:0], m.end...)
 	if e, ok := m.replayError(a, j, sd); ok {
 		j.replayError.add(e, historyAlpha)
@@ -215,8 +216,10 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	for c := range fixColl {
 		m.variantT[c] = m.idealT[c]
 	}
+	// Fixing causes never lengthens a step (a balanced stage replayed on a step's raw gaps
+	// can, when the other stages' gaps hold a hiccup the balance scales up).
 	fixed := m.simulate(sd, m.variantGap, m.variantT)
-	res.WhatIf = max(0, res.Duration-(exit-fixed))
+	res.WhatIf = min(res.Duration, max(0, res.Duration-(exit-fixed)))
 	return roots, costs, slowest
 }
 

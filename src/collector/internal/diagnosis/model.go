@@ -37,9 +37,15 @@ type model struct {
 	opColl   []int32
 	pgID     []int32
 	transfer []float64
-	// replayT is what the replay takes a collective's transfer as (see timeline).
+	// replayT is what the replay takes a collective's transfer as (see timeline); sendDur
+	// a message's send duration after it could start, and eager marks the messages whose
+	// send ended before the receiver came (see eagerSends).
 	replayT []float64
-	pgIDs   map[string]int32
+	sendDur []float64
+	eager   []bool
+	// settling: the replay of the actual step, which reads messages' transfers (settle).
+	settling bool
+	pgIDs    map[string]int32
 
 	// simulation
 	launch, net, end []float64
@@ -93,6 +99,8 @@ func (m *model) reset(sd *stepData) {
 	m.pgID = grow(m.pgID, nColls)
 	m.transfer = grow(m.transfer, nColls)
 	m.replayT = grow(m.replayT, nColls)
+	m.sendDur = grow(m.sendDur, nColls)
+	m.eager = grow(m.eager, nColls)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		for i := rec.first; i < rec.first+rec.n; i++ {
@@ -185,6 +193,10 @@ func delayWithin(e *phaseEntry, from, to int64) int64 {
 // end may be (its completion callback runs after the waiter is woken).
 const asyncEndLag = 2_000_000
 
+// asyncBatchWindow: spans launched this soon after an asynchronous span were issued with it
+// (a send and a receive of one batch_isend_irecv), not after waiting for it.
+const asyncBatchWindow = 1_000_000
+
 func cmpInt64(x, y int64) int {
 	if x < y {
 		return -1
@@ -232,7 +244,10 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 					qo := &sd.ops[m.order[q]]
 					// An asynchronous span ends when its completion callback runs, which
 					// can be a little after the wait that let the rank go on.
-					if qo.async && qo.end <= op.start+asyncEndLag && qo.end > asyncMaxEnd {
+					// A span launched within asyncBatchWindow of it was issued with it
+					// (batch_isend_irecv), not after waiting for it.
+					if qo.async && qo.end <= op.start+asyncEndLag && qo.end > asyncMaxEnd &&
+						op.start-qo.start >= asyncBatchWindow {
 						asyncMaxEnd, asyncMaxPos = qo.end, q
 					}
 					if qo.end <= op.start {
@@ -295,15 +310,13 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		m.lastEnd[ri] = lastEndPos
 	}
 	// A transfer is the shortest time a member spent in it after it could start: for a
-	// message, the sender's and the receiver's alike (a send held until its receiver posted
-	// the receive was waiting for a late peer, not moving bytes). That is the evidence links
-	// are judged on. The replay ends a send its own duration after it could start: a send
-	// does not wait for its receiver there, so the sender's time is kept whatever it was
-	// (moving bytes, or waiting for the receiver to post), and the receive ends when the
-	// message is in, as both did.
+	// message, the sender's and the receiver's alike (NCCL and gloo send once the receiver
+	// posted its receive, so a send held for a late receiver was waiting, not moving bytes).
+	// A message is first replayed that way, both sides ending at the later arrival plus the
+	// transfer; settleMessages then reads it from the receive on the replayed timeline.
 	for c := range sd.colls {
 		rec := &sd.colls[c]
-		t, sent := math.Inf(1), -1.0
+		t, sent := math.Inf(1), 0.0
 		for i := rec.first; i < rec.first+rec.n; i++ {
 			d := m.netDur[m.posOf[i]]
 			t = min(t, d)
@@ -316,46 +329,47 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		}
 		m.transfer[c] = t
 		m.replayT[c] = t
-		if sent >= 0 {
-			m.replayT[c] = sent
-		}
+		m.sendDur[c] = sent
+		m.eager[c] = false
 	}
 }
 
-// eagerSends corrects the evidence of messages whose receiver came after their send had
-// begun: a receive posted while the message was on its way, or after it arrived, is short
-// because the message was partly or wholly there, so on the replayed timeline of the actual
-// step a receiver that arrived after the send began makes the send's own duration the
-// transfer that links are judged on. (A transport whose sends wait for their receivers
-// reads a late receiver's wait as transfer here; the messages of the step's other pairs
-// keep its link from being located.) It reports whether any changed.
-func (m *model) eagerSends(sd *stepData) bool {
-	changed := false
-	for c := range sd.colls {
-		rec := &sd.colls[c]
-		if !rec.p2p || rec.n != 2 {
-			continue
-		}
-		ps, pr := m.posOf[rec.first], m.posOf[rec.first+1]
-		if sd.ops[rec.first].role == RoleRecv {
-			ps, pr = pr, ps
-		}
-		if sd.ops[m.order[ps]].role != RoleSend || !m.netSet[ps] || !m.netSet[pr] {
-			continue
-		}
-		ds := m.netDur[ps]
-		if ds <= m.transfer[c]+eagerSlack(ds) {
-			continue
-		}
-		if m.net[pr] > m.net[ps]+eagerSlack(m.transfer[c]) {
-			m.transfer[c] = ds
-			changed = true
-		}
+// settle reads a message's transfer from the replay of the actual step, once its send and
+// receive are both launched there. In that replay each side ends as it was measured: the
+// send its own duration after its launch, the receive its own duration after its launch
+// (or at the send's launch, if later). For the what-ifs, a send that ended before its
+// receiver was launched did not wait for it (a small message, a buffered transport): it is
+// eager, ends on its own, and its duration is the transfer. Otherwise the receive is the
+// side to trust: it ends when the message is in, and the rank waits for it, while a send's
+// recorded end is not (an asynchronous send's completion is seen when the rank next waits,
+// tens of milliseconds late under torch.distributed.pipelining; a send held for a late
+// receiver waited). The message then ends where its receive ended, and its transfer is that
+// minus the later launch of the two.
+func (m *model) settle(c, ps, pr int32) {
+	ds, dr := m.sendDur[c], m.netDur[pr]
+	ns, nr := m.net[ps], m.net[pr]
+	if ns+ds < nr-eagerSlack(ds) {
+		m.eager[c] = true
+		m.replayT[c], m.transfer[c] = ds, ds
+		return
 	}
-	return changed
+	t := max(0, nr+dr-max(ns, nr))
+	m.replayT[c], m.transfer[c] = t, t
 }
 
-// eagerSlack is the tolerance of eagerSends: 0.1 ms or a tenth of the send.
+// messageEnds returns the positions of a message's send and receive, ok false unless both
+// were reached in the last replay.
+func (m *model) messageEnds(sd *stepData, c int32) (int32, int32, bool) {
+	rec := &sd.colls[c]
+	ps, pr := m.posOf[rec.first], m.posOf[rec.first+1]
+	if sd.ops[rec.first].role == RoleRecv {
+		ps, pr = pr, ps
+	}
+	ok := sd.ops[m.order[ps]].role == RoleSend && m.netSet[ps] && m.netSet[pr]
+	return ps, pr, ok
+}
+
+// eagerSlack is the margin eagerSends wants: 0.1 ms or a tenth of the send.
 func eagerSlack(d float64) float64 { return max(1e-4, d/10) }
 
 // simulate replays the step from gaps and transfers and returns the latest rank's exit
@@ -454,9 +468,14 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 			m.done[p] = true
 			continue
 		}
-		if rec.p2p && sd.ops[m.order[p]].role == RoleSend {
-			// A send does not wait for its receiver.
-			m.end[p] = n + transfer[c]
+		if rec.p2p && (m.settling || m.eager[c]) && sd.ops[m.order[p]].role == RoleSend {
+			// An eager send does not wait for its receiver; in the replay of the actual
+			// step no send does (each ends as measured, see settle).
+			d := transfer[c]
+			if m.settling {
+				d = m.sendDur[c]
+			}
+			m.end[p] = n + d
 			m.done[p] = true
 			m.wake(c)
 		}
@@ -489,6 +508,17 @@ func (m *model) wake(c int32) {
 // resolve ends collective c for every member whose arrival is known.
 func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 	rec := &sd.colls[c]
+	if m.settling && rec.p2p && rec.n == 2 && m.known[c] == rec.n {
+		if ps, pr, ok := m.messageEnds(sd, c); ok {
+			m.settle(c, ps, pr)
+			m.collDone[c] = true
+			m.end[pr] = max(m.net[pr]+m.netDur[pr], m.net[ps])
+			m.done[pr] = true
+			m.collEnd[c] = m.end[pr]
+			m.wake(c)
+			return
+		}
+	}
 	m.collDone[c] = true
 	m.collEnd[c] = m.maxNet[c] + transfer[c]
 	sendEnd := math.Inf(-1)
@@ -507,6 +537,10 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 		switch {
 		case rec.p2p && sd.ops[i].role == RoleRecv && !math.IsInf(sendEnd, -1):
 			m.end[p] = max(m.net[p], sendEnd)
+		case rec.p2p && sd.ops[i].role == RoleSend:
+			// A send ends with its message, or as long after its launch as it took, if
+			// that is sooner: gloo's sends complete once the bytes are written.
+			m.end[p] = max(m.net[p], min(m.collEnd[c], m.net[p]+m.sendDur[c]))
 		default:
 			m.end[p] = m.collEnd[c]
 		}
