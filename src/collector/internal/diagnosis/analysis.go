@@ -354,7 +354,7 @@ func (m *model) replayError(a *Analyzer, j *jobState, sd *stepData) (float64, bo
 			return 0, false
 		}
 		measured = append(measured, float64(to-from)/1e9)
-		replayed = append(replayed, m.actualEnd[p]-m.entry[ri])
+		replayed = append(replayed, m.actualEnd[p]-m.prevExit[ri])
 	}
 	m.vals, m.scratch = measured, replayed
 	if len(measured) == 0 {

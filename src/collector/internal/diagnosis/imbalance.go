@@ -82,6 +82,16 @@ func (m *model) stages(sd *stepData) {
 	for ri := range n {
 		m.nStages = max(m.nStages, m.stage[ri]+1)
 	}
+	// Each rank's replica: the stage-0 rank its chain of senders starts from.
+	m.replica = grow(m.replica, n)
+	for ri := range n {
+		cur, hops := int32(ri), 0
+		for m.stage[cur] > 0 && m.pred[cur] >= 0 && hops <= n {
+			cur = m.pred[cur]
+			hops++
+		}
+		m.replica[ri] = cur
+	}
 }
 
 // pipelineWork reports whether the gap before position p is pipeline work: the compute of a
@@ -108,11 +118,20 @@ type imbalance struct {
 // dataImbalance replays the step with each class's work split evenly over its members
 // (every position at the class mean), ranks that are this step's root causes or flagged for
 // their own work left at their reference (a rank that stands out is its own verdict): what
-// a balanced split of each global batch would save. base holds the
-// gaps to start from and is left with the balanced gaps of every class in m.balancedGap.
+// a balanced split of each global batch would save.
+//
+// Uneven work is not evidence of the data by itself: on a busy host, scheduling noise makes
+// a different replica slowest in every step too. The data's signature is that a batch's
+// length slows every stage it passes through: the replica with the most work over its
+// stage's mean is the same in at least three quarters of the pipeline's stages. So this is
+// judged on pipeline jobs with data-parallel replicas only (a job without stages has no
+// second view of its data; see docs/architecture.md).
 func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	threshold float64,
 ) (imbalance, bool) {
+	if m.nStages < 2 {
+		return imbalance{}, false
+	}
 	n := len(m.order)
 	m.baseGap = grow(m.baseGap, n)
 	m.balancedGap = grow(m.balancedGap, n)
@@ -125,15 +144,18 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 		}
 	}
 	copy(m.balancedGap, m.baseGap)
+	nr := len(m.rankOf)
+	m.over = grow(m.over, nr)
+	clear(m.over)
 	// bound: what balancing could save at most, the summed excess of each position's
 	// slowest member over the mean (the step's critical path passes each position once).
-	bound, worst, worstRank, worstMean := 0.0, 0.0, int32(-1), 0.0
+	bound := 0.0
 	for _, members := range m.classes {
 		if len(members) < 2 {
 			continue
 		}
 		k := int(m.rankStart[members[0]+1] - m.rankStart[members[0]])
-		var total, over float64
+		var over float64
 		for pos := range k {
 			var sum, most float64
 			for _, ri := range members {
@@ -142,36 +164,88 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 				most = max(most, g)
 			}
 			mean := sum / float64(len(members))
-			total += mean
 			over += most - mean
 			for _, ri := range members {
-				m.balancedGap[m.rankStart[ri]+int32(pos)] = mean
+				p := m.rankStart[ri] + int32(pos)
+				m.balancedGap[p] = mean
+				m.over[ri] += m.baseGap[p] - mean
 			}
 		}
 		bound = max(bound, over)
-		for _, ri := range members {
-			var own float64
-			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-				own += m.baseGap[p]
-			}
-			if own-total > worst {
-				worst, worstRank, worstMean = own-total, ri, total
-			}
-		}
 	}
-	if bound < threshold || worstRank < 0 {
+	if bound < threshold {
+		return imbalance{}, false
+	}
+	slowest, excess, ok := m.replicaAgreement()
+	if !ok {
 		return imbalance{}, false
 	}
 	cost := m.simulate(sd, m.baseGap, m.idealT) - m.simulate(sd, m.balancedGap, m.idealT)
 	if cost < threshold {
 		return imbalance{}, false
 	}
-	excess := 0.0
-	if worstMean > 0 {
-		excess = worst / worstMean
-	}
 	return imbalance{cause: semconv.CauseDataImbalance, stage: -1, cost: cost, excess: excess,
-		slowest: m.rankOf[worstRank]}, true
+		slowest: m.rankOf[slowest]}, true
+}
+
+// replicaAgreement returns the replica (its stage-0 rank index) with the most work over its
+// stages' means, that work over the mean replica's (as a fraction), and whether it was the
+// slowest replica in at least three quarters of the stages that have replicas.
+func (m *model) replicaAgreement() (int32, float64, bool) {
+	s := int(m.nStages)
+	m.stageBest = grow(m.stageBest, s)
+	m.stageBestOver = grow(m.stageBestOver, s)
+	m.stageMean = grow(m.stageMean, s)
+	m.stageCount = grow(m.stageCount, s)
+	for st := range s {
+		m.stageBest[st], m.stageBestOver[st], m.stageMean[st], m.stageCount[st] = -1, 0, 0, 0
+	}
+	nr := len(m.rankOf)
+	m.replicaOver = grow(m.replicaOver, nr)
+	clear(m.replicaOver)
+	for ri := range nr {
+		st := m.stage[ri]
+		if st < 0 {
+			return 0, 0, false
+		}
+		m.replicaOver[m.replica[ri]] += m.over[ri]
+		m.stageCount[st]++
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			m.stageMean[st] += m.balancedGap[p]
+		}
+		if m.stageBest[st] < 0 || m.over[ri] > m.stageBestOver[st] {
+			m.stageBest[st], m.stageBestOver[st] = int32(ri), m.over[ri]
+		}
+	}
+	slowest := int32(-1)
+	for ri := range nr {
+		if m.replica[ri] == int32(ri) && (slowest < 0 || m.replicaOver[ri] > m.replicaOver[slowest]) {
+			slowest = int32(ri)
+		}
+	}
+	if slowest < 0 {
+		return 0, 0, false
+	}
+	stages, agree := 0, 0
+	var work float64
+	for st := range s {
+		if m.stageCount[st] < 2 {
+			continue
+		}
+		stages++
+		work += m.stageMean[st] / float64(m.stageCount[st])
+		if m.replica[m.stageBest[st]] == slowest {
+			agree++
+		}
+	}
+	if stages < 2 || 4*agree < 3*stages {
+		return 0, 0, false
+	}
+	excess := 0.0
+	if work > 0 {
+		excess = m.replicaOver[slowest] / work
+	}
+	return slowest, excess, true
 }
 
 // stageImbalance compares the pipeline stages' work per step (each stage's median replica,

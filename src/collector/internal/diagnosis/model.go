@@ -15,6 +15,7 @@ type model struct {
 	rankStart []int32
 	entry     []float64 // virtual time the rank became free at the start of the step
 	prevEnd   []int64   // the rank's clock at its last end in the previous step (0: unknown)
+	prevExit  []float64 // and where that end is on this step's timeline
 	lastEnd   []int32   // position of the rank's span that ended last
 	excess    []float64 // summed positive excess of the rank's gaps over its peers'
 	classOf   []int32
@@ -31,6 +32,7 @@ type model struct {
 	candidate []bool
 	prevPG    []int32   // position of the rank's previous span in the same group, or -1
 	netDur    []float64 // duration after the group's previous span ended, seconds
+	lag       []float64 // how long after its collective ended the rank saw it, seconds
 	refGap    []float64 // the peers' median gap at the same position of the step
 
 	// collectives
@@ -43,7 +45,8 @@ type model struct {
 	replayT []float64
 	sendDur []float64
 	eager   []bool
-	// settling: the replay of the actual step, which reads messages' transfers (settle).
+	// settling: the replay of the actual step, which reads messages' transfers (settle)
+	// and members' lags (endWithLag).
 	settling bool
 	pgIDs    map[string]int32
 
@@ -70,6 +73,11 @@ type model struct {
 	nStages                        int32
 	baseGap, balancedGap, stageGap []float64
 	stageWork, scale               []float64
+	// data imbalance: each rank's replica (its stage-0 rank), its work over its class's
+	// mean, and per stage and replica what replicaAgreement sums
+	replica, stageBest, stageCount []int32
+	over, replicaOver              []float64
+	stageBestOver, stageMean       []float64
 
 	classIdx map[uint64]int32
 	vals     []float64
@@ -162,9 +170,12 @@ func (m *model) reset(sd *stepData) {
 	m.depEnd = grow(m.depEnd, nOps)
 	m.prevPG = grow(m.prevPG, nOps)
 	m.netDur = grow(m.netDur, nOps)
+	m.lag = grow(m.lag, nOps)
+	clear(m.lag)
 	m.refGap = grow(m.refGap, nOps)
 	m.entry = grow(m.entry, nRanks)
 	m.prevEnd = grow(m.prevEnd, nRanks)
+	m.prevExit = grow(m.prevExit, nRanks)
 	m.lastEnd = grow(m.lastEnd, nRanks)
 	m.excess = grow(m.excess, nRanks)
 	m.classOf = grow(m.classOf, nRanks)
@@ -218,9 +229,14 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		start0 := sd.ops[m.order[first]].start
 		ref := start0
 		m.entry[ri] = 0
-		m.prevEnd[ri] = 0
-		if c, ok := j.carry[rank]; ok && c.step == sd.step-1 && c.lastEnd <= start0 {
-			ref, m.entry[ri], m.prevEnd[ri] = c.lastEnd, c.exit, c.lastEnd
+		m.prevEnd[ri], m.prevExit[ri] = 0, 0
+		if c, ok := j.carry[rank]; ok && c.step == sd.step-1 {
+			// The rank was free at the end of its last span of the previous step, or at its
+			// first launch in this one if that came first (an asynchronous span's
+			// completion seen after the next step began).
+			ref = min(c.lastEnd, start0)
+			m.entry[ri] = c.exit - float64(c.lastEnd-ref)/1e9
+			m.prevEnd[ri], m.prevExit[ri] = c.lastEnd, c.exit
 		} else if ph := a.phases.get(j.name, sd.step, rank); ph != nil {
 			if iv, ok := ph.get(PhaseStep); ok && iv.start <= start0 {
 				ref = iv.start
@@ -455,8 +471,10 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		}
 		m.launch[p] = base + gaps[p]
 		n := m.launch[p]
-		if q >= 0 && m.end[q] > n {
-			n = m.end[q]
+		// The group's previous collective completed before this one could start: its end
+		// on this rank less the lag with which the rank saw it (see endWithLag).
+		if q >= 0 && m.end[q]-m.lag[q] > n {
+			n = m.end[q] - m.lag[q]
 		}
 		m.net[p] = n
 		m.netSet[p] = true
@@ -464,7 +482,7 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		rec := &sd.colls[c]
 		if m.collDone[c] {
 			// Released early (see simulate); a member arriving after that ends after it.
-			m.end[p] = max(m.collEnd[c], n+transfer[c])
+			m.end[p] = m.endWithLag(sd, p, max(m.collEnd[c], n+transfer[c]))
 			m.done[p] = true
 			continue
 		}
@@ -505,6 +523,25 @@ func (m *model) wake(c int32) {
 	m.waitHead[c] = -1
 }
 
+// endWithLag is a member's end given its collective's: later by the member's lag, how long
+// after the collective completed the rank saw it complete (on a busy host, the time until
+// the rank was scheduled again: milliseconds on 2 cores shared by 4 ranks). The replay of the
+// actual step measures each member's lag (its launch there plus its measured duration, past
+// the collective's end); the what-ifs keep it, as the rank's overhead.
+func (m *model) endWithLag(sd *stepData, p int32, end float64) float64 {
+	if m.settling {
+		m.lag[p] = max(0, m.measuredEnd(sd, p)-end)
+	}
+	return end + m.lag[p]
+}
+
+// measuredEnd is where a span ended on the replayed timeline of the actual step: its launch
+// there plus its duration on its rank's clock.
+func (m *model) measuredEnd(sd *stepData, p int32) float64 {
+	op := &sd.ops[m.order[p]]
+	return m.launch[p] + float64(op.end-op.start)/1e9
+}
+
 // resolve ends collective c for every member whose arrival is known.
 func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 	rec := &sd.colls[c]
@@ -518,6 +555,16 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 			m.wake(c)
 			return
 		}
+	}
+	if m.settling && !rec.p2p && m.known[c] == rec.n {
+		// The transfer on the replayed timeline of the actual step: from the last arrival
+		// to the first member that saw the collective complete (the others saw it later;
+		// see endWithLag).
+		first := math.Inf(1)
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			first = min(first, m.measuredEnd(sd, m.posOf[i]))
+		}
+		transfer[c] = max(0, first-m.maxNet[c])
 	}
 	m.collDone[c] = true
 	m.collEnd[c] = m.maxNet[c] + transfer[c]
@@ -542,7 +589,7 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 			// that is sooner: gloo's sends complete once the bytes are written.
 			m.end[p] = max(m.net[p], min(m.collEnd[c], m.net[p]+m.sendDur[c]))
 		default:
-			m.end[p] = m.collEnd[c]
+			m.end[p] = m.endWithLag(sd, p, m.collEnd[c])
 		}
 		m.done[p] = true
 	}

@@ -247,15 +247,19 @@ type imbalanceTrack struct {
 	cost    float64
 	last    RootCause
 	// slowest holds the replica that was slowest in each of the latest data-imbalanced
-	// steps: one rank slowest in most of them is a straggler, not an imbalance of the data.
+	// steps: one replica slowest in nearly all of them is a straggler, not the data.
 	slowest    [maxFlagWindow]int32
 	slowestLen int
 	slowestPos int
 }
 
-// persistentRank reports whether one rank was the slowest replica in more than half of the
-// latest imbalanced steps.
+// persistentRank reports whether one replica was the slowest in at least seven eighths of
+// the latest imbalanced steps (four or more): a straggler, not the data. (With two replicas
+// the data alone makes one of them the slowest in more than half of them often.)
 func (t *imbalanceTrack) persistentRank() bool {
+	if t.slowestLen < 4 {
+		return false
+	}
 	for i := range t.slowestLen {
 		n := 0
 		for k := range t.slowestLen {
@@ -263,7 +267,7 @@ func (t *imbalanceTrack) persistentRank() bool {
 				n++
 			}
 		}
-		if 2*n > t.slowestLen {
+		if 8*n >= 7*t.slowestLen {
 			return true
 		}
 	}
