@@ -8,6 +8,9 @@ Subcommands:
   (:mod:`skewtrace.report`).
 - ``skewtrace timeline``: the first component to change before a slowdown, and before/after
   figures, read from Prometheus (:mod:`skewtrace.timeline`).
+- ``skewtrace import``: recorded traces (a CSV table, or PyTorch profiler traces) sent as the
+  instrumentation's spans to a Collector, or analysed locally into the HTML report
+  (:mod:`skewtrace.importer`, ``docs/import.md``).
 
 The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig`,
 :class:`~skewtrace.pacer.policy.PolicyParams` and
@@ -243,6 +246,91 @@ def _run_pacer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_import(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "import",
+        help="send recorded traces (CSV, PyTorch profiler) as spans, or report on them",
+        description="Turn recorded traces into the spans the instrumentation emits and send "
+        "them over OTLP to a Collector (by default where the instrumentation sends: "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4317), or with --report analyse them "
+        "with a private otelcol-skewtrace and write the HTML report. The whole input is "
+        "checked first: a bad file is an error naming its file and line (or event and "
+        "field), exit status 2, nothing sent. See docs/import.md.",
+    )
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="FILE",
+        help="CSV tables (*.csv), or PyTorch profiler traces, one per rank (*.json, "
+        "*.json.gz, or a directory of them)",
+    )
+    parser.add_argument(
+        "--format", default="auto", choices=("auto", "csv", "kineto"), help="default: by name"
+    )
+    parser.add_argument(
+        "--time-unit",
+        default="s",
+        metavar="UNIT",
+        help="unit of the CSV's start and duration: s (default), ms, us or ns",
+    )
+    parser.add_argument(
+        "--job",
+        default=None,
+        help="the job id to send under (default: the CSV's job column, else import-<hash "
+        "of the input>)",
+    )
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="the Collector's OTLP endpoint (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4317)",
+    )
+    parser.add_argument(
+        "--protocol",
+        default=None,
+        metavar="PROTOCOL",
+        help="grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
+    )
+    parser.add_argument(
+        "--report",
+        default=None,
+        metavar="OUT.html",
+        help="instead of sending: analyse with a private Collector and write the HTML report",
+    )
+    parser.add_argument(
+        "--keep-spans",
+        default=None,
+        metavar="PATH",
+        help="with --report: also keep the Collector's span file (for `skewtrace report`)",
+    )
+    parser.add_argument(
+        "--otelcol",
+        default=None,
+        metavar="PATH",
+        help="with --report: the otelcol-skewtrace binary (default: $SKEWTRACE_OTELCOL, "
+        "build/otelcol-skewtrace of a checkout, PATH)",
+    )
+    parser.add_argument(
+        "--wait-millis",
+        type=int,
+        default=120_000,
+        metavar="MILLIS",
+        help="with --report: how long to wait for every step's analysis (default 120000)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="check the input and say what would be sent"
+    )
+    parser.set_defaults(run=_run_import)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    # Imported here: the readers and the OTLP sender are needed by this subcommand only.
+    from skewtrace.importer import command
+
+    return command.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skewtrace", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -250,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(subparsers)
     report_command.add_parser(subparsers)
     timeline_command.add_parser(subparsers)
+    _add_import(subparsers)
     return parser
 
 
