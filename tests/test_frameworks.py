@@ -28,13 +28,7 @@ pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
 CASES: dict[str, Case] = {
     "fsdp2": Case("fsdp2"),
-    "tensor_parallel": Case(
-        "tensor_parallel",
-        gap=(
-            "the step analysis finds rank 2 late at the first forward all-reduce (lateness ~0.1 s "
-            "on the collective spans) but its replay does not make it a candidate: issue 21"
-        ),
-    ),
+    "tensor_parallel": Case("tensor_parallel"),
     "fsdp2_tp": Case("fsdp2_tp"),
     # Point-to-point messages are numbered per (sender, receiver), not per group.
     "pipelining": Case(

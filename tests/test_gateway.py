@@ -115,7 +115,7 @@ def test_gateway_routes_each_step_to_one_tier2_instance(
                 assert "training.barrier.missing_ranks" not in span.attributes, key
 
         # Each step's summary is written where its step landed (it is in the step's trace),
-        # and each instance, analyzing whole steps, finds the same root cause and flags it.
+        # and each instance, analyzing whole steps, finds the same root cause.
         for name, mine in summaries.items():
             assert {s.trace_id for s in mine} <= {
                 t for t, names in traces_on.items() if names == {name}
@@ -127,13 +127,20 @@ def test_gateway_routes_each_step_to_one_tier2_instance(
                 if e["name"] == semconv.EVENT_ROOT_CAUSE
             }
             assert roots == {(9, "compute")}, (name, roots)
+            # Flags are each instance's own, over the steps it saw (issue 21, item 6): past the
+            # job's two warm-up steps, flag_k (4) of them are needed. How the trace-ID ring
+            # splits the 16 steps depends on the tier-2 ports; an instance with fewer cannot
+            # flag yet, and must not flag anyone else.
             last = max(mine, key=lambda s: s.attributes[semconv.STEP])
             flagged = {
                 (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
                 for e in last.events
                 if e["name"] == semconv.EVENT_STRAGGLER
             }
-            assert flagged == {(9, "compute")}, (name, flagged)
+            if len(mine) >= 2 + 4:
+                assert flagged == {(9, "compute")}, (name, len(mine), flagged)
+            else:
+                assert flagged <= {(9, "compute")}, (name, len(mine), flagged)
 
 
 def test_gateway_by_job_keeps_each_job_on_one_instance_and_flags_it_early(

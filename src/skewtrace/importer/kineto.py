@@ -67,7 +67,11 @@ _BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 _DDP_REDUCER_PREFIX = "torch.distributed.ddp.reducer::"
 _RECORD = "record_param_comms"
 _GLOO_PREFIX, _C10D_PREFIX = "gloo:", "c10d::"
-_ANNOTATION, _KERNEL = "user_annotation", "kernel"
+# Host-side annotations (older PyTorch wrote ProfilerStep#N as a cpu_op); never the
+# gpu_user_annotation copies the profiler adds on the device's rows.
+_USER = "user_annotation"
+_ANNOTATIONS = frozenset((_USER, "cpu_op"))
+_KERNEL = "kernel"
 _COLLECTIVE_NAME = "Collective name"
 _DEFAULT_PG_DESC = "default_pg"
 # How far a gloo execution may start before the c10d call that queued it is seen to start
@@ -350,14 +354,14 @@ def _event(raw: dict[str, Any], index: int, path: Path, problems: Problems) -> _
 
 def _kind(name: str, cat: str, args: dict[str, Any] | None) -> str | None:
     """Which list of :class:`_Trace` an event belongs to, None for none."""
-    if cat == _ANNOTATION:
+    if cat in _ANNOTATIONS:
         if _STEP.match(name):
             return "steps"
         if name.startswith(_FETCH_PREFIX):
             return "fetches"
         if _OPTIMIZER.match(name):
             return "optimizers"
-        if name.endswith(_FORWARD_SUFFIX) or name == _FORWARD_MARK:
+        if cat == _USER and (name.endswith(_FORWARD_SUFFIX) or name == _FORWARD_MARK):
             return "forwards"
     if name.startswith(_BACKWARD_PREFIX):
         return "backward_ops"

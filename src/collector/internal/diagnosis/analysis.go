@@ -333,6 +333,8 @@ func (m *model) medianEnd(sd *stepData) int64 {
 	return int64(median(m.vals))
 }
 
+var debugHook func(m *model, sd *stepData)
+
 // replayError is the self-check of the replay: how far the replayed step, fed the measured
 // gaps and transfers, is from the measured one. Each rank's period (the end of its last span
 // in this step minus the end of its last span in the previous one) is read on its own clock
@@ -357,6 +359,9 @@ func (m *model) replayError(a *Analyzer, j *jobState, sd *stepData) (float64, bo
 		replayed = append(replayed, m.actualEnd[p]-m.prevExit[ri])
 	}
 	m.vals, m.scratch = measured, replayed
+	if debugHook != nil {
+		debugHook(m, sd)
+	}
 	if len(measured) == 0 {
 		return 0, false
 	}

@@ -11,8 +11,10 @@ import (
 type Config struct {
 	// AnalysisDelay is how long a step waits after its last collective was released before
 	// it is analyzed, so that the spans of ranks whose exporter batches arrive later are
-	// in. A step is never analyzed while one of its collectives is still pending.
-	// Default 1s.
+	// in. A step is never analyzed while one of its collectives is still pending, nor before
+	// every rank of it (and of the job's previous analyzed step) ended it (its train.step
+	// span, or its spans of a later step), for at most twice the job's step time (10 s
+	// before it is known). Default 1s.
 	AnalysisDelay time.Duration `mapstructure:"analysis_delay"`
 	// MaxOpenSteps bounds the steps per job waiting for analysis; past it the oldest is
 	// analyzed at once. Default 16.

@@ -46,9 +46,16 @@ type model struct {
 	sendDur []float64
 	eager   []bool
 	// settling: the replay of the actual step, which reads messages' transfers (settle)
-	// and members' lags (endWithLag).
+	// and members' lags (endWithLag). held: the pacer held a rank in this step; its holds
+	// are left out of the replay, so the waits for it cannot be read as lags or transfers
+	// there (they would keep the holds' cost in the replayed step).
 	settling bool
+	held     bool
 	pgIDs    map[string]int32
+	// pgOverlaps marks, for the rank being laid out, the groups whose collectives overlapped
+	// (a launch before the previous one's end); pgLastEnd is scratch for it
+	pgOverlaps []bool
+	pgLastEnd  []int64
 
 	// simulation
 	launch, net, end []float64
@@ -172,6 +179,7 @@ func (m *model) reset(sd *stepData) {
 	m.netDur = grow(m.netDur, nOps)
 	m.lag = grow(m.lag, nOps)
 	clear(m.lag)
+	m.held = false
 	m.refGap = grow(m.refGap, nOps)
 	m.entry = grow(m.entry, nRanks)
 	m.prevEnd = grow(m.prevEnd, nRanks)
@@ -179,6 +187,27 @@ func (m *model) reset(sd *stepData) {
 	m.lastEnd = grow(m.lastEnd, nRanks)
 	m.excess = grow(m.excess, nRanks)
 	m.classOf = grow(m.classOf, nRanks)
+}
+
+// markOverlapping sets m.pgOverlaps for the groups of which the rank launched a collective
+// before its previous one in the group had ended (positions first..stop-1), and clears it
+// for the others.
+func (m *model) markOverlapping(sd *stepData, first, stop int32) {
+	n := len(m.pgIDs)
+	m.pgOverlaps = grow(m.pgOverlaps, n)
+	m.pgLastEnd = grow(m.pgLastEnd, n)
+	for p := first; p < stop; p++ {
+		g := m.pgID[m.coll[p]]
+		m.pgOverlaps[g], m.pgLastEnd[g] = false, math.MinInt64
+	}
+	for p := first; p < stop; p++ {
+		g := m.pgID[m.coll[p]]
+		op := &sd.ops[m.order[p]]
+		if op.start < m.pgLastEnd[g] {
+			m.pgOverlaps[g] = true
+		}
+		m.pgLastEnd[g] = max(m.pgLastEnd[g], op.end)
+	}
 }
 
 // asyncWaitSlack is how soon after an asynchronous span's end a blocking launch must follow
@@ -245,6 +274,7 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		cur, prev := a.phases.get(j.name, sd.step, rank), a.phases.get(j.name, sd.step-1, rank)
 		outstanding = outstanding[:0]
 		lastInPG = lastInPG[:0]
+		m.markOverlapping(sd, first, stop)
 		doneMaxEnd, doneMaxPos := int64(math.MinInt64), int32(-1)
 		lastEndPos := first
 		for p := first; p < stop; p++ {
@@ -285,12 +315,14 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 				// A span launched right after an asynchronous one completed waited for it
 				// (DDP's backward returns once its last bucket is reduced, then the next
 				// stage's gradient is sent): the time before is waiting, not the rank's own
-				// work. Not a collective of the same group: DDP's next bucket is launched
-				// when its gradients are ready, whenever the previous one ends.
+				// work. Not a collective of the same group whose collectives overlap on this
+				// rank: DDP's next bucket is launched when its gradients are ready, whenever
+				// the previous one ends. (Tensor parallel's all-reduces of one group are
+				// asynchronous too, but each is waited for at once: they never overlap.)
 				if asyncMaxPos >= 0 && asyncMaxEnd > ref &&
 					op.start-asyncMaxEnd <= asyncWaitSlack(max(0, op.start-ref)) &&
-					!(op.async && sd.colls[m.opColl[m.order[asyncMaxPos]]].pg ==
-						sd.colls[m.opColl[m.order[p]]].pg) {
+					!(op.async && m.pgOverlaps[m.pgID[m.coll[p]]] &&
+						m.pgID[m.coll[asyncMaxPos]] == m.pgID[m.coll[p]]) {
 					ref = asyncMaxEnd
 					m.depEnd[p] = asyncMaxPos
 				}
@@ -299,6 +331,9 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 			m.refOwn[p] = ref
 			// The pacer's delays are not the rank's work: a paced rank is early, not slow.
 			held := max(delayWithin(cur, ref, op.start), delayWithin(prev, ref, op.start))
+			if held > 0 {
+				m.held = true
+			}
 			m.gap[p] = float64(max(0, op.start-ref-held)) / 1e9
 
 			pg := m.pgID[m.coll[p]]
@@ -369,7 +404,14 @@ func (m *model) settle(c, ps, pr int32) {
 		m.replayT[c], m.transfer[c] = ds, ds
 		return
 	}
+	// A message takes no longer than its send did when the receive came last: a receive
+	// launched late on the replayed timeline (a rank the previous step left misplaced) that
+	// in fact waited for a late send must not carry that wait into the replay, or the rank
+	// would stay misplaced.
 	t := max(0, nr+dr-max(ns, nr))
+	if nr > ns && ds > 0 {
+		t = min(t, ds)
+	}
 	m.replayT[c], m.transfer[c] = t, t
 }
 
@@ -529,7 +571,7 @@ func (m *model) wake(c int32) {
 // actual step measures each member's lag (its launch there plus its measured duration, past
 // the collective's end); the what-ifs keep it, as the rank's overhead.
 func (m *model) endWithLag(sd *stepData, p int32, end float64) float64 {
-	if m.settling {
+	if m.settling && !m.held {
 		m.lag[p] = max(0, m.measuredEnd(sd, p)-end)
 	}
 	return end + m.lag[p]
@@ -549,14 +591,17 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 		if ps, pr, ok := m.messageEnds(sd, c); ok {
 			m.settle(c, ps, pr)
 			m.collDone[c] = true
-			m.end[pr] = max(m.net[pr]+m.netDur[pr], m.net[ps])
+			m.end[pr] = max(m.net[pr], m.net[ps]+m.replayT[c])
+			if !m.eager[c] {
+				m.end[pr] = max(m.net[ps], m.net[pr]) + m.replayT[c]
+			}
 			m.done[pr] = true
 			m.collEnd[c] = m.end[pr]
 			m.wake(c)
 			return
 		}
 	}
-	if m.settling && !rec.p2p && m.known[c] == rec.n {
+	if m.settling && !m.held && !rec.p2p && m.known[c] == rec.n {
 		// The transfer on the replayed timeline of the actual step: from the last arrival
 		// to the first member that saw the collective complete (the others saw it later;
 		// see endWithLag).
