@@ -29,7 +29,9 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 
 	res := StepResult{Job: j.name, Step: sd.step, Ranks: len(m.rankOf),
 		Collectives: len(sd.colls)}
-	m.settling = true
+	// A step with pacing holds is replayed as it was read (the waits for a held rank would
+	// read as lags and transfers, keeping the holds' cost the replay leaves out).
+	m.settling = !m.held
 	exit := m.simulate(sd, m.gap, m.replayT)
 	m.settling = false
 	m.actualEnd = append(m.actualEnd[:0], m.end...)
@@ -333,8 +335,6 @@ func (m *model) medianEnd(sd *stepData) int64 {
 	return int64(median(m.vals))
 }
 
-var debugHook func(m *model, sd *stepData)
-
 // replayError is the self-check of the replay: how far the replayed step, fed the measured
 // gaps and transfers, is from the measured one. Each rank's period (the end of its last span
 // in this step minus the end of its last span in the previous one) is read on its own clock
@@ -359,9 +359,6 @@ func (m *model) replayError(a *Analyzer, j *jobState, sd *stepData) (float64, bo
 		replayed = append(replayed, m.actualEnd[p]-m.prevExit[ri])
 	}
 	m.vals, m.scratch = measured, replayed
-	if debugHook != nil {
-		debugHook(m, sd)
-	}
 	if len(measured) == 0 {
 		return 0, false
 	}

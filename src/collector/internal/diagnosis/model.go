@@ -571,7 +571,7 @@ func (m *model) wake(c int32) {
 // actual step measures each member's lag (its launch there plus its measured duration, past
 // the collective's end); the what-ifs keep it, as the rank's overhead.
 func (m *model) endWithLag(sd *stepData, p int32, end float64) float64 {
-	if m.settling && !m.held {
+	if m.settling {
 		m.lag[p] = max(0, m.measuredEnd(sd, p)-end)
 	}
 	return end + m.lag[p]
@@ -601,7 +601,7 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 			return
 		}
 	}
-	if m.settling && !m.held && !rec.p2p && m.known[c] == rec.n {
+	if m.settling && !rec.p2p && m.known[c] == rec.n {
 		// The transfer on the replayed timeline of the actual step: from the last arrival
 		// to the first member that saw the collective complete (the others saw it later;
 		// see endWithLag).
