@@ -142,26 +142,15 @@ func putImbalance(a pcommon.Map, cause string, stage int, ranks []int, excess, c
 ) {
 	if cause == semconv.CauseStageImbalance {
 		a.PutInt(semconv.AttrPipelineStage, int64(stage))
-		a.PutStr(semconv.AttrImbalanceRanks, formatRanks(ranks))
+		a.PutStr(semconv.AttrImbalanceRanks, FormatRanks(ranks))
 	}
 	a.PutDouble(semconv.AttrImbalanceExcess, excess)
 	a.PutDouble(semconv.AttrImbalanceCost, cost)
 	a.PutStr(semconv.AttrImbalanceFix, fix)
 }
 
-// formatRanks writes ranks comma separated.
-func formatRanks(ranks []int) string {
-	var b strings.Builder
-	for i, r := range ranks {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(r))
-	}
-	return b.String()
-}
-
-// parseRanks reads formatRanks' text; a value that is not a rank ends it.
+// parseRanks reads FormatRanks' text; a value that is not a rank ends it (unlike
+// ParseRanks, it keeps every rank of a stage, not join.MaxMissingNamed of them).
 func parseRanks(text string) []int {
 	if text == "" {
 		return nil
