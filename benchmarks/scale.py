@@ -13,19 +13,20 @@ and rank `--straggler-rank` is `--straggler-ms` slower in its compute from step
 
 Part 1, throughput (the job pregenerated, sent as fast as the collector takes it). Per round,
 in this order, alternating: the pass-through pipeline (collector-config/passthrough.yaml, one
-instance), one instance of collector-config/otelcol.yaml ("single"), the pass-through
-gateway (tier 1 collector-config/gateway.yaml in front of `--tier2` pass-through instances:
-the gateway's own baseline) and the two-tier gateway (tier 1 in front of `--tier2` instances
-of otelcol.yaml). Printed per pipeline (median of the rounds): spans/s from the first request
-sent to the last job span at the sink (spans at the sink plus those traceshape did not store),
-the ratio to the single pass-through instance of the
-same rounds (target >= 0.8), the peak RSS of every instance (VmHWM from /proc; target <= 256
-MiB at 4096 ranks), and the accounting: spans the load generator had acknowledged = job spans
-at the sink + spans some component counted as dropped (receiver refused or failed, exporter
-send failed or enqueue failed, the processor's dropped `foreign_summary`), from the
-collectors' own metrics; anything else is lost uncounted (target 0). The processor's
-`train.step.summary` spans are counted apart (one per step analyzed). Also checked: the rank
-flagged on `/metrics` (`training_straggler_ratio`) is the straggler, with cause compute.
+instance), one instance of collector-config/otelcol.yaml ("single"), the pass-through gateway
+(tier 1 collector-config/gateway.yaml in front of `--tier2` pass-through instances: the
+gateway's own baseline) and the two-tier gateway (tier 1 in front of `--tier2` instances of
+otelcol.yaml with gateway-tier2.yaml: each job's flags decided on one of them from every
+instance's step summaries). Printed per pipeline (median of the rounds): spans/s from the first
+request sent to the last job span at the sink (spans at the sink plus those traceshape did not
+store), the ratio to the single pass-through instance of the same rounds (target >= 0.8), the
+peak RSS of every instance (VmHWM from /proc; target <= 256 MiB at 4096 ranks), and the
+accounting: spans the load generator had acknowledged = job spans at the sink + spans some
+component counted as dropped (receiver refused or failed, exporter send failed or enqueue
+failed, the processor's dropped `foreign_summary`), from the collectors' own metrics; anything
+else is lost uncounted (target 0). The processor's `train.step.summary` spans are counted apart
+(one per step analyzed). Also checked: the rank flagged on `/metrics`
+(`training_straggler_ratio`) is the straggler, with cause compute.
 
 Part 2, time to a verdict (the job sent at `--step-rate` steps per second, so onset and flag
 are wall-clock events). A `skewtrace pacer` is fed by the collector's otlp_grpc/pacer
@@ -76,6 +77,7 @@ from collector_harness import (
     REPO_ROOT,
     CollectorProcess,
     build_loadgen,
+    gateway_tier2,
     run_loadgen_send,
     scrape,
 )
@@ -207,6 +209,10 @@ def account(
         ("traceshape not stored", "otelcol_processor_traceshape_spans_dropped", {}),
     ):
         total = sum(metric_sum(p, name, **labels) for p in pages)
+        if name == "otelcol_processor_traceshape_spans_dropped":
+            # A tier-2 instance's deferred summaries (gateway-tier2.yaml) are not job spans:
+            # the job's verdict instance writes each step's summary again, decided.
+            total -= sum(metric_sum(p, name, reason="deferred_summary") for p in pages)
         if total:
             dropped[kind] = total
     steps = int(sum(metric_sum(p, "otelcol_processor_barrierskew_steps_analyzed") for p in pages))
@@ -237,10 +243,34 @@ def account(
         # The loadbalancing exporter's own series (its sub-exporters report under the same
         # component id), traces only.
         sent_1 = sum(metric_sum(p, "otelcol_exporter_sent_spans") for p in t1)
-        accepted_2 = sum(metric_sum(p, "otelcol_receiver_accepted_spans") for p in t2)
+        # The step summaries routed between tier-2 instances to their job's verdict
+        # instance (gateway-tier2.yaml) are counted apart.
+        accepted_2 = sum(
+            metric_sum(p, "otelcol_receiver_accepted_spans")
+            - metric_sum(p, "otelcol_receiver_accepted_spans", receiver="otlp/verdicts")
+            for p in t2
+        )
         if sent_1 != accepted_2:
             acc.hops.append(f"tier 1 exported {sent_1:.0f}, tier 2 accepted {accepted_2:.0f}")
-    sent_last = sum(metric_sum(p, "otelcol_exporter_sent_spans") for p in last)
+    sent_last = sum(
+        metric_sum(p, "otelcol_exporter_sent_spans")
+        - metric_sum(p, "otelcol_exporter_sent_spans", exporter="load_balancing/verdicts")
+        for p in last
+    )
+    verdicts = {
+        outcome: sum(
+            metric_sum(p, "otelcol_processor_barrierskewverdict_summaries", outcome=outcome)
+            for p in t2
+        )
+        for outcome in ("decided", "late", "duplicate", "dropped", "unreadable", "not_deferred")
+    }
+    if any(verdicts.values()):
+        routed = sum(
+            metric_sum(p, "otelcol_exporter_sent_spans", exporter="load_balancing/verdicts")
+            for p in t2
+        )
+        if routed != sum(verdicts.values()) or verdicts["decided"] + verdicts["late"] != steps:
+            acc.hops.append(f"{routed:.0f} summaries routed to verdicts, {steps} steps: {verdicts}")
     if sent_last != acc.received + acc.summaries:
         acc.hops.append(
             f"last tier exported {sent_last:.0f}, sink got {acc.received} + "
@@ -307,10 +337,15 @@ class Pipeline:
         self.kind = kind
         self.second: list[CollectorProcess] = []
         if kind.startswith("gateway"):
-            self.second = [
-                CollectorProcess(otelcol, inner, workdir, name=f"{kind}-t2-{i}", env=env)
-                for i in range(tier2)
-            ]
+            names = [f"{kind}-t2-{i}" for i in range(tier2)]
+            if kind == "gateway":
+                # Each job's flags decided on one tier-2 instance from every instance's step
+                # summaries (collector-config/gateway-tier2.yaml).
+                self.second = gateway_tier2(otelcol, inner, workdir, names, env=env)
+            else:
+                self.second = [
+                    CollectorProcess(otelcol, inner, workdir, name=name, env=env) for name in names
+                ]
             endpoints = ", ".join(c.otlp_grpc_endpoint for c in self.second)
             self.first = CollectorProcess(
                 otelcol,

@@ -45,6 +45,7 @@ OTELCOL_YAML = CONFIG_DIR / "otelcol.yaml"
 FILE_EXPORT_YAML = CONFIG_DIR / "file-export.yaml"
 GATEWAY_YAML = CONFIG_DIR / "gateway.yaml"
 GATEWAY_BY_JOB_YAML = CONFIG_DIR / "gateway-by-job.yaml"
+GATEWAY_TIER2_YAML = CONFIG_DIR / "gateway-tier2.yaml"
 PASSTHROUGH_YAML = CONFIG_DIR / "passthrough.yaml"
 LOADGEN_DIR = REPO_ROOT / "tools" / "loadgen"
 
@@ -77,6 +78,34 @@ class CollectorPorts:
             "SKEWTRACE_OTELCOL_METRICS_HOST": "127.0.0.1",
             "SKEWTRACE_OTELCOL_METRICS_PORT": str(self.telemetry),
         }
+
+
+def gateway_tier2(
+    binary: Path,
+    configs: Sequence[Path],
+    workdir: Path,
+    names: Sequence[str],
+    env: dict[str, str] | None = None,
+) -> list[CollectorProcess]:
+    """Tier-2 instances of the gateway with gateway-tier2.yaml appended to ``configs``: each
+    gets a verdict port of its own, and all of them the same list of every verdict endpoint
+    (each job's flags are decided on one of them)."""
+    ports = {name: _free_port() for name in names}
+    endpoints = ", ".join(f"127.0.0.1:{p}" for p in ports.values())
+    return [
+        CollectorProcess(
+            binary,
+            [*configs, GATEWAY_TIER2_YAML],
+            workdir,
+            name=name,
+            env={
+                **(env or {}),
+                "SKEWTRACE_VERDICT_GRPC_ENDPOINT": f"127.0.0.1:{port}",
+                "SKEWTRACE_VERDICT_ENDPOINTS": f"[{endpoints}]",
+            },
+        )
+        for name, port in ports.items()
+    ]
 
 
 class CollectorError(RuntimeError):

@@ -27,6 +27,8 @@ NETWORK_AUTH_YAML = CONFIG_DIR / "network-auth.yaml"
 GATEWAY_AUTH_YAML = CONFIG_DIR / "gateway-auth.yaml"
 METRICS_AUTH_YAML = CONFIG_DIR / "metrics-auth.yaml"
 INTERNAL_OTLP_YAML = CONFIG_DIR / "internal-otlp.yaml"
+GATEWAY_TIER2_YAML = CONFIG_DIR / "gateway-tier2.yaml"
+GATEWAY_TIER2_AUTH_YAML = CONFIG_DIR / "gateway-tier2-auth.yaml"
 CORE_PREFIX = "go.opentelemetry.io/collector/"
 CONTRIB_PREFIX = "github.com/open-telemetry/opentelemetry-collector-contrib/"
 OUR_MODULE = "github.com/skewtrace/skewtrace/src/collector"
@@ -44,6 +46,7 @@ REQUIRED = {
         "go.opentelemetry.io/collector/processor/memorylimiterprocessor",
         "go.opentelemetry.io/collector/processor/batchprocessor",
         OUR_MODULE + "/processor/barrierskewprocessor",
+        OUR_MODULE + "/processor/barrierskewverdictprocessor",
     ],
     "connectors": [OUR_MODULE + "/connector/barrierskewconnector"],
     "exporters": [
@@ -130,6 +133,8 @@ OVERLAYS = [
     GATEWAY_AUTH_YAML,
     METRICS_AUTH_YAML,
     INTERNAL_OTLP_YAML,
+    GATEWAY_TIER2_YAML,
+    GATEWAY_TIER2_AUTH_YAML,
 ]
 
 
@@ -173,7 +178,9 @@ def _default_listen_addresses(config: dict) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "config", [OTELCOL_YAML, GATEWAY_YAML, PASSTHROUGH_YAML, PPROF_YAML], ids=lambda p: p.name
+    "config",
+    [OTELCOL_YAML, GATEWAY_YAML, PASSTHROUGH_YAML, PPROF_YAML, GATEWAY_TIER2_YAML],
+    ids=lambda p: p.name,
 )
 def test_default_listeners_are_loopback(config: Path) -> None:
     """Nothing authenticates in these configs, so by default nothing is reachable from
@@ -187,9 +194,12 @@ def test_default_listeners_are_loopback(config: Path) -> None:
 
 def test_network_overlays_authenticate_every_listener_they_open() -> None:
     """An overlay that moves a listener off loopback puts TLS and the token on it."""
-    for overlay in (NETWORK_AUTH_YAML, METRICS_AUTH_YAML):
+    for overlay in (NETWORK_AUTH_YAML, METRICS_AUTH_YAML, GATEWAY_TIER2_AUTH_YAML):
         config = yaml.safe_load(overlay.read_text())
-        protocols = config.get("receivers", {}).get("otlp", {}).get("protocols", {})
+        receivers = config.get("receivers", {})
+        protocols = (receivers.get("otlp") or receivers.get("otlp/verdicts") or {}).get(
+            "protocols", {}
+        )
         prometheus = config.get("exporters", {}).get("prometheus")
         servers = [*protocols.values(), *([prometheus] if prometheus else [])]
         assert servers, overlay.name
@@ -201,6 +211,14 @@ def test_network_overlays_authenticate_every_listener_they_open() -> None:
         otlp = exporter["protocol"]["otlp"]
         assert otlp["tls"]["insecure"] is False, name
         assert otlp["auth"]["authenticator"] == "bearertokenauth/tier2", name
+    # Every tier-2 exporter that gateway-tier2.yaml adds sends over TLS with a token.
+    added = yaml.safe_load(GATEWAY_TIER2_YAML.read_text())["exporters"]
+    secured = yaml.safe_load(GATEWAY_TIER2_AUTH_YAML.read_text())["exporters"]
+    assert set(added) == set(secured)
+    for name, exporter in secured.items():
+        otlp = exporter["protocol"]["otlp"]
+        assert otlp["tls"]["insecure"] is False, name
+        assert otlp["auth"]["authenticator"] == "bearertokenauth/verdicts", name
 
 
 def test_dockerfile_refers_to_files_that_exist() -> None:
@@ -248,12 +266,14 @@ def _run(
         [GATEWAY_YAML, NETWORK_AUTH_YAML, GATEWAY_AUTH_YAML],
         # grafana/docker-compose.network.yaml's collector
         [OTELCOL_YAML, NETWORK_AUTH_YAML, INTERNAL_OTLP_YAML],
+        [OTELCOL_YAML, FILE_EXPORT_YAML, GATEWAY_TIER2_YAML],
+        [OTELCOL_YAML, NETWORK_AUTH_YAML, GATEWAY_TIER2_YAML, GATEWAY_TIER2_AUTH_YAML],
     ],
     ids=[
         "otelcol", "otelcol+file-export", "otelcol+pprof", "gateway", "gateway+by-job",
         "passthrough",
         "otelcol+network-auth+metrics-auth", "gateway+network-auth+gateway-auth",
-        "otelcol+network-auth+internal-otlp",
+        "otelcol+network-auth+internal-otlp", "tier2+file-export", "tier2+network-auth",
     ],
 )  # fmt: skip
 def test_binary_accepts_config(otelcol_path: Path, configs: list[Path]) -> None:
@@ -266,6 +286,7 @@ def test_binary_accepts_config(otelcol_path: Path, configs: list[Path]) -> None:
         "SKEWTRACE_TLS_CERT_FILE": "/etc/skewtrace/tls/server.crt",
         "SKEWTRACE_TLS_KEY_FILE": "/etc/skewtrace/tls/server.key",
         "SKEWTRACE_TIER2_TOKEN": "tier2-token",
+        "SKEWTRACE_VERDICT_TOKEN": "verdict-token",
     }
     result = _run(otelcol_path, *args, env=env)
     assert result.returncode == 0, result.stderr
@@ -306,7 +327,9 @@ def test_binary_carries_the_components(otelcol_path: Path) -> None:
         for kind in ("receivers", "processors", "connectors", "exporters", "extensions")
     }
     assert {"otlp"} <= names["receivers"]
-    assert {"memory_limiter", "batch", "barrierskew"} <= names["processors"]
+    assert {"memory_limiter", "batch", "barrierskew", "barrierskewverdict", "traceshape"} <= names[
+        "processors"
+    ]
     assert {"barrierskew"} <= names["connectors"]
     assert {"otlp_grpc", "otlp_http", "debug", "file", "prometheus", "load_balancing"} <= names[
         "exporters"

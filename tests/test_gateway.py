@@ -24,8 +24,12 @@ from collector_harness import (
     OTELCOL_YAML,
     CollectorProcess,
     FileSpan,
+    find_samples,
+    gateway_tier2,
     loadgen_for_tests,
+    parse_prometheus,
     run_loadgen_send,
+    scrape,
 )
 from skewtrace import semconv
 
@@ -127,10 +131,11 @@ def test_gateway_routes_each_step_to_one_tier2_instance(
                 if e["name"] == semconv.EVENT_ROOT_CAUSE
             }
             assert roots == {(9, "compute")}, (name, roots)
-            # Flags are each instance's own, over the steps it saw (issue 21, item 6): past the
-            # job's two warm-up steps, flag_k (4) of them are needed. How the trace-ID ring
-            # splits the 16 steps depends on the tier-2 ports; an instance with fewer cannot
-            # flag yet, and must not flag anyone else.
+            # Without gateway-tier2.yaml flags are each instance's own, over the steps it saw:
+            # past the job's two warm-up steps, flag_k (4) of them are needed. How the
+            # trace-ID ring splits the 16 steps depends on the tier-2 ports; an instance with
+            # fewer cannot flag yet, and must not flag anyone else. (With the overlay, one
+            # instance decides the job's flags: the next test.)
             last = max(mine, key=lambda s: s.attributes[semconv.STEP])
             flagged = {
                 (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
@@ -214,3 +219,120 @@ def test_gateway_by_job_keeps_each_job_on_one_instance_and_flags_it_early(
             if e["name"] == semconv.EVENT_STRAGGLER
         }
         assert flagged == {(straggler, "compute")}, (job, flagged)
+
+
+def _summaries(spans: list[FileSpan], job: str) -> list[FileSpan]:
+    return [
+        s
+        for s in spans
+        if s.name == semconv.SPAN_STEP_SUMMARY and s.resource.get(semconv.JOB_ID) == job
+    ]
+
+
+def _flags(summary: FileSpan) -> set[tuple[int, str]]:
+    return {
+        (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
+        for e in summary.events
+        if e["name"] == semconv.EVENT_STRAGGLER
+    }
+
+
+def _wait_for_summaries(
+    instances: list[CollectorProcess], job: str, steps: int
+) -> dict[str, list[FileSpan]]:
+    deadline = time.monotonic() + 90
+    while True:
+        found = {c.name: _summaries(c.exported_spans(), job) for c in instances}
+        if sum(len(s) for s in found.values()) >= steps or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def test_gateway_decides_each_jobs_flags_as_one_instance_does(
+    otelcol_path: Path,
+    loadgen: Path,
+    tmp_path: Path,
+) -> None:
+    """Issue 21, item 6: behind the gateway with gateway-tier2.yaml, each step is analyzed
+    where it was joined, and one tier-2 instance decides the job's flags from every
+    instance's step summaries. The same job sent to one instance and through the gateway gives
+    the same flagged rank, from the same step, and one flag gauge on one /metrics page.
+    (Routed by step without the overlay, neither instance had the steps to flag it.)"""
+    job, ranks, steps, onset = "verdicts", 64, 16, 4
+    args = [
+        "-job", job, "-ranks", str(ranks), "-steps", str(steps), "-collectives", "4",
+        "-tp", "8", "-ranks-per-request", "4",
+        "-straggler", "9:compute:30ms", "-straggler-from", str(onset),
+    ]  # fmt: skip
+
+    single = CollectorProcess(
+        otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path / "single", name="single"
+    )
+    with single:
+        assert run_loadgen_send(loadgen, single.otlp_grpc_endpoint, *args)["failed_requests"] == 0
+        alone = _wait_for_summaries([single], job, steps)["single"]
+    assert len(alone) == steps
+
+    tier2 = gateway_tier2(
+        otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path / "gw", ["tier2-a", "tier2-b"]
+    )
+    endpoints = ", ".join(c.otlp_grpc_endpoint for c in tier2)
+    tier1 = CollectorProcess(
+        otelcol_path,
+        [GATEWAY_YAML],
+        tmp_path / "gw",
+        name="tier1",
+        env={"SKEWTRACE_TIER2_ENDPOINTS": f"[{endpoints}]"},
+    )
+    with tier2[0], tier2[1], tier1:
+        assert run_loadgen_send(loadgen, tier1.otlp_grpc_endpoint, *args)["failed_requests"] == 0
+        found = _wait_for_summaries(tier2, job, steps)
+        # The job's /metrics: its flag gauge on the deciding instance only. The gauge is
+        # emitted at the connector's next flush (1 s).
+        time.sleep(2)
+        pages = {c.name: parse_prometheus(scrape(c.prometheus_url)) for c in tier2}
+        # Each step was joined and analyzed on one instance; both instances had steps.
+        steps_on = {
+            c.name: {
+                s.attributes[semconv.STEP]
+                for s in c.exported_spans()
+                if s.name == semconv.SPAN_STEP and s.resource.get(semconv.JOB_ID) == job
+            }
+            for c in tier2
+        }
+    assert all(steps_on.values()), f"a tier-2 instance joined no step: {steps_on}"
+    assert not (steps_on["tier2-a"] & steps_on["tier2-b"]), steps_on
+
+    # Every step's summary exactly once, decided, on the one instance that decides the job.
+    deciders = [name for name, mine in found.items() if mine]
+    assert len(deciders) == 1, {name: len(mine) for name, mine in found.items()}
+    decided = found[deciders[0]]
+    assert sorted(s.attributes[semconv.STEP] for s in decided) == list(range(steps))
+    assert not any(s.attributes.get(semconv.VERDICT_DEFERRED) for s in decided)
+
+    def by_step(summaries: list[FileSpan]) -> dict[int, set[tuple[int, str]]]:
+        return {s.attributes[semconv.STEP]: _flags(s) for s in summaries}
+
+    one, gateway = by_step(alone), by_step(decided)
+    first_one = min(step for step, f in one.items() if f)
+    first_gateway = min(step for step, f in gateway.items() if f)
+    assert one[steps - 1] == {(9, "compute")}, one
+    assert gateway[steps - 1] == one[steps - 1], (gateway, one)
+    assert first_gateway == first_one, (
+        f"flagged from step {first_gateway} behind the gateway, {first_one} alone"
+    )
+    assert all(f <= {(9, "compute")} for f in gateway.values()), gateway
+
+    flag_gauges = {
+        name: [
+            s
+            for s in find_samples(page, semconv.PROM_STRAGGLER, training_job_id=job)
+            if s.value >= 1
+        ]
+        for name, page in pages.items()
+    }
+    assert [len(flag_gauges[name]) for name in sorted(pages)] == [
+        1 if name == deciders[0] else 0 for name in sorted(pages)
+    ], flag_gauges
+    (gauge,) = flag_gauges[deciders[0]]
+    assert gauge.labels[semconv.RANK.replace(".", "_")] == "9"

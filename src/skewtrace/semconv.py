@@ -274,6 +274,11 @@ JOB_SLOWDOWN = "training.job.slowdown"
 #: gaps and transfers against the measured one (the median rank's period on its own clock), as a
 #: fraction; absent in a job's first step and in steps with pacing holds
 REPLAY_ERROR = "training.replay.error"
+#: training.verdict.deferred (bool): true on a summary written with `flag_decision: deferred` (a
+#: gateway's tier-2 instance, which sees some of a job's steps): its events carry the step's
+#: root causes only, and the `barrierskewverdict` processor that receives every summary of the
+#: job writes the summary with the job's flags; absent otherwise
+VERDICT_DEFERRED = "training.verdict.deferred"
 #: training.step.ranks (int): ranks with spans in the step
 STEP_RANKS = "training.step.ranks"
 #: training.step.slow_collectives (int): collectives of the step whose transfer was slow against
@@ -286,7 +291,9 @@ RANK_COST = "training.rank.cost"
 #: messages: a rank whose first message of the step is a send is stage 0, one whose first is a
 #: receive is one more than its sender's
 PIPELINE_STAGE = "training.pipeline.stage"
-#: training.imbalance.ranks (string): the stage's ranks, comma separated
+#: training.imbalance.ranks (string): the stage's ranks, comma separated; on a step's
+#: `data_imbalance` root cause, the step's slowest replica (one rank: a replica slowest in
+#: nearly every step is a straggler, not the data)
 IMBALANCE_RANKS = "training.imbalance.ranks"
 #: training.imbalance.excess (float): how much more work than balanced: a stage's work per step
 #: over the mean stage's, minus 1; for data, the slowest replica's work over the mean replica's,

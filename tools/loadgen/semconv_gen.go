@@ -392,6 +392,12 @@ const (
 	// its own clock), as a fraction; absent in a job's first step and in steps with pacing holds
 	attrReplayError = "training.replay.error"
 
+	// attrVerdictDeferred is training.verdict.deferred (bool): true on a summary written with
+	// `flag_decision: deferred` (a gateway's tier-2 instance, which sees some of a job's steps):
+	// its events carry the step's root causes only, and the `barrierskewverdict` processor that
+	// receives every summary of the job writes the summary with the job's flags; absent otherwise
+	attrVerdictDeferred = "training.verdict.deferred"
+
 	// attrStepRanks is training.step.ranks (int): ranks with spans in the step
 	attrStepRanks = "training.step.ranks"
 
@@ -409,7 +415,9 @@ const (
 	// one whose first is a receive is one more than its sender's
 	attrPipelineStage = "training.pipeline.stage"
 
-	// attrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated
+	// attrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated;
+	// on a step's `data_imbalance` root cause, the step's slowest replica (one rank: a replica
+	// slowest in nearly every step is a straggler, not the data)
 	attrImbalanceRanks = "training.imbalance.ranks"
 
 	// attrImbalanceExcess is training.imbalance.excess (float): how much more work than balanced:

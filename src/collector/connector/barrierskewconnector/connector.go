@@ -153,8 +153,10 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 		kind, phase := spanio.Classify(span.Name())
 		if kind == spanio.KindOther && spanio.IsSummary(span) {
 			// The processor analyzed this step: its verdicts become the flag metrics.
+			// A deferred summary's flags are decided by the job's verdict stage, whose
+			// summary comes back here (or to another instance) decided.
 			if res, ok := spanio.ReadSummary(span, rss.At(i).Resource(),
-				c.cfg.MaxAttributeLength); ok {
+				c.cfg.MaxAttributeLength); ok && !res.Deferred {
 				c.agg.observeStepResult(now, &res)
 			}
 			return

@@ -12,13 +12,15 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
 )
 
-// NewFactory returns the barrierskew traces-to-metrics connector factory. Its type and
-// stability come from metadata.yaml (generated into internal/metadata).
+// NewFactory returns the barrierskew connector factory: traces to metrics (the barrierskew
+// metrics), and traces to traces (only the step summaries, for the gateway's verdict stage).
+// Its type and stability come from metadata.yaml (generated into internal/metadata).
 func NewFactory() connector.Factory {
 	return connector.NewFactory(
 		metadata.Type,
 		func() component.Config { return createDefaultConfig() },
 		connector.WithTracesToMetrics(createTracesToMetrics, metadata.TracesToMetricsStability),
+		connector.WithTracesToTraces(createTracesToTraces, metadata.TracesToTracesStability),
 	)
 }
 
@@ -29,4 +31,13 @@ func createTracesToMetrics(
 	next consumer.Metrics,
 ) (connector.Traces, error) {
 	return newConnector(set, cfg.(*Config), next, realClock{})
+}
+
+func createTracesToTraces(
+	_ context.Context,
+	_ connector.Settings,
+	_ component.Config,
+	next consumer.Traces,
+) (connector.Traces, error) {
+	return &summaryForwarder{next: next}, nil
 }

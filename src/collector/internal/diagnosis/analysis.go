@@ -75,7 +75,7 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	}
 	located := m.locate(j, sd)
 
-	roots, suspectCosts, slowest := m.whatIf(a, j, sd, candidates, located, threshold, exit,
+	roots := m.whatIf(a, j, sd, candidates, located, threshold, exit,
 		&res)
 	roots = append(roots, m.missing(j, sd, roots)...)
 	sort.SliceStable(roots, func(x, y int) bool { return roots[x].Cost > roots[y].Cost })
@@ -84,12 +84,11 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		a.stats.ModelBreaks++
 	}
 
-	res.Flagged, res.Suspects = updateFlags(&a.cfg, j, roots, suspectCosts)
-	res.Imbalances = updateImbalances(&a.cfg, j, roots, slowest)
-	if res.WhatIf > 0 {
-		j.slowdown.add(res.Duration/res.WhatIf, costAlpha(&a.cfg))
+	j.flags.decide(&a.cfg, &res)
+	if a.cfg.FlagDecision == FlagDecisionDeferred {
+		res.Deferred = true
+		res.Flagged, res.Suspects, res.Imbalances = nil, nil, nil
 	}
-	res.Slowdown = j.slowdown.mean
 	j.stepTime.add(res.Duration, historyAlpha)
 	m.learnHistory(j)
 	// A job's first steps (allocations, connections, kernels compiled) are not any rank's
@@ -110,13 +109,12 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 }
 
 // whatIf replays the step with contributors at their references and returns the root
-// causes (cost at or above threshold), the located suspects' costs, and the replica with
-// the most work over its peers' mean when the step's work was imbalanced across replicas
-// (-1 otherwise). Every step is checked for imbalances; the replays run only for the
+// causes (cost at or above threshold; a located link is one with rank -1, and a
+// data_imbalance names the step's slowest replica in its Ranks). Every step is checked for imbalances; the replays run only for the
 // candidates, located links, and imbalances above the cost threshold.
 func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int32,
 	located []located, threshold, exit float64, res *StepResult,
-) ([]RootCause, []SuspectCost, int32) {
+) []RootCause {
 	n := len(m.order)
 	m.idealGap = grow(m.idealGap, n)
 	m.variantGap = grow(m.variantGap, n)
@@ -134,7 +132,6 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	}
 	var roots []RootCause
 	fixRank := make(map[int32]bool)
-	var costs []SuspectCost
 	fixColl := make(map[int32]bool)
 	if len(candidates) > 0 || len(located) > 0 {
 		ideal := m.simulate(sd, m.idealGap, m.idealT)
@@ -162,7 +159,6 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 				continue
 			}
 			suspect := loc.suspect
-			costs = append(costs, SuspectCost{Suspect: suspect, Cost: cost})
 			for _, c := range loc.colls {
 				fixColl[c] = true
 			}
@@ -174,11 +170,9 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 
 	// Imbalances: work split unevenly across the replicas of each class in this step, and
 	// pipeline stages longer than the mean stage (on gaps with everything else balanced).
-	slowest := int32(-1)
 	data, hasData := m.dataImbalance(j, sd, fixRank, threshold)
 	if hasData {
 		roots = append(roots, m.rootCause(data, res.Duration))
-		slowest = data.slowest
 		for p := range n {
 			m.idealGap[p] = min(m.idealGap[p], m.balancedGap[p])
 		}
@@ -191,7 +185,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 		}
 	}
 	if len(fixRank) == 0 && len(fixColl) == 0 && !hasData && len(stages) == 0 {
-		return roots, costs, slowest
+		return roots
 	}
 	copy(m.variantGap, m.gap)
 	for ri := range fixRank {
@@ -222,7 +216,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	// can, when the other stages' gaps hold a hiccup the balance scales up).
 	fixed := m.simulate(sd, m.variantGap, m.variantT)
 	res.WhatIf = min(res.Duration, max(0, res.Duration-(exit-fixed)))
-	return roots, costs, slowest
+	return roots
 }
 
 // linkRanks makes the ranks behind a located NIC or host root causes with cause network

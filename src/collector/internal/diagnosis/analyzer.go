@@ -83,11 +83,9 @@ type jobState struct {
 	classBaselines map[classKey]*ewma
 	groupClasses   map[string]groupClass
 
-	ranks    map[int32]*track
-	suspects map[string]*suspectTrack
-	// imbalances holds the flag state of the job's stage and data imbalances.
-	imbalances map[string]*imbalanceTrack
-	slowdown   ewma
+	// flags is the job's flag state (decided here unless flag_decision is deferred: then
+	// kept for the analysis' own use, and the summaries leave the flags to a verdict stage).
+	flags flagState
 	// replayError is the moving average of the replay's self-check error.
 	replayError ewma
 	// stepTime is the job's usual step duration (seconds), which bounds how long a step
@@ -203,10 +201,8 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		groupBaselines: make(map[groupKey]*ewma),
 		classBaselines: make(map[classKey]*ewma),
 		groupClasses:   make(map[string]groupClass),
-		ranks:          make(map[int32]*track),
-		suspects:       make(map[string]*suspectTrack),
+		flags:          newFlagState(),
 		latest:         make(map[int32]int64),
-		imbalances:     make(map[string]*imbalanceTrack),
 	}
 	a.jobs[name] = j
 	return j
@@ -453,7 +449,7 @@ func (a *Analyzer) Flag(job string, rank int) (RankFlag, bool) {
 	if j == nil {
 		return RankFlag{}, false
 	}
-	t := j.ranks[int32(rank)]
+	t := j.flags.ranks[int32(rank)]
 	if t == nil || !t.flagged {
 		return RankFlag{}, false
 	}
@@ -466,7 +462,7 @@ func (a *Analyzer) HasFlags(job string) bool {
 	if j == nil {
 		return false
 	}
-	for _, t := range j.ranks {
+	for _, t := range j.flags.ranks {
 		if t.flagged {
 			return true
 		}

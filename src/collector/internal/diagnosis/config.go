@@ -52,6 +52,12 @@ type Config struct {
 	// as slow (tiny collectives slowed by scheduling noise do not point at a link).
 	// Default 1ms.
 	MinTransferExcess time.Duration `mapstructure:"min_transfer_excess"`
+	// FlagDecision is where a job's flags are decided: "local" (here, from the steps this
+	// instance analyzed) or "deferred" (the step summaries carry the step's root causes,
+	// marked training.verdict.deferred, and a barrierskewverdict processor that receives
+	// every step summary of the job decides its flags: a tier-2 instance of the gateway,
+	// which sees only some of a job's steps). Default local.
+	FlagDecision string `mapstructure:"flag_decision"`
 	// MaxJobs bounds the jobs with analysis state (and, in the connector, the jobs with metric
 	// series); past it the job with the least activity is forgotten, so a training job keeps
 	// its state however many one-off job ids arrive. Default 64.
@@ -73,9 +79,16 @@ func DefaultConfig() Config {
 		CauseMinFraction:  0.5,
 		NetworkFactor:     2,
 		MinTransferExcess: time.Millisecond,
+		FlagDecision:      FlagDecisionLocal,
 		MaxJobs:           64,
 	}
 }
+
+// The values of flag_decision.
+const (
+	FlagDecisionLocal    = "local"
+	FlagDecisionDeferred = "deferred"
+)
 
 // maxFlagWindow: the per-rank step history is one 64-bit word.
 const maxFlagWindow = 64
@@ -124,6 +137,10 @@ func (c *Config) Check() error {
 	if c.MinTransferExcess < 0 {
 		errs = append(errs, fmt.Errorf("min_transfer_excess must be >= 0, got %s",
 			c.MinTransferExcess))
+	}
+	if c.FlagDecision != FlagDecisionLocal && c.FlagDecision != FlagDecisionDeferred {
+		errs = append(errs, fmt.Errorf("flag_decision must be %q or %q, got %q",
+			FlagDecisionLocal, FlagDecisionDeferred, c.FlagDecision))
 	}
 	if c.MaxJobs <= 0 {
 		errs = append(errs, fmt.Errorf("max_jobs must be > 0, got %d", c.MaxJobs))

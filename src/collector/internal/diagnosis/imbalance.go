@@ -137,7 +137,7 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	m.balancedGap = grow(m.balancedGap, n)
 	copy(m.baseGap, m.gap)
 	for ri, rank := range m.rankOf {
-		if t := j.ranks[rank]; fixRank[int32(ri)] || (t != nil && t.flagged) {
+		if t := j.flags.ranks[rank]; fixRank[int32(ri)] || (t != nil && t.flagged) {
 			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
 				m.baseGap[p] = m.idealGap[p]
 			}
@@ -376,6 +376,8 @@ func (m *model) rootCause(im imbalance, step float64) RootCause {
 	if im.cause == semconv.CauseStageImbalance {
 		rc.Stage = int(im.stage)
 		rc.Ranks = m.stageRanks(im.stage)
+	} else {
+		rc.Ranks = []int{int(im.slowest)}
 	}
 	rc.Fix = fixText(im, step)
 	return rc

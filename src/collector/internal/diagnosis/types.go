@@ -153,7 +153,9 @@ type RootCause struct {
 	Cost float64
 	// Suspect is set for a link, and for a rank whose cause is its own link.
 	Suspect *Suspect
-	// Stage is the pipeline stage of a stage_imbalance (-1 otherwise) and Ranks its ranks.
+	// Stage is the pipeline stage of a stage_imbalance (-1 otherwise). Ranks are the stage's
+	// ranks; for a data_imbalance, the step's slowest replica (one rank), which the flags read
+	// to tell the data from a persistent straggler.
 	Stage int
 	Ranks []int
 	// Excess is an imbalance's work over balanced, minus 1; Fix says what to change.
@@ -224,6 +226,9 @@ type StepResult struct {
 	Imbalances []ImbalanceFlag
 	// Slowdown is the job's moving average of Duration / WhatIf.
 	Slowdown float64
+	// Deferred marks a step whose flags (Flagged, Suspects, Imbalances, Slowdown) are left to
+	// a verdict stage that sees every step of the job (flag_decision: deferred; Verdicts).
+	Deferred bool
 	// ReplayError is the replay's self-check in this step: the replayed step fed the
 	// measured gaps and transfers against the measured one, as a fraction (the median
 	// rank's period on its own clock). ReplayChecked is false when no rank had the previous

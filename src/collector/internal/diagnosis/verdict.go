@@ -77,9 +77,57 @@ func flagRule(hist uint64, flagged bool, cfg *Config) bool {
 // window's worth of steps.
 func costAlpha(cfg *Config) float64 { return 2 / float64(cfg.FlagWindow+1) }
 
+// flagState is what a job's flags are decided from: the K-of-W histories of its ranks,
+// suspects and imbalances, and the moving slowdown. The analyzer keeps one per job, and so
+// does Verdicts (from step summaries, for the gateway).
+type flagState struct {
+	// steps counts the steps decided; the first warmupSteps vote for no flag.
+	steps    int
+	ranks    map[int32]*track
+	suspects map[string]*suspectTrack
+	// imbalances holds the flag state of the job's stage and data imbalances.
+	imbalances map[string]*imbalanceTrack
+	slowdown   ewma
+}
+
+func newFlagState() flagState {
+	return flagState{
+		ranks:      make(map[int32]*track),
+		suspects:   make(map[string]*suspectTrack),
+		imbalances: make(map[string]*imbalanceTrack),
+	}
+}
+
+// decide pushes one analyzed step (its root causes, duration and what-if) into the job's
+// flags and sets the step's Flagged, Suspects, Imbalances and Slowdown after it. It reads
+// only what a step summary carries, so a verdict stage decides from summaries exactly as
+// the analyzer would: located links are the root causes without a rank, and a
+// data_imbalance names its step's slowest replica.
+func (j *flagState) decide(cfg *Config, res *StepResult) {
+	var located []SuspectCost
+	slowest := int32(-1)
+	for i := range res.RootCauses {
+		rc := &res.RootCauses[i]
+		switch {
+		case rc.Rank < 0 && rc.Suspect != nil && rc.Cause == semconv.CauseNetwork:
+			located = append(located, SuspectCost{Suspect: *rc.Suspect, Cost: rc.Cost})
+		case rc.Cause == semconv.CauseDataImbalance && len(rc.Ranks) > 0:
+			slowest = int32(rc.Ranks[0])
+		}
+	}
+	res.Flagged, res.Suspects = updateFlags(cfg, j, res.RootCauses, located)
+	res.Imbalances = updateImbalances(cfg, j, res.RootCauses, slowest)
+	if res.WhatIf > 0 {
+		j.slowdown.add(res.Duration/res.WhatIf, costAlpha(cfg))
+	}
+	res.Slowdown = j.slowdown.mean
+	res.Deferred = false
+	j.steps++
+}
+
 // updateFlags pushes one step's root causes into the job's flag state and returns the
 // flagged ranks and suspects after it.
-func updateFlags(cfg *Config, j *jobState, roots []RootCause, located []SuspectCost,
+func updateFlags(cfg *Config, j *flagState, roots []RootCause, located []SuspectCost,
 ) ([]RankFlag, []SuspectFlag) {
 	window := uint64(1)<<cfg.FlagWindow - 1
 	alpha := costAlpha(cfg)
@@ -87,7 +135,7 @@ func updateFlags(cfg *Config, j *jobState, roots []RootCause, located []SuspectC
 	// initialisation, first connections of each group, allocator growth) ends by itself,
 	// and with the two after them it flagged a healthy rank at the job's start for
 	// ClearSteps steps. Their root causes are still reported on the steps' summaries.
-	if j.stepsSeen < warmupSteps {
+	if j.steps < warmupSteps {
 		roots, located = nil, nil
 	}
 	for _, t := range j.ranks {
@@ -285,11 +333,11 @@ func imbalanceKey(rc *RootCause) string {
 // updateImbalances pushes one step's imbalances into the job's flag state (K of W with
 // hysteresis, as ranks) and returns the flagged imbalances after it. slowest is the step's
 // slowest replica when its data was imbalanced.
-func updateImbalances(cfg *Config, j *jobState, roots []RootCause, slowest int32,
+func updateImbalances(cfg *Config, j *flagState, roots []RootCause, slowest int32,
 ) []ImbalanceFlag {
 	window := uint64(1)<<cfg.FlagWindow - 1
 	alpha := costAlpha(cfg)
-	if j.stepsSeen < warmupSteps {
+	if j.steps < warmupSteps {
 		roots = nil
 	}
 	for _, t := range j.imbalances {
@@ -330,8 +378,12 @@ func updateImbalances(cfg *Config, j *jobState, roots []RootCause, slowest int32
 			continue
 		}
 		if t.flagged {
-			out = append(out, ImbalanceFlag{Cause: t.last.Cause, Stage: t.last.Stage,
-				Ranks: t.last.Ranks, Excess: t.last.Excess, Cost: t.cost, Fix: t.last.Fix})
+			im := ImbalanceFlag{Cause: t.last.Cause, Stage: t.last.Stage, Ranks: t.last.Ranks,
+				Excess: t.last.Excess, Cost: t.cost, Fix: t.last.Fix}
+			if im.Cause == semconv.CauseDataImbalance {
+				im.Ranks = nil // no rank is the data's: the slowest differs from step to step
+			}
+			out = append(out, im)
 		}
 	}
 	sort.Slice(out, func(x, y int) bool {

@@ -393,6 +393,12 @@ const (
 	// its own clock), as a fraction; absent in a job's first step and in steps with pacing holds
 	AttrReplayError = "training.replay.error"
 
+	// AttrVerdictDeferred is training.verdict.deferred (bool): true on a summary written with
+	// `flag_decision: deferred` (a gateway's tier-2 instance, which sees some of a job's steps):
+	// its events carry the step's root causes only, and the `barrierskewverdict` processor that
+	// receives every summary of the job writes the summary with the job's flags; absent otherwise
+	AttrVerdictDeferred = "training.verdict.deferred"
+
 	// AttrStepRanks is training.step.ranks (int): ranks with spans in the step
 	AttrStepRanks = "training.step.ranks"
 
@@ -410,7 +416,9 @@ const (
 	// one whose first is a receive is one more than its sender's
 	AttrPipelineStage = "training.pipeline.stage"
 
-	// AttrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated
+	// AttrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated;
+	// on a step's `data_imbalance` root cause, the step's slowest replica (one rank: a replica
+	// slowest in nearly every step is a straggler, not the data)
 	AttrImbalanceRanks = "training.imbalance.ranks"
 
 	// AttrImbalanceExcess is training.imbalance.excess (float): how much more work than balanced:

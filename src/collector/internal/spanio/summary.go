@@ -77,6 +77,9 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 	if res.ReplayChecked {
 		attrs.PutDouble(semconv.AttrReplayError, res.ReplayError)
 	}
+	if res.Deferred {
+		attrs.PutBool(semconv.AttrVerdictDeferred, true)
+	}
 	attrs.PutInt(semconv.AttrStepRanks, int64(res.Ranks))
 	attrs.PutInt(semconv.AttrStepSlowCollectives, int64(res.SlowCollectives))
 	for i := range res.RootCauses {
@@ -142,6 +145,8 @@ func putImbalance(a pcommon.Map, cause string, stage int, ranks []int, excess, c
 ) {
 	if cause == semconv.CauseStageImbalance {
 		a.PutInt(semconv.AttrPipelineStage, int64(stage))
+	}
+	if len(ranks) > 0 {
 		a.PutStr(semconv.AttrImbalanceRanks, FormatRanks(ranks))
 	}
 	a.PutDouble(semconv.AttrImbalanceExcess, excess)
@@ -221,6 +226,11 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 	if v, ok := attrs.Get(semconv.AttrReplayError); ok && v.Type() == pcommon.ValueTypeDouble {
 		out.ReplayError, out.ReplayChecked = v.Double(), true
 	}
+	out.Ranks = int(max(0, min(diagnosisMaxRank, integer(attrs, semconv.AttrStepRanks))))
+	out.SlowCollectives = int(max(0, min(1<<31-1, integer(attrs, semconv.AttrStepSlowCollectives))))
+	if v, ok := attrs.Get(semconv.AttrVerdictDeferred); ok && v.Type() == pcommon.ValueTypeBool {
+		out.Deferred = v.Bool()
+	}
 	out.EndUnixNano = int64(span.EndTimestamp())
 	events := span.Events()
 	for i := range events.Len() {
@@ -231,7 +241,8 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 		}
 		switch ev.Name() {
 		case semconv.EventRootCause:
-			rc := diagnosis.RootCause{Rank: -1, Cause: str(a, semconv.AttrStragglerCause)}
+			rc := diagnosis.RootCause{Rank: -1, Cause: str(a, semconv.AttrStragglerCause),
+				Stage: -1}
 			if rank, ok := rankOf(a); ok {
 				rc.Rank = rank
 				rc.Topology = topologyOf(a)
@@ -304,6 +315,13 @@ func boundedEvent(a pcommon.Map, maxLen int) bool {
 func double(a pcommon.Map, key string) float64 {
 	if v, ok := a.Get(key); ok && v.Type() == pcommon.ValueTypeDouble {
 		return v.Double()
+	}
+	return 0
+}
+
+func integer(a pcommon.Map, key string) int64 {
+	if v, ok := a.Get(key); ok && v.Type() == pcommon.ValueTypeInt {
+		return v.Int()
 	}
 	return 0
 }

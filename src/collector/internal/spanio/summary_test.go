@@ -10,34 +10,45 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
 
-func TestImbalancesRoundTripThroughTheSummary(t *testing.T) {
+// A step result survives the summary whole: the gateway's verdict stage decides a job's
+// flags from summaries alone (diagnosis.Verdicts), so what it reads must be what the
+// analysis had.
+func TestStepResultRoundTripsThroughTheSummary(t *testing.T) {
+	nic := diagnosis.Suspect{Kind: diagnosis.SuspectNIC, Name: "eth0", Host: "node4"}
+	topo := diagnosis.Topology{Host: "node4", Switch: "leaf1", NIC: "eth0"}
 	res := diagnosis.StepResult{
 		Job: "job", Step: 7, Duration: 1.2, WhatIf: 0.9, Slowdown: 1.3, EndUnixNano: 5e9,
-		ReplayError: 0.004, ReplayChecked: true,
+		ReplayError: 0.004, ReplayChecked: true, Ranks: 16, SlowCollectives: 3,
 		RootCauses: []diagnosis.RootCause{
 			{Rank: -1, Cause: semconv.CauseStageImbalance, Cost: 0.2, Stage: 3,
 				Ranks: []int{12, 13}, Excess: 0.4, Fix: "move work"},
+			{Rank: 9, Topology: topo, Cause: semconv.CauseNetwork, Cost: 0.15, Stage: -1,
+				Suspect: &nic},
+			{Rank: -1, Cause: semconv.CauseNetwork, Cost: 0.15, Stage: -1, Suspect: &nic},
 			{Rank: -1, Cause: semconv.CauseDataImbalance, Cost: 0.1, Stage: -1, Excess: 0.3,
-				Fix: "split by tokens"},
+				Ranks: []int{5}, Fix: "split by tokens"},
+			{Rank: 2, Topology: topo, Cause: semconv.CauseCompute, Cost: 0.05, Stage: -1},
 		},
+		Flagged: []diagnosis.RankFlag{{Rank: 9, Topology: topo, Cause: semconv.CauseNetwork,
+			Cost: 0.12, Domain: nic.ID()}},
+		Suspects: []diagnosis.SuspectFlag{{Suspect: nic, Cost: 0.12},
+			{Suspect: diagnosis.Suspect{Kind: diagnosis.SuspectSwitch, Name: "leaf1"}, Cost: 0.1,
+				Derived: true}},
 		Imbalances: []diagnosis.ImbalanceFlag{{Cause: semconv.CauseStageImbalance, Stage: 3,
 			Ranks: []int{12, 13}, Excess: 0.4, Cost: 0.18, Fix: "move work"}},
 	}
-	td := ptrace.NewTraces()
-	AppendSummary(td, &res)
-	rs := td.ResourceSpans().At(0)
-	got, ok := ReadSummary(rs.ScopeSpans().At(0).Spans().At(0), rs.Resource(), 256)
-	if !ok {
-		t.Fatal("summary unreadable")
-	}
-	if !reflect.DeepEqual(got.RootCauses, res.RootCauses) {
-		t.Errorf("root causes\n got %+v\nwant %+v", got.RootCauses, res.RootCauses)
-	}
-	if !got.ReplayChecked || got.ReplayError != res.ReplayError {
-		t.Errorf("replay error %v %g, want %g", got.ReplayChecked, got.ReplayError, res.ReplayError)
-	}
-	if !reflect.DeepEqual(got.Imbalances, res.Imbalances) {
-		t.Errorf("imbalances\n got %+v\nwant %+v", got.Imbalances, res.Imbalances)
+	for _, deferred := range []bool{false, true} {
+		res.Deferred = deferred
+		td := ptrace.NewTraces()
+		AppendSummary(td, &res)
+		rs := td.ResourceSpans().At(0)
+		got, ok := ReadSummary(rs.ScopeSpans().At(0).Spans().At(0), rs.Resource(), 256)
+		if !ok {
+			t.Fatal("summary unreadable")
+		}
+		if !reflect.DeepEqual(got, res) {
+			t.Errorf("deferred=%v:\n got %+v\nwant %+v", deferred, got, res)
+		}
 	}
 }
 

@@ -150,6 +150,7 @@ type traceShapeProcessor struct {
 
 	telemetry   *metadata.TelemetryBuilder
 	healthyRank metric.AddOption
+	deferred    metric.AddOption
 	traceFull   metric.AddOption
 }
 
@@ -168,6 +169,8 @@ func newProcessor(set processor.Settings, cfg *Config, next consumer.Traces) (*t
 		telemetry:   tb,
 		healthyRank: metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "healthy_rank"))),
 		traceFull:   metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "trace_full"))),
+		deferred: metric.WithAttributeSet(attribute.NewSet(attribute.String("reason",
+			"deferred_summary"))),
 	}, nil
 }
 
@@ -300,7 +303,7 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 	}
 	out := newOutput(p.cfg.MaxRequestSpans)
 	var summaries []summaryCopy
-	var kept, healthy, full int64
+	var kept, healthy, full, deferred int64
 	splits := 0
 	for i := range rss.Len() {
 		rs := rss.At(i)
@@ -317,6 +320,10 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 			for k := range spans.Len() {
 				span := spans.At(k)
 				if spanio.IsSummary(span) {
+					if deferredSummary(span) {
+						deferred++
+						continue
+					}
 					summaries = append(summaries, summaryCopy{out.add(rs, i, ss, j, span), rs.Resource()})
 					kept++
 					continue
@@ -375,6 +382,9 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		t.ProcessorTraceshapeSpansKept.Add(ctx, kept)
 		if healthy > 0 {
 			t.ProcessorTraceshapeSpansDropped.Add(ctx, healthy, p.healthyRank)
+		}
+		if deferred > 0 {
+			t.ProcessorTraceshapeSpansDropped.Add(ctx, deferred, p.deferred)
 		}
 		if full > 0 {
 			t.ProcessorTraceshapeSpansDropped.Add(ctx, full, p.traceFull)
@@ -445,6 +455,13 @@ func (p *traceShapeProcessor) markLate(rs ptrace.ResourceSpans, res rankRes) {
 	}
 }
 
+// deferredSummary reports whether a step summary was written with flag_decision: deferred:
+// the job's verdict stage writes the summary the backend stores, with the job's flags.
+func deferredSummary(span ptrace.Span) bool {
+	v, ok := span.Attributes().Get(semconv.AttrVerdictDeferred)
+	return ok && v.Type() == pcommon.ValueTypeBool && v.Bool()
+}
+
 // readSummaries takes the flagged ranks from the step summaries of a resource.
 func (p *traceShapeProcessor) readSummaries(rs ptrace.ResourceSpans) {
 	sss := rs.ScopeSpans()
@@ -456,7 +473,7 @@ func (p *traceShapeProcessor) readSummaries(rs ptrace.ResourceSpans) {
 				continue
 			}
 			res, ok := spanio.ReadSummary(span, rs.Resource(), maxLabelLength)
-			if !ok {
+			if !ok || res.Deferred {
 				continue
 			}
 			js := p.job(res.Job)

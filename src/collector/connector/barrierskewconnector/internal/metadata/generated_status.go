@@ -15,4 +15,5 @@ var (
 
 const (
 	TracesToMetricsStability = component.StabilityLevelAlpha
+	TracesToTracesStability  = component.StabilityLevelAlpha
 )
