@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -115,6 +116,22 @@ def test_a_change_waits_for_the_hold_then_moves_at_most_max_step() -> None:
     # Nothing moves while the new shares settle, however imbalanced the window looks.
     settling = decide(window(12.0 + PARAMS.rebalance_settle_s - 0.5, slow), moved.state, params)
     assert settling.reason == REASON_SETTLING and settling.shares == moved.shares
+
+
+@pytest.mark.parametrize("cause", [semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE])
+def test_a_flagged_imbalance_holds_the_shares_and_says_why(cause: str) -> None:
+    """A long pipeline stage (all of its replicas slow) or data that varies per step reads as
+    ranks of different speeds, but shares of the batch fix neither: shares hold, and the
+    composed decision declines pacing for the same reason."""
+    params = RebalanceParams(rebalance_hold_s=0.0)
+    slow = {0: 0.10, 1: 0.05, 2: 0.05, 3: 0.05}
+    moved = decide(window(10.0, slow), RebalanceState(), params)
+    assert moved.reason == REASON_REBALANCED
+    flagged = replace(window(30.0, slow), imbalances=(cause,))
+    held = decide(flagged, moved.state, params)
+    assert held.reason == cause and held.shares == moved.shares
+    outcome = composed(params).decide(flagged, composed(params).initial_state())
+    assert outcome.reason == cause and not outcome.active and not any(outcome.delays.values())
 
 
 def test_pacing_delay_is_not_read_as_slowness() -> None:

@@ -725,3 +725,54 @@ def test_window_counts_overlapping_waits_once(
     rank = windows.window("j", now=10.5).ranks[0]
     assert rank.steps == steps
     assert rank.wait_per_step_s == pytest.approx(expected_per_step)
+
+
+def imbalance_gauge(job: str, cause: str, stage: int, value: float) -> metrics_pb2.Metric:
+    """The connector's training.imbalance gauge point of one (cause, stage) of a job."""
+    metric = metrics_pb2.Metric(name=semconv.METRIC_IMBALANCE, unit="1")
+    point = metric.gauge.data_points.add(time_unix_nano=START_NS, as_double=value)
+    point.attributes.extend(
+        [
+            _kv(semconv.JOB_ID, job),
+            _kv(semconv.STRAGGLER_CAUSE, cause),
+            _kv(semconv.PIPELINE_STAGE, stage),
+        ]
+    )
+    return metric
+
+
+@pytest.mark.parametrize(
+    ("cause", "stage"),
+    [(semconv.CAUSE_STAGE_IMBALANCE, 3), (semconv.CAUSE_DATA_IMBALANCE, -1)],
+)
+def test_flagged_imbalance_is_declined_and_said(
+    service: PacerService, stub: Any, clock: FakeClock, cause: str, stage: int
+) -> None:
+    """Issue 21: a stage longer than the others, or data that varies from step to step, is not
+    fixed by delaying early ranks. While the Collector flags one, the job is not paced and
+    the decision says why; once the gauge goes back to 0, pacing decides as before."""
+    job = SimulatedJob("job-i")
+    drive(service, stub, clock, [job], 10.0)
+    assert (get(service, "/v1/pacing?job=job-i")[1])["active"] is True
+
+    response = stub.Export(request(imbalance_gauge("job-i", cause, stage, 1.0)), timeout=5)
+    assert response.partial_success.rejected_data_points == 0
+    drive(service, stub, clock, [job], 2.0)
+    status, body = get(service, "/v1/pacing?job=job-i")
+    assert status == 200
+    assert body["active"] is False and body["reason"] == cause, body
+    assert not any(body["delays"].values()), body
+
+    stub.Export(request(imbalance_gauge("job-i", cause, stage, 0.0)), timeout=5)
+    drive(service, stub, clock, [job], 10.0)
+    body = get(service, "/v1/pacing?job=job-i")[1]
+    assert body["active"] is True and body["reason"] != cause, body
+
+
+def test_bad_imbalance_points_are_rejected(service: PacerService, stub: Any) -> None:
+    metric = imbalance_gauge("job-x", "not_a_cause", 0, 1.0)
+    response = stub.Export(request(metric), timeout=5)
+    assert response.partial_success.rejected_data_points == 1
+    wrong_kind = metrics_pb2.Metric(name=semconv.METRIC_IMBALANCE)
+    wrong_kind.sum.data_points.add(as_double=1.0)
+    assert stub.Export(request(wrong_kind), timeout=5).partial_success.rejected_data_points == 1

@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from skewtrace import semconv
 from skewtrace._options import (
     FieldError,
     at_least,
@@ -47,6 +48,23 @@ REASON_ACTIVATING = "activating"
 REASON_DEACTIVATING = "deactivating"
 REASON_ACTIVE = "active"
 REASON_INEFFECTIVE = "ineffective"
+REASON_STAGE_IMBALANCE = semconv.CAUSE_STAGE_IMBALANCE
+"""Declined: a pipeline stage does more work than the others on every replica. Its ranks
+arrive last because of the partition; a delay on the other stages' ranks only moves their
+wait, and the fix is a partition of the layers (the verdict's ``training.imbalance.fix``)."""
+REASON_DATA_IMBALANCE = semconv.CAUSE_DATA_IMBALANCE
+"""Declined: the slowest replica changes from step to step with the data; no rank is early
+persistently, and a balanced split of each global batch (by tokens) is the fix."""
+
+
+def declined(window: JobWindow) -> str | None:
+    """The reason a controller policy stays out of a job whose delay it cannot fix (a flagged
+    imbalance: stage first), or None."""
+    if REASON_STAGE_IMBALANCE in window.imbalances:
+        return REASON_STAGE_IMBALANCE
+    if REASON_DATA_IMBALANCE in window.imbalances:
+        return REASON_DATA_IMBALANCE
+    return None
 
 
 @dataclass(frozen=True)
@@ -166,6 +184,11 @@ class JobWindow:
     window that holds several of them); a policy that waits for a window of settled steps
     waits this much longer."""
 
+    imbalances: tuple[str, ...] = ()
+    """The causes of the job's flagged imbalances (``stage_imbalance``, ``data_imbalance``;
+    the Collector's ``training.imbalance`` gauge). Neither is a rank arriving early or a rank
+    slower than the others: the policies decline while one is flagged, and say so."""
+
 
 @dataclass(frozen=True)
 class PolicyState:
@@ -234,6 +257,9 @@ def _typical_natural_waits(ranks: Mapping[int, RankWindow]) -> dict[int, float] 
 
 def decide(window: JobWindow, previous: PolicyState, params: PolicyParams) -> Decision:
     """The next decision for one job; see the module docstring and ``docs/pacing.md``."""
+    reason = declined(window)
+    if reason is not None:
+        return _off(reason, None)
     ranks = {r: w for r, w in window.ranks.items() if w.steps >= params.min_steps}
     if len(ranks) < params.min_ranks:
         return _off(REASON_INSUFFICIENT_RANKS, None)

@@ -43,7 +43,7 @@ from skewtrace._options import (
     positive,
 )
 from skewtrace.pacer.controller import Outcome
-from skewtrace.pacer.policy import JobWindow, RankWindow
+from skewtrace.pacer.policy import JobWindow, RankWindow, declined
 
 REASON_INSUFFICIENT_RANKS = "insufficient_ranks"
 REASON_INCOMPLETE = "incomplete"
@@ -173,6 +173,11 @@ def decide(
 ) -> RebalanceDecision:
     """The next rebalancing decision for one job; see the module docstring."""
     now = window.now
+    reason = declined(window)
+    if reason is not None:
+        # Shares are for ranks of stable, different speeds; a stage's partition or the data's
+        # lengths are not fixed by them (and would read as speeds). Shares stay as they are.
+        return _hold(previous, reason)
     judged = {r: w for r, w in window.ranks.items() if w.steps >= params.rebalance_min_steps}
     if len(judged) < 2:
         return _hold(previous, REASON_INSUFFICIENT_RANKS)

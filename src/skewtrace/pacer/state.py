@@ -49,7 +49,14 @@ _RANK_METRICS = {
 }
 # Known metrics the policy does not need: accepted quietly (not counted as unknown). Every
 # connector metric is known (the registry's list, so a new one needs no change here).
-_KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(_RANK_METRICS)
+_KNOWN_UNUSED = (
+    frozenset(semconv.CONNECTOR_METRICS) - frozenset(_RANK_METRICS) - {semconv.METRIC_IMBALANCE}
+)
+# The imbalances the Collector flags (gauge training.imbalance, by cause and stage): a delay or
+# a share of the batch cannot fix them, so the policies decline while one is flagged.
+IMBALANCE_CAUSES = (semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE)
+# Imbalance series kept per job (one per stage, and the data's).
+_MAX_IMBALANCES_PER_JOB = 64
 
 
 @dataclass
@@ -137,6 +144,11 @@ class _JobState:
     step_last_at: dict[int, float] = field(default_factory=dict)
     """When each rank's last step-duration delta arrived."""
     series: dict[_SeriesKey, _Series] = field(default_factory=dict)
+    imbalances: dict[tuple[str, str], bool] = field(default_factory=dict)
+    """(cause, stage) -> flagged, from the latest ``training.imbalance`` point of each. The
+    connector sends 1 while flagged and 0 once cleared, but an unchanged series only every
+    ``metrics_resend_interval``: the last value holds until the next (or the job is
+    forgotten)."""
 
 
 _SeriesKey = tuple[str, int, bytes]
@@ -224,6 +236,8 @@ class JobWindows:
     ) -> int:
         kind = _RANK_METRICS.get(metric.name)
         data_field = metric.WhichOneof("data")
+        if metric.name == semconv.METRIC_IMBALANCE:
+            return self._ingest_imbalance(metric, data_field, resource_attrs, now)
         if kind is None:
             points = _point_count(metric, data_field)
             if metric.name in _KNOWN_UNUSED:
@@ -338,6 +352,57 @@ class JobWindows:
             _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
         )
         return True
+
+    def _ingest_imbalance(
+        self,
+        metric: metrics_pb2.Metric,
+        data_field: str | None,
+        resource_attrs: Mapping[str, str],
+        now: float,
+    ) -> int:
+        """Take ``training.imbalance`` gauge points: whether each (cause, stage) of a job is
+        flagged. Returns how many were rejected."""
+        if data_field != "gauge":
+            points = _point_count(metric, data_field)
+            self.counters.points_invalid += points
+            return points
+        rejected = 0
+        for point in metric.gauge.data_points:
+            attrs = {**resource_attrs, **_attributes(point.attributes)}
+            job_id = attrs.get(semconv.JOB_ID, "")
+            cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
+            stage = attrs.get(semconv.PIPELINE_STAGE, "")
+            which = point.WhichOneof("value")
+            value = point.as_double if which == "as_double" else float(point.as_int)
+            if len(job_id) > MAX_VALUE_LENGTH or len(stage) > MAX_VALUE_LENGTH:
+                self.counters.points_too_long += 1
+                rejected += 1
+                continue
+            if (
+                not job_id
+                or cause not in IMBALANCE_CAUSES
+                or which is None
+                or not (math.isfinite(value))
+            ):
+                self.counters.points_invalid += 1
+                rejected += 1
+                continue
+            job = self._jobs.get(job_id)
+            if job is None:
+                if len(self._jobs) >= self.max_jobs:
+                    self.counters.points_over_job_limit += 1
+                    rejected += 1
+                    continue
+                job = self._jobs[job_id] = _JobState(last_seen=now)
+            key = (cause, stage)
+            if key not in job.imbalances and len(job.imbalances) >= _MAX_IMBALANCES_PER_JOB:
+                self.counters.points_over_series_limit += 1
+                rejected += 1
+                continue
+            job.imbalances[key] = value >= 1
+            job.last_seen = now
+            self.counters.points_accepted += 1
+        return rejected
 
     def _kept_buckets(
         self, kind: str, point: metrics_pb2.HistogramDataPoint
@@ -467,7 +532,8 @@ class JobWindows:
                 wait_top_sum_s=top,
                 wait_typical_s=_typical_wait(parts),
             )
-        return JobWindow(now=now, ranks=ranks, stretch_s=stretch)
+        imbalances = tuple(sorted({cause for (cause, _), on in job.imbalances.items() if on}))
+        return JobWindow(now=now, ranks=ranks, stretch_s=stretch, imbalances=imbalances)
 
     def record_decision(self, job_id: str, now: float, delays: Mapping[int, float]) -> None:
         """Remember what ranks were told, to add it back when estimating natural waits."""
