@@ -85,6 +85,7 @@ OP = semconv.prometheus_label(semconv.COLLECTIVE_OP)
 CAUSE = semconv.prometheus_label(semconv.STRAGGLER_CAUSE)
 STAGE = semconv.prometheus_label(semconv.PIPELINE_STAGE)
 KIND = semconv.prometheus_label(semconv.SUSPECT_KIND)
+ATTRIBUTION_KIND = semconv.prometheus_label(semconv.ATTRIBUTION_KIND)
 NAME = semconv.prometheus_label(semconv.SUSPECT_NAME)
 REASON = semconv.prometheus_label(semconv.REASON)
 IFACE = semconv.prometheus_label(semconv.NETWORK_INTERFACE)
@@ -691,6 +692,24 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
             8,
             {CAUSE: "cause", STAGE: "stage (-1: data)", JOB: "job"},
             value=("cost per step", "s"),
+        )
+    )
+    board.with_panel(
+        _timeseries(
+            "Where the step's time goes",
+            "What fixing one kind of work alone would save per step (the step replayed with "
+            "every instance of that kind at its reference, moving average): compute (every "
+            "rank's own work between its collectives: data, forward, backward, optimizer) or "
+            "a collective op's transfers (send_recv: pipeline messages). Savings do not add up.",
+            [
+                _promql(
+                    "A",
+                    f"max by ({JOB}, {ATTRIBUTION_KIND}) ({semconv.PROM_ATTRIBUTION}{{{IN_JOBS}}})",
+                    f"{_legend(ATTRIBUTION_KIND)} ({_legend(JOB)})",
+                )
+            ],
+            12,
+            unit="s",
         )
     )
     board.with_panel(

@@ -266,6 +266,7 @@ ONLY_ON_TROUBLE = {
     semconv.PROM_FIRST_CHANGE,  # `skewtrace timeline watch` explained a regression
     semconv.PROM_IMBALANCE,  # a pipeline stage or the data split is flagged imbalanced
     semconv.PROM_IMBALANCE_COST,  # what an imbalance costs
+    semconv.PROM_ATTRIBUTION,  # a step had a root cause (what each kind of work would save)
 }
 # Node telemetry of hardware this machine may not have: a GPU (NVML), RDMA ports, a qdisc that
 # keeps statistics (an interface with only `noqueue` has none).

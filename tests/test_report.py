@@ -564,6 +564,15 @@ def test_report_from_the_collector_in_chromium(collector_file: Path, tmp_path: P
     (verdict,) = with_class(page, "tr", "verdict")
     assert (verdict["data-rank"], verdict["data-cause"]) == ("11", "compute")
     assert with_class(page, "g", "flag-marker"), "no flag marker on the charts"
+    # The step replayed: fixing rank 11 alone saves the most of any rank, and its work is
+    # the kind of work to fix; the heatmap's row of rank 11 costs in most analyzed steps.
+    savings = with_class(page, "tr", "saving")
+    ranks = [r["data-what"] for r in savings if r["data-kind"] == "rank"]
+    work = [r["data-what"] for r in savings if r["data-kind"] == "work"]
+    assert ranks[:1] == ["rank 11"] and work[:1] == [semconv.ATTRIBUTION_COMPUTE], savings
+    assert [g for g in with_class(page, "g", "heat-row") if g["data-what"] == "rank 11"]
+    cells = [r for r in with_class(page, "rect", "heat") if r["data-what"] == "rank 11"]
+    assert len(cells) >= stats.steps_analyzed // 2, (len(cells), stats.steps_analyzed)
 
     png = tmp_path / "report.png"
     _run_chromium(
@@ -592,3 +601,9 @@ def test_report_names_a_slow_nic(collector_file: Path) -> None:
     ]
     (suspect,) = with_class(page, "tr", "suspect")
     assert suspect["data-suspect"] == "nic:node3/eth0"
+    # The step replayed: the NIC is the link to fix, and the collectives' transfers (the
+    # all-reduces crossing it) the kind of work.
+    savings = with_class(page, "tr", "saving")
+    assert "nic:node3/eth0" in [r["data-what"] for r in savings if r["data-kind"] == "link"]
+    work = [r["data-what"] for r in savings if r["data-kind"] == "work"]
+    assert work[:1] == [semconv.OP_ALL_REDUCE], savings

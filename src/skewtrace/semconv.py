@@ -99,6 +99,11 @@ EVENT_SUSPECT = "training.fabric.suspect"
 #: `training.imbalance.excess`, `training.imbalance.cost` (moving average) and
 #: `training.imbalance.fix`
 EVENT_IMBALANCE = "training.imbalance"
+#: training.attribution: what fixing one kind of work alone would save in this step (the step
+#: replayed with only that kind at its reference): `training.attribution.kind` and
+#: `training.attribution.saves`; written in steps with a root cause, for each kind that saves
+#: something
+EVENT_ATTRIBUTION = "training.attribution"
 
 # Events on the timeline.first_change span.
 #: training.change: one component whose signal changed before the regression:
@@ -306,6 +311,14 @@ IMBALANCE_COST = "training.imbalance.cost"
 #: training.imbalance.fix (string): what to change, in words ("moving about 19% of stage 3's
 #: work to stage 2 saves about 15% of the step")
 IMBALANCE_FIX = "training.imbalance.fix"
+#: training.attribution.kind (string): a kind of work: `compute` (every rank's own work between
+#: its collectives: data loading, forward, backward, optimizer) or a collective op
+#: (`training.collective.op`'s values; `send_recv` for point-to-point messages)
+ATTRIBUTION_KIND = "training.attribution.kind"
+#: training.attribution.saves (float s): seconds the replayed step is shorter with every
+#: instance of that kind of work at its reference and everything else as measured (the what-if
+#: analysis' S_t)
+ATTRIBUTION_SAVES = "training.attribution.saves"
 #: training.fabric.cost (float s): what a suspected link cost (this step's seconds, or the
 #: moving average)
 FABRIC_COST = "training.fabric.cost"
@@ -316,6 +329,10 @@ SUSPECT_NAME = "training.fabric.suspect.name"
 #: training.fabric.suspect.derived (bool): true when the suspect is named because flagged ranks
 #: share it, false when slow transfers located it
 SUSPECT_DERIVED = "training.fabric.suspect.derived"
+
+# Values of training.attribution.kind.
+#: the ranks' own work between collectives, at their peers' median (and their own history)
+ATTRIBUTION_COMPUTE = "compute"
 
 # Values of training.fabric.suspect.kind.
 #: a NIC of one host (`host.name` says which host): in every slow group and in no healthy one
@@ -350,6 +367,10 @@ METRIC_JOB_SLOWDOWN = "training.job.slowdown"
 #: training.replay.error (gauge, 1): The step replay's self-check: how far the replayed step,
 #: fed the measured durations, is from the measured one, as a fraction (moving average).
 METRIC_REPLAY_ERROR = "training.replay.error"
+#: training.attribution (gauge, s): Seconds per step that one kind of work at its reference
+#: would save the job (moving average over the analyzed steps, a step where it saves nothing
+#: counting 0): where to look first, by kind.
+METRIC_ATTRIBUTION = "training.attribution"
 #: training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is flagged: a pipeline
 #: stage longer than the mean stage (`stage_imbalance`, with its stage), or work split unevenly
 #: across data-parallel replicas (`data_imbalance`, stage -1).
@@ -387,6 +408,7 @@ PROM_STRAGGLER = "training_straggler_ratio"
 PROM_RANK_COST = "training_rank_cost_seconds"
 PROM_JOB_SLOWDOWN = "training_job_slowdown_ratio"
 PROM_REPLAY_ERROR = "training_replay_error_ratio"
+PROM_ATTRIBUTION = "training_attribution_seconds"
 PROM_IMBALANCE = "training_imbalance_ratio"
 PROM_IMBALANCE_COST = "training_imbalance_cost_seconds"
 PROM_FABRIC_SUSPECT = "training_fabric_suspect_ratio"
@@ -405,6 +427,7 @@ CONNECTOR_METRICS = (
     METRIC_RANK_COST,
     METRIC_JOB_SLOWDOWN,
     METRIC_REPLAY_ERROR,
+    METRIC_ATTRIBUTION,
     METRIC_IMBALANCE,
     METRIC_IMBALANCE_COST,
     METRIC_FABRIC_SUSPECT,

@@ -14,6 +14,7 @@ offsets are kept.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,11 @@ def parse_summary(span: FileSpan) -> StepSummary | None:
                 summary.flags.append(verdict)
         elif name == semconv.EVENT_SUSPECT:
             summary.suspects.append(_suspect(attrs))
+        elif name == semconv.EVENT_ATTRIBUTION:
+            kind = _str(attrs.get(semconv.ATTRIBUTION_KIND))
+            saves = _float(attrs.get(semconv.ATTRIBUTION_SAVES))
+            if kind and math.isfinite(saves) and saves > 0:
+                summary.attribution[kind] = summary.attribution.get(kind, 0.0) + saves
     return summary
 
 

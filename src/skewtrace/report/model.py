@@ -128,6 +128,9 @@ class StepSummary:
     suspects: list[FabricSuspect] = field(default_factory=list)
     imbalance_causes: list[Imbalance] = field(default_factory=list)
     imbalances: list[Imbalance] = field(default_factory=list)
+    attribution: dict[str, float] = field(default_factory=dict)
+    """Seconds fixing each kind of work alone would save in the step (``training.attribution``
+    events: ``compute`` or a collective op)."""
 
     @property
     def flagged(self) -> frozenset[int]:

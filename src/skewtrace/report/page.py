@@ -2,8 +2,9 @@
 external font, image or stylesheet), so it opens from a file on an offline machine.
 
 Order, most useful first: what the job is and what was read; the caller's run info; the
-verdict (flagged ranks and fabric suspects after the last analyzed step); the worst step
-as a waterfall; skew, lateness and step time over the run.
+verdict (flagged ranks and fabric suspects after the last analyzed step); the step replayed
+(actual against ideal, what fixing each rank, stage, link or kind of work saves, a heatmap;
+:mod:`.replay`); the worst step as a waterfall; skew, lateness and step time over the run.
 
 Machine-checkable hooks: ``section#verdicts table.flagged-ranks tr.verdict[data-rank]``
 (with ``data-cause``), ``section#waterfall svg.waterfall g.rank-row[data-rank]`` (see
@@ -17,6 +18,7 @@ import statistics
 
 from skewtrace.report.charts import lateness_chart, skew_chart, step_time_chart
 from skewtrace.report.model import InfoTable, ReportData, RunInfo, StepSummary, Waterfall
+from skewtrace.report.replay import replay_html
 from skewtrace.report.svg import CLEARED, FLAGGED, FLAGGED_BAND, esc, fmt_ms
 from skewtrace.report.waterfall import legend_html, waterfall_svg
 from skewtrace.version import __version__
@@ -390,6 +392,7 @@ def render_page(data: ReportData, *, generated_at: _dt.datetime | None = None) -
             _header(data),
             _run_info(data.run_info),
             _verdicts(data),
+            replay_html(data),
             _waterfall(data),
             _charts(data),
         ]

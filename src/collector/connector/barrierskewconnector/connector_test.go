@@ -739,6 +739,21 @@ func TestImbalanceAndReplayErrorGauges(t *testing.T) {
 	if c := costs.At(0).DoubleValue(); c <= 0.01 {
 		t.Errorf("imbalance cost %g s, want tens of ms per step", c)
 	}
+	// The attribution: fixing compute (the long stage's work, balanced) saves about what the
+	// imbalance costs; more than any op's transfers.
+	saves := map[any]float64{}
+	att := findMetric(t, md, semconv.MetricAttribution).Gauge().DataPoints()
+	for i := range att.Len() {
+		saves[attrs(att.At(i).Attributes())[semconv.AttrAttributionKind]] = att.At(i).DoubleValue()
+	}
+	for kind, v := range saves {
+		if kind != semconv.AttributionCompute && v >= saves[semconv.AttributionCompute] {
+			t.Errorf("attribution %v: %v saves more than compute", saves, kind)
+		}
+	}
+	if c := costs.At(0).DoubleValue(); saves[semconv.AttributionCompute] < 0.5*c {
+		t.Errorf("attribution %v: compute saves less than half of the imbalance's cost %g", saves, c)
+	}
 	errs := findMetric(t, md, semconv.MetricReplayError).Gauge().DataPoints()
 	if errs.Len() != 1 || errs.At(0).DoubleValue() > 0.02 {
 		t.Errorf("replay error points %d, value %g; want one below 0.02", errs.Len(),

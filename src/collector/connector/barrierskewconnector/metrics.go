@@ -52,6 +52,19 @@ type imbalanceGauge struct {
 	cost    float64
 }
 
+// attributionKey is one kind of work of one job.
+type attributionKey struct {
+	job  string
+	kind string
+}
+
+// attributionGauge is what one kind of work at its reference would save the job per step
+// (moving average).
+type attributionGauge struct {
+	updated time.Time
+	saves   float64
+}
+
 // jobName keys the per-job gauges.
 type jobName string
 
@@ -62,6 +75,8 @@ func (k hostKey) jobOf() string       { return k.job }
 func (k suspectKey) jobOf() string    { return k.job }
 func (k jobName) jobOf() string       { return string(k) }
 func (k imbalanceKey) jobOf() string  { return k.job }
+
+func (k attributionKey) jobOf() string { return k.job }
 
 // seriesKey is a series key that says which job it belongs to.
 type seriesKey interface {
@@ -150,6 +165,7 @@ type aggregator struct {
 	stragglers   map[rankKey]*rankStraggler
 	suspects     map[suspectKey]*suspectGauge
 	imbalances   map[imbalanceKey]*imbalanceGauge
+	attribution  map[attributionKey]*attributionGauge
 	jobs         map[jobName]*jobGauge
 	incomplete   map[collectiveKey]*incompleteCounter
 	missing      map[missingKey]*incompleteCounter
@@ -177,6 +193,7 @@ func newAggregator(cfg *Config) *aggregator {
 		stragglers:   make(map[rankKey]*rankStraggler),
 		suspects:     make(map[suspectKey]*suspectGauge),
 		imbalances:   make(map[imbalanceKey]*imbalanceGauge),
+		attribution:  make(map[attributionKey]*attributionGauge),
 		jobs:         make(map[jobName]*jobGauge),
 		byJob:        make(map[string]*jobSeries),
 		incomplete:   make(map[collectiveKey]*incompleteCounter),
@@ -364,6 +381,7 @@ func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult)
 		}
 	}
 	a.observeImbalances(now, res)
+	a.observeAttribution(now, res)
 	flagged := make(map[int]*diagnosis.RankFlag, len(res.Flagged))
 	for i := range res.Flagged {
 		flagged[res.Flagged[i].Rank] = &res.Flagged[i]
@@ -414,6 +432,33 @@ func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult)
 
 // replayErrorAlpha is the weight of a step in the replay error's moving average.
 const replayErrorAlpha = 0.2
+
+// attributionAlpha is the weight of a step in the attribution's moving averages: about the
+// flag window's worth of steps (diagnosis' costAlpha at the default window).
+const attributionAlpha = 2.0 / 9
+
+// observeAttribution moves each kind of work's saving for the job toward this step's (0 for
+// a kind the step does not name).
+func (a *aggregator) observeAttribution(now time.Time, res *diagnosis.StepResult) {
+	saves := make(map[string]float64, len(res.Attribution))
+	for _, sv := range res.Attribution {
+		saves[sv.Kind] += sv.Saves
+	}
+	for key, g := range a.attribution {
+		if key.job != res.Job {
+			continue
+		}
+		g.saves += attributionAlpha * (saves[key.kind] - g.saves)
+		g.updated = now
+		delete(saves, key.kind)
+	}
+	for kind, v := range saves {
+		if g := lookup(a, a.attribution, attributionKey{job: res.Job, kind: kind},
+			func() *attributionGauge { return &attributionGauge{} }); g != nil {
+			g.saves, g.updated = attributionAlpha*v, now
+		}
+	}
+}
 
 // observeImbalances sets the job's imbalance flags and costs after one step: the flagged
 // ones active with their cost, the others inactive at 0.
@@ -483,6 +528,7 @@ func (a *aggregator) expire(now time.Time) {
 	expireMap(a.suspects, cutoff, func(g *suspectGauge) time.Time { return g.updated })
 	expireMap(a.jobs, cutoff, func(g *jobGauge) time.Time { return g.updated })
 	expireMap(a.imbalances, cutoff, func(g *imbalanceGauge) time.Time { return g.updated })
+	expireMap(a.attribution, cutoff, func(g *attributionGauge) time.Time { return g.updated })
 	for job, js := range a.byJob {
 		if js.lastUsed.Before(cutoff) {
 			delete(a.byJob, job)
@@ -645,6 +691,26 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			dp.Attributes().PutStr(semconv.AttrJobID, string(job))
 			dp.SetTimestamp(ts)
 			dp.SetDoubleValue(a.jobs[job].replayError)
+		}
+	}
+	if len(a.attribution) > 0 {
+		m := metrics.AppendEmpty()
+		m.SetName(semconv.MetricAttribution)
+		m.SetDescription("Seconds per step that one kind of work at its reference would save " +
+			"the job (moving average over the analyzed steps).")
+		m.SetUnit("s")
+		points := m.SetEmptyGauge().DataPoints()
+		for _, key := range sortedKeys(a.attribution, func(x, y attributionKey) bool {
+			if x.job != y.job {
+				return x.job < y.job
+			}
+			return x.kind < y.kind
+		}) {
+			dp := points.AppendEmpty()
+			dp.Attributes().PutStr(semconv.AttrJobID, key.job)
+			dp.Attributes().PutStr(semconv.AttrAttributionKind, key.kind)
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(a.attribution[key].saves)
 		}
 	}
 	if len(a.imbalances) > 0 {

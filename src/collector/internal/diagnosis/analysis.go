@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
@@ -77,6 +78,9 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 
 	roots := m.whatIf(a, j, sd, candidates, located, threshold, exit,
 		&res)
+	if len(roots) > 0 {
+		res.Attribution = m.attribute(sd, exit, threshold, roots)
+	}
 	roots = append(roots, m.missing(j, sd, roots)...)
 	sort.SliceStable(roots, func(x, y int) bool { return roots[x].Cost > roots[y].Cost })
 	res.RootCauses = roots
@@ -376,4 +380,74 @@ func (m *model) carryOver(j *jobState, sd *stepData, exit float64) {
 			exit:    m.actualEnd[p] - exit,
 		}
 	}
+}
+
+// attributionFloor is the least a kind of work must save, as a fraction of the step's cost
+// threshold, to be listed (what saves less is the replay's rounding).
+const attributionFloor = 0.1
+
+// attribute replays the step with one kind of work at its reference at a time (the what-if
+// analysis' S_t): the ranks' own work between collectives (every gap at its reference: its
+// peers' median, balanced across replicas when the step's data was imbalanced and across
+// stages when a stage was), and each collective op's transfers (at their reference where the
+// link analysis has one). It runs after whatIf, whose idealT, balancedGap and stage scales
+// it reads.
+func (m *model) attribute(sd *stepData, exit, threshold float64, roots []RootCause) []Saving {
+	floor := attributionFloor * threshold
+	var out []Saving
+	n := len(m.order)
+	data, stages := false, false
+	for i := range roots {
+		data = data || roots[i].Cause == semconv.CauseDataImbalance
+		stages = stages || roots[i].Cause == semconv.CauseStageImbalance
+	}
+	for p := range n {
+		m.variantGap[p] = min(m.gap[p], m.refGap[p])
+		if data {
+			m.variantGap[p] = min(m.variantGap[p], m.balancedGap[p])
+		}
+	}
+	if stages {
+		for ri := range m.rankOf {
+			f := m.scale[m.stage[ri]]
+			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+				if m.pipelineWork(sd, int32(ri), p) {
+					m.variantGap[p] *= f
+				}
+			}
+		}
+	}
+	if saves := exit - m.simulate(sd, m.variantGap, m.replayT); saves >= floor {
+		out = append(out, Saving{Kind: semconv.AttributionCompute, Saves: saves})
+	}
+	// The op kinds with a transfer above its reference, in order of first appearance.
+	var kinds []string
+	for c := range sd.colls {
+		if m.idealT[c] < m.replayT[c] {
+			if k := opKind(&sd.colls[c]); !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	for _, kind := range kinds {
+		copy(m.variantT, m.replayT)
+		for c := range sd.colls {
+			if opKind(&sd.colls[c]) == kind {
+				m.variantT[c] = m.idealT[c]
+			}
+		}
+		if saves := exit - m.simulate(sd, m.gap, m.variantT); saves >= floor {
+			out = append(out, Saving{Kind: kind, Saves: saves})
+		}
+	}
+	sort.SliceStable(out, func(x, y int) bool { return out[x].Saves > out[y].Saves })
+	return out
+}
+
+// opKind is a collective's kind for attribution: its op, or send_recv for a message.
+func opKind(c *collRec) string {
+	if c.p2p {
+		return semconv.OpSendRecv
+	}
+	return c.op
 }

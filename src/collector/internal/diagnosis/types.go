@@ -179,6 +179,16 @@ type ImbalanceFlag struct {
 	Fix string
 }
 
+// Saving is what fixing one kind of work alone would save in a step: the step replayed with
+// every instance of that kind at its reference and everything else as measured.
+type Saving struct {
+	// Kind is semconv.AttributionCompute (the ranks' own work between collectives) or a
+	// collective op (semconv.OpSendRecv for point-to-point messages).
+	Kind string
+	// Saves is how much shorter the replayed step is, in seconds.
+	Saves float64
+}
+
 // RankFlag is a flagged rank's verdict.
 type RankFlag struct {
 	Rank int
@@ -224,6 +234,9 @@ type StepResult struct {
 	Suspects []SuspectFlag
 	// Imbalances flagged after this step.
 	Imbalances []ImbalanceFlag
+	// Attribution is what each kind of work at its reference alone would save in this step
+	// (only in steps with root causes; kinds that save nothing left out), largest first.
+	Attribution []Saving
 	// Slowdown is the job's moving average of Duration / WhatIf.
 	Slowdown float64
 	// Deferred marks a step whose flags (Flagged, Suspects, Imbalances, Slowdown) are left to

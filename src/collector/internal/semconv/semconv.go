@@ -131,6 +131,12 @@ const (
 	// `training.imbalance.excess`, `training.imbalance.cost` (moving average) and
 	// `training.imbalance.fix`
 	EventImbalance = "training.imbalance"
+
+	// EventAttribution is training.attribution: what fixing one kind of work alone would save in
+	// this step (the step replayed with only that kind at its reference):
+	// `training.attribution.kind` and `training.attribution.saves`; written in steps with a root
+	// cause, for each kind that saves something
+	EventAttribution = "training.attribution"
 )
 
 // Events on the timeline.first_change span.
@@ -435,6 +441,16 @@ const (
 	// 19% of stage 3's work to stage 2 saves about 15% of the step")
 	AttrImbalanceFix = "training.imbalance.fix"
 
+	// AttrAttributionKind is training.attribution.kind (string): a kind of work: `compute` (every
+	// rank's own work between its collectives: data loading, forward, backward, optimizer) or a
+	// collective op (`training.collective.op`'s values; `send_recv` for point-to-point messages)
+	AttrAttributionKind = "training.attribution.kind"
+
+	// AttrAttributionSaves is training.attribution.saves (float s): seconds the replayed step is
+	// shorter with every instance of that kind of work at its reference and everything else as
+	// measured (the what-if analysis' S_t)
+	AttrAttributionSaves = "training.attribution.saves"
+
 	// AttrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
 	// seconds, or the moving average)
 	AttrFabricCost = "training.fabric.cost"
@@ -449,6 +465,13 @@ const (
 	// AttrSuspectDerived is training.fabric.suspect.derived (bool): true when the suspect is named
 	// because flagged ranks share it, false when slow transfers located it
 	AttrSuspectDerived = "training.fabric.suspect.derived"
+)
+
+// Values of training.attribution.kind.
+const (
+	// AttributionCompute is "compute": the ranks' own work between collectives, at their peers'
+	// median (and their own history)
+	AttributionCompute = "compute"
 )
 
 // Values of training.fabric.suspect.kind.
@@ -502,6 +525,11 @@ const (
 	// the replayed step, fed the measured durations, is from the measured one, as a fraction
 	// (moving average).
 	MetricReplayError = "training.replay.error"
+
+	// MetricAttribution is training.attribution (gauge, s): Seconds per step that one kind of work
+	// at its reference would save the job (moving average over the analyzed steps, a step where it
+	// saves nothing counting 0): where to look first, by kind.
+	MetricAttribution = "training.attribution"
 
 	// MetricImbalance is training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is
 	// flagged: a pipeline stage longer than the mean stage (`stage_imbalance`, with its stage), or

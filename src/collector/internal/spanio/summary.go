@@ -102,6 +102,14 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 			putImbalance(a, rc.Cause, rc.Stage, rc.Ranks, rc.Excess, rc.Cost, rc.Fix)
 		}
 	}
+	for i := range res.Attribution {
+		sv := &res.Attribution[i]
+		ev := span.Events().AppendEmpty()
+		ev.SetName(semconv.EventAttribution)
+		ev.SetTimestamp(end)
+		ev.Attributes().PutStr(semconv.AttrAttributionKind, sv.Kind)
+		ev.Attributes().PutDouble(semconv.AttrAttributionSaves, sv.Saves)
+	}
 	for i := range res.Imbalances {
 		im := &res.Imbalances[i]
 		ev := span.Events().AppendEmpty()
@@ -266,6 +274,13 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 				Rank: rank, Topology: topologyOf(a), Cause: str(a, semconv.AttrStragglerCause),
 				Cost: double(a, semconv.AttrRankCost), Domain: str(a, semconv.AttrStragglerDomain),
 			})
+		case semconv.EventAttribution:
+			kind := str(a, semconv.AttrAttributionKind)
+			if kind == "" {
+				continue
+			}
+			out.Attribution = append(out.Attribution, diagnosis.Saving{Kind: kind,
+				Saves: double(a, semconv.AttrAttributionSaves)})
 		case semconv.EventImbalance:
 			cause := str(a, semconv.AttrStragglerCause)
 			if !isImbalance(cause) {

@@ -29,6 +29,8 @@ func TestStepResultRoundTripsThroughTheSummary(t *testing.T) {
 				Ranks: []int{5}, Fix: "split by tokens"},
 			{Rank: 2, Topology: topo, Cause: semconv.CauseCompute, Cost: 0.05, Stage: -1},
 		},
+		Attribution: []diagnosis.Saving{{Kind: semconv.AttributionCompute, Saves: 0.12},
+			{Kind: semconv.OpSendRecv, Saves: 0.04}},
 		Flagged: []diagnosis.RankFlag{{Rank: 9, Topology: topo, Cause: semconv.CauseNetwork,
 			Cost: 0.12, Domain: nic.ID()}},
 		Suspects: []diagnosis.SuspectFlag{{Suspect: nic, Cost: 0.12},
