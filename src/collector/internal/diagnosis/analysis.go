@@ -420,16 +420,25 @@ func (m *model) attribute(sd *stepData, exit, threshold float64, roots []RootCau
 	if saves := exit - m.simulate(sd, m.variantGap, m.replayT); saves >= floor {
 		out = append(out, Saving{Kind: semconv.AttributionCompute, Saves: saves})
 	}
-	// The op kinds with a transfer above its reference, in order of first appearance.
+	// The op kinds whose transfers exceed their references by at least floor in all (a
+	// replay cannot save more than the durations it shortens), in order of first appearance.
 	var kinds []string
+	var excess []float64
 	for c := range sd.colls {
-		if m.idealT[c] < m.replayT[c] {
-			if k := opKind(&sd.colls[c]); !slices.Contains(kinds, k) {
-				kinds = append(kinds, k)
+		if d := m.replayT[c] - m.idealT[c]; d > 0 {
+			k := opKind(&sd.colls[c])
+			i := slices.Index(kinds, k)
+			if i < 0 {
+				kinds, excess = append(kinds, k), append(excess, 0)
+				i = len(kinds) - 1
 			}
+			excess[i] += d
 		}
 	}
-	for _, kind := range kinds {
+	for i, kind := range kinds {
+		if excess[i] < floor {
+			continue
+		}
 		copy(m.variantT, m.replayT)
 		for c := range sd.colls {
 			if opKind(&sd.colls[c]) == kind {
