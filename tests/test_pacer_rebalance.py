@@ -127,7 +127,7 @@ def test_a_flagged_imbalance_holds_the_shares_and_says_why(cause: str) -> None:
     slow = {0: 0.10, 1: 0.05, 2: 0.05, 3: 0.05}
     moved = decide(window(10.0, slow), RebalanceState(), params)
     assert moved.reason == REASON_REBALANCED
-    flagged = replace(window(30.0, slow), imbalances=(cause,))
+    flagged = replace(window(30.0, slow), declines=(cause,))
     held = decide(flagged, moved.state, params)
     assert held.reason == cause and held.shares == moved.shares
     outcome = composed(params).decide(flagged, composed(params).initial_state())

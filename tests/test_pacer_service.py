@@ -769,6 +769,55 @@ def test_flagged_imbalance_is_declined_and_said(
     assert body["active"] is True and body["reason"] != cause, body
 
 
+def flag_gauge(name: str, attrs: dict[str, str | int], value: float) -> metrics_pb2.Metric:
+    metric = metrics_pb2.Metric(name=name, unit="1")
+    point = metric.gauge.data_points.add(time_unix_nano=START_NS, as_double=value)
+    point.attributes.extend(_kv(k, v) for k, v in attrs.items())
+    return metric
+
+
+def test_a_fault_of_the_fabric_is_declined_and_a_compute_flag_is_not(
+    service: PacerService, stub: Any, clock: FakeClock
+) -> None:
+    """Issue 23: a rank late because of its network (the demo's throttled NIC), or a suspected
+    part of the fabric, is not fixed by delaying the others: pacing declines while the
+    Collector flags one (reason fabric_fault). A rank flagged for its compute is what pacing
+    is for: still paced."""
+    job = SimulatedJob("job-f")
+    drive(service, stub, clock, [job], 10.0)
+    rank3 = {semconv.JOB_ID: "job-f", semconv.RANK: 3, semconv.HOST_NAME: "node1"}
+    compute = flag_gauge(
+        semconv.METRIC_STRAGGLER, {**rank3, semconv.STRAGGLER_CAUSE: semconv.CAUSE_COMPUTE}, 1
+    )
+    assert stub.Export(request(compute), timeout=5).partial_success.rejected_data_points == 0
+    drive(service, stub, clock, [job], 2.0)
+    assert get(service, "/v1/pacing?job=job-f")[1]["active"] is True
+
+    network = flag_gauge(
+        semconv.METRIC_STRAGGLER, {**rank3, semconv.STRAGGLER_CAUSE: semconv.CAUSE_NETWORK}, 1
+    )
+    stub.Export(request(network), timeout=5)
+    drive(service, stub, clock, [job], 2.0)
+    body = get(service, "/v1/pacing?job=job-f")[1]
+    assert body["active"] is False and body["reason"] == "fabric_fault", body
+
+    # The rank's network flag clears; a suspected NIC keeps the job declined on its own.
+    stub.Export(request(flag_gauge(semconv.METRIC_STRAGGLER, {**rank3,
+        semconv.STRAGGLER_CAUSE: semconv.CAUSE_NETWORK}, 0)), timeout=5)  # fmt: skip
+    nic = {
+        semconv.JOB_ID: "job-f",
+        semconv.SUSPECT_KIND: "nic",
+        semconv.SUSPECT_NAME: "eth0",
+        semconv.HOST_NAME: "node1",
+    }
+    stub.Export(request(flag_gauge(semconv.METRIC_FABRIC_SUSPECT, nic, 1)), timeout=5)
+    drive(service, stub, clock, [job], 2.0)
+    assert get(service, "/v1/pacing?job=job-f")[1]["reason"] == "fabric_fault"
+    stub.Export(request(flag_gauge(semconv.METRIC_FABRIC_SUSPECT, nic, 0)), timeout=5)
+    drive(service, stub, clock, [job], 10.0)
+    assert get(service, "/v1/pacing?job=job-f")[1]["active"] is True
+
+
 def test_bad_imbalance_points_are_rejected(service: PacerService, stub: Any) -> None:
     metric = imbalance_gauge("job-x", "not_a_cause", 0, 1.0)
     response = stub.Export(request(metric), timeout=5)

@@ -55,15 +55,18 @@ wait, and the fix is a partition of the layers (the verdict's ``training.imbalan
 REASON_DATA_IMBALANCE = semconv.CAUSE_DATA_IMBALANCE
 """Declined: the slowest replica changes from step to step with the data; no rank is early
 persistently, and a balanced split of each global batch (by tokens) is the fix."""
+REASON_FABRIC_FAULT = "fabric_fault"
+"""Declined: the Collector flags a rank for its network, or suspects a NIC, host, uplink or
+switch. The late rank waits on a slow link; delaying the others does not make it faster (the
+demo's throttled NIC lost 7.5% of throughput to pacing)."""
 
 
 def declined(window: JobWindow) -> str | None:
     """The reason a controller policy stays out of a job whose delay it cannot fix (a flagged
-    imbalance: stage first), or None."""
-    if REASON_STAGE_IMBALANCE in window.imbalances:
-        return REASON_STAGE_IMBALANCE
-    if REASON_DATA_IMBALANCE in window.imbalances:
-        return REASON_DATA_IMBALANCE
+    imbalance, stage first; a fault of the fabric), or None."""
+    for reason in (REASON_STAGE_IMBALANCE, REASON_DATA_IMBALANCE, REASON_FABRIC_FAULT):
+        if reason in window.declines:
+            return reason
     return None
 
 
@@ -184,10 +187,11 @@ class JobWindow:
     window that holds several of them); a policy that waits for a window of settled steps
     waits this much longer."""
 
-    imbalances: tuple[str, ...] = ()
-    """The causes of the job's flagged imbalances (``stage_imbalance``, ``data_imbalance``;
-    the Collector's ``training.imbalance`` gauge). Neither is a rank arriving early or a rank
-    slower than the others: the policies decline while one is flagged, and say so."""
+    declines: tuple[str, ...] = ()
+    """What the Collector flags in the job that no delay or share fixes: ``stage_imbalance``,
+    ``data_imbalance`` (its ``training.imbalance`` gauge), ``fabric_fault`` (a rank flagged for
+    its network, or a suspected part of the fabric). The policies decline while one is
+    flagged, and say so."""
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,49 @@ _RANK_METRICS = {
 }
 # Known metrics the policy does not need: accepted quietly (not counted as unknown). Every
 # connector metric is known (the registry's list, so a new one needs no change here).
-_KNOWN_UNUSED = (
-    frozenset(semconv.CONNECTOR_METRICS) - frozenset(_RANK_METRICS) - {semconv.METRIC_IMBALANCE}
-)
-# The imbalances the Collector flags (gauge training.imbalance, by cause and stage): a delay or
-# a share of the batch cannot fix them, so the policies decline while one is flagged.
+_KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(_RANK_METRICS)
+
 IMBALANCE_CAUSES = (semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE)
-# Imbalance series kept per job (one per stage, and the data's).
-_MAX_IMBALANCES_PER_JOB = 64
+
+DECLINE_FABRIC = "fabric_fault"
+"""The reason a policy declines a job while the Collector flags one of its ranks for its
+network or suspects a part of the fabric: a delay on the other ranks does not make a link
+faster."""
+
+DECLINE_METRICS = frozenset(
+    {semconv.METRIC_IMBALANCE, semconv.METRIC_STRAGGLER, semconv.METRIC_FABRIC_SUSPECT}
+)
+"""The Collector's flag gauges the policies read to decline a job (1 while flagged, 0 once
+cleared): an imbalance (``stage_imbalance``, ``data_imbalance``), a rank flagged for its
+network, a suspected part of the fabric."""
+
+# Flag series kept per job (one per stage, per rank flagged for its network, per suspect).
+_MAX_FLAGS_PER_JOB = 256
+
+
+def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
+    """(reason, key) of one flag gauge point: the reason the policies decline for ("" for a
+    flag they do not decline for), and the key of its series in the job; None when the point
+    lacks what its metric must carry."""
+    if metric == semconv.METRIC_IMBALANCE:
+        cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
+        stage = attrs.get(semconv.PIPELINE_STAGE, "")
+        if cause not in IMBALANCE_CAUSES or len(stage) > MAX_VALUE_LENGTH:
+            return None
+        return cause, (metric, cause, stage)
+    if metric == semconv.METRIC_STRAGGLER:
+        rank = attrs.get(semconv.RANK, "")
+        cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
+        if _parse_rank(rank) is None or not cause or len(cause) > MAX_VALUE_LENGTH:
+            return None
+        reason = DECLINE_FABRIC if cause == semconv.CAUSE_NETWORK else ""
+        return reason, (metric, rank, cause)
+    name = attrs.get(semconv.SUSPECT_NAME, "")
+    kind = attrs.get(semconv.SUSPECT_KIND, "")
+    host = attrs.get(semconv.HOST_NAME, "")
+    if not name or not kind or max(len(name), len(kind), len(host)) > MAX_VALUE_LENGTH:
+        return None
+    return DECLINE_FABRIC, (metric, kind, name, host)
 
 
 @dataclass
@@ -144,11 +179,11 @@ class _JobState:
     step_last_at: dict[int, float] = field(default_factory=dict)
     """When each rank's last step-duration delta arrived."""
     series: dict[_SeriesKey, _Series] = field(default_factory=dict)
-    imbalances: dict[tuple[str, str], bool] = field(default_factory=dict)
-    """(cause, stage) -> flagged, from the latest ``training.imbalance`` point of each. The
-    connector sends 1 while flagged and 0 once cleared, but an unchanged series only every
-    ``metrics_resend_interval``: the last value holds until the next (or the job is
-    forgotten)."""
+    flags: dict[tuple[str, ...], tuple[str, bool]] = field(default_factory=dict)
+    """The Collector's flags the policies decline for (:data:`DECLINE_METRICS`): series key ->
+    (reason, flagged now), from the latest point of each. The connector sends 1 while flagged
+    and 0 once cleared, but an unchanged series only every ``metrics_resend_interval``: the
+    last value holds until the next (or the job is forgotten)."""
 
 
 _SeriesKey = tuple[str, int, bytes]
@@ -236,8 +271,8 @@ class JobWindows:
     ) -> int:
         kind = _RANK_METRICS.get(metric.name)
         data_field = metric.WhichOneof("data")
-        if metric.name == semconv.METRIC_IMBALANCE:
-            return self._ingest_imbalance(metric, data_field, resource_attrs, now)
+        if metric.name in DECLINE_METRICS:
+            return self._ingest_flags(metric, data_field, resource_attrs, now)
         if kind is None:
             points = _point_count(metric, data_field)
             if metric.name in _KNOWN_UNUSED:
@@ -353,15 +388,16 @@ class JobWindows:
         )
         return True
 
-    def _ingest_imbalance(
+    def _ingest_flags(
         self,
         metric: metrics_pb2.Metric,
         data_field: str | None,
         resource_attrs: Mapping[str, str],
         now: float,
     ) -> int:
-        """Take ``training.imbalance`` gauge points: whether each (cause, stage) of a job is
-        flagged. Returns how many were rejected."""
+        """Take the Collector's flag gauges that make the policies decline a job (see
+        :data:`DECLINE_METRICS`): whether each flagged thing of a job is flagged now. Returns
+        how many points were rejected."""
         if data_field != "gauge":
             points = _point_count(metric, data_field)
             self.counters.points_invalid += points
@@ -370,22 +406,22 @@ class JobWindows:
         for point in metric.gauge.data_points:
             attrs = {**resource_attrs, **_attributes(point.attributes)}
             job_id = attrs.get(semconv.JOB_ID, "")
-            cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
-            stage = attrs.get(semconv.PIPELINE_STAGE, "")
             which = point.WhichOneof("value")
             value = point.as_double if which == "as_double" else float(point.as_int)
-            if len(job_id) > MAX_VALUE_LENGTH or len(stage) > MAX_VALUE_LENGTH:
+            if len(job_id) > MAX_VALUE_LENGTH:
                 self.counters.points_too_long += 1
                 rejected += 1
                 continue
-            if (
-                not job_id
-                or cause not in IMBALANCE_CAUSES
-                or which is None
-                or not (math.isfinite(value))
-            ):
+            found = _decline_of(metric.name, attrs)
+            if not job_id or found is None or which is None or not math.isfinite(value):
                 self.counters.points_invalid += 1
                 rejected += 1
+                continue
+            reason, key = found
+            if not reason:
+                # A flag of a kind no policy declines for (a rank late for its compute):
+                # the policies act on it from the waits.
+                self.counters.points_unused += 1
                 continue
             job = self._jobs.get(job_id)
             if job is None:
@@ -394,12 +430,11 @@ class JobWindows:
                     rejected += 1
                     continue
                 job = self._jobs[job_id] = _JobState(last_seen=now)
-            key = (cause, stage)
-            if key not in job.imbalances and len(job.imbalances) >= _MAX_IMBALANCES_PER_JOB:
+            if key not in job.flags and len(job.flags) >= _MAX_FLAGS_PER_JOB:
                 self.counters.points_over_series_limit += 1
                 rejected += 1
                 continue
-            job.imbalances[key] = value >= 1
+            job.flags[key] = (reason, value >= 1)
             job.last_seen = now
             self.counters.points_accepted += 1
         return rejected
@@ -532,8 +567,8 @@ class JobWindows:
                 wait_top_sum_s=top,
                 wait_typical_s=_typical_wait(parts),
             )
-        imbalances = tuple(sorted({cause for (cause, _), on in job.imbalances.items() if on}))
-        return JobWindow(now=now, ranks=ranks, stretch_s=stretch, imbalances=imbalances)
+        declines = tuple(sorted({reason for reason, on in job.flags.values() if on}))
+        return JobWindow(now=now, ranks=ranks, stretch_s=stretch, declines=declines)
 
     def record_decision(self, job_id: str, now: float, delays: Mapping[int, float]) -> None:
         """Remember what ranks were told, to add it back when estimating natural waits."""
