@@ -118,6 +118,9 @@ class SimulatedJob:
     overlapping: bool = False
     applies_delays: bool = True
     """Closed loop: the ranks apply the pacer's delays (as PacingClient would)."""
+    paced_effect: float = 0.0
+    """What the delays do to the step time: while any is applied the step is this fraction
+    shorter (negative: longer), as pacing that keeps traffic apart would (or would not)."""
     delays: dict[int, float] = field(default_factory=dict)
     totals: dict[tuple[str, int], list[Any]] = field(default_factory=dict)
 
@@ -143,7 +146,9 @@ class SimulatedJob:
             n = self.collectives_per_step
             rest = [wait] * (n - 1) if self.overlapping else [0.0] * (n - 1)
             rest_late = [lateness] * (n - 1) if self.overlapping else [0.0] * (n - 1)
-            self._add(semconv.METRIC_STEP_DURATION, rank, [self.step_s], steps)
+            paced = any(d > 0 for d in applied.values())
+            step_s = self.step_s * (1 - self.paced_effect) if paced else self.step_s
+            self._add(semconv.METRIC_STEP_DURATION, rank, [step_s], steps)
             self._add(semconv.METRIC_RANK_WAIT, rank, [wait, *rest], steps)
             self._add(semconv.METRIC_RANK_LATENESS, rank, [lateness, *rest_late], steps)
 
@@ -825,3 +830,39 @@ def test_bad_imbalance_points_are_rejected(service: PacerService, stub: Any) -> 
     wrong_kind = metrics_pb2.Metric(name=semconv.METRIC_IMBALANCE)
     wrong_kind.sum.data_points.add(as_double=1.0)
     assert stub.Export(request(wrong_kind), timeout=5).partial_success.rejected_data_points == 1
+
+
+def test_pacing_is_kept_where_it_pays_and_backs_off_where_it_does_not(
+    clock: FakeClock, reader: InMemoryMetricReader
+) -> None:
+    """Issue 23, do no harm: two jobs with the same straggler, where the delays shorten the
+    step by 10% and where they lengthen it by 5%. Over three paced/unpaced pairs of 5 s
+    phases the pacer measures both effects, keeps pacing the first and turns the second off
+    with reason no_gain; the effect is on the decision body and the controller's gauge."""
+    svc = _start(
+        clock,
+        reader,
+        job_timeout_s=120.0,
+        policy=PolicyParams(effect_pairs=3, effect_phase_s=5.0, effect_backoff_s=300.0),
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+    try:
+        stub = metrics_service_pb2_grpc.MetricsServiceStub(channel)
+        jobs = [SimulatedJob("helps", paced_effect=0.10), SimulatedJob("harms", paced_effect=-0.05)]
+        drive(svc, stub, clock, jobs, 45.0)
+        helps = get(svc, "/v1/pacing?job=helps")[1]
+        harms = get(svc, "/v1/pacing?job=harms")[1]
+        points = _points(reader)
+    finally:
+        channel.close()
+        svc.stop()
+    assert helps["active"] is True and helps["delays"], helps
+    assert helps["effect"]["state"] == "kept" and helps["effect"]["low"] > 0, helps
+    assert helps["effect"]["gain"] == pytest.approx(0.10, abs=0.03), helps
+    assert harms["active"] is False and harms["reason"] == "no_gain" and not harms["delays"]
+    assert harms["effect"]["state"] == "no_gain", harms
+    assert harms["effect"]["gain"] == pytest.approx(-0.05, abs=0.03), harms
+    effect = {
+        p.attributes[semconv.JOB_ID]: p.value for p in points[semconv.METRIC_CONTROLLER_EFFECT]
+    }
+    assert effect == {"helps": helps["effect"]["gain"], "harms": harms["effect"]["gain"]}

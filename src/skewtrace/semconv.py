@@ -655,6 +655,8 @@ METRIC_FIRST_CHANGE = "training.first_change"
 PROM_FIRST_CHANGE = "training_first_change_seconds"
 
 # Data point attributes of the training process's own metrics.
+#: skewtrace.controller.policy (string): the controller policy a figure is about (`pacing`)
+CONTROLLER_POLICY = "skewtrace.controller.policy"
 #: reason (string): why the counted items were dropped, refused or rejected; the values depend
 #: on the metric: `buffer_full`, `no_job_id` (no job id could be had: the rank's spans are
 #: dropped) and `no_identity` on `skewtrace.events.dropped`, and those in the notes of
@@ -665,6 +667,11 @@ REASON = "reason"
 # Metrics from the pacer.
 #: skewtrace.pacing.active (gauge 0/1, 1): 1 while pacing is on for the job
 METRIC_PACING_ACTIVE = "skewtrace.pacing.active"
+#: skewtrace.controller.effect (gauge, 1): What the policy's decisions did to the job's step
+#: time, measured by alternating phases with them published and withheld: the mean gain as a
+#: fraction of the step time (positive: shorter steps), from the latest experiment; absent
+#: before the first pair
+METRIC_CONTROLLER_EFFECT = "skewtrace.controller.effect"
 #: skewtrace.pacing.delay (gauge, s): Current pacing delay per rank
 METRIC_PACING_DELAY = "skewtrace.pacing.delay"
 #: skewtrace.rebalance.share (gauge, 1): Current share of the global batch per rank (`--policy
@@ -684,6 +691,7 @@ METRIC_PACER_HTTP_REFUSED = "skewtrace.pacer.http.requests.refused"
 
 # Their Prometheus names (histograms add HISTOGRAM_SERIES).
 PROM_PACING_ACTIVE = "skewtrace_pacing_active_ratio"
+PROM_CONTROLLER_EFFECT = "skewtrace_controller_effect_ratio"
 PROM_PACING_DELAY = "skewtrace_pacing_delay_seconds"
 PROM_REBALANCE_SHARE = "skewtrace_rebalance_share_ratio"
 PROM_PACING_DECISIONS = "skewtrace_pacing_decisions_total"

@@ -1,6 +1,8 @@
 """The controller policies a job can be given (``skewtrace pacer --policy NAME[,NAME]``).
 
-- ``pacing`` (:mod:`skewtrace.pacer.policy`): delays ranks that persistently arrive early.
+- ``pacing`` (:mod:`skewtrace.pacer.policy`): delays ranks that persistently arrive early,
+  kept only while its measured effect on the step time is a real gain
+  (:mod:`skewtrace.pacer.effect`).
 - ``rebalance`` (:mod:`skewtrace.pacer.rebalance`): each rank's share of the global batch.
 - ``pacing,rebalance``: both, composed by :class:`ComposedPolicy`.
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skewtrace.pacer.controller import ControllerPolicy, Outcome
+from skewtrace.pacer.effect import EffectGuard
 from skewtrace.pacer.policy import JobWindow, PacingPolicy, PolicyParams
 from skewtrace.pacer.rebalance import (
     REASON_RANKS_CHANGED,
@@ -40,7 +43,7 @@ class PolicyConfig:
 
 
 POLICIES: dict[str, Callable[[PolicyConfig], ControllerPolicy]] = {
-    PACING: lambda config: PacingPolicy(config.pacing),
+    PACING: lambda config: EffectGuard(PacingPolicy(config.pacing), config.pacing),
     REBALANCE: lambda config: RebalancePolicy(config.rebalance),
 }
 """Every policy by its ``--policy`` name."""
@@ -74,7 +77,10 @@ def build_policy(names: str, config: PolicyConfig) -> ControllerPolicy:
     if len(chosen) == 1:
         return POLICIES[chosen[0]](config)
     if chosen == [PACING, REBALANCE]:
-        return ComposedPolicy(PacingPolicy(config.pacing), RebalancePolicy(config.rebalance))
+        return ComposedPolicy(
+            EffectGuard(PacingPolicy(config.pacing), config.pacing),
+            RebalancePolicy(config.rebalance),
+        )
     raise ValueError(f"no composition of {names}")
 
 
@@ -95,7 +101,7 @@ class ComposedPolicy:
 
     name = f"{PACING},{REBALANCE}"
 
-    def __init__(self, pacing: PacingPolicy, rebalance: RebalancePolicy) -> None:
+    def __init__(self, pacing: ControllerPolicy, rebalance: RebalancePolicy) -> None:
         self.pacing = pacing
         self.rebalance = rebalance
 

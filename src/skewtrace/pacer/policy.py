@@ -124,6 +124,25 @@ class PolicyParams:
     turns off: its delay is being absorbed (applied where it cannot move the rank's arrival)
     and only costs every rank time."""
 
+    effect_pairs: int = option(3, parse=integer, check=at_least(0))
+    """Do no harm, measured: while pacing would be on, alternate phases with its delays
+    published and withheld, and keep pacing only when this many paced/unpaced pairs show a
+    real gain in step time (docs/pacing.md, 'Its own effect'); 0: no measurement."""
+
+    effect_phase_s: float = option(10.0, check=positive, seconds=True)
+    """Length of each paced or unpaced phase (a job's stretched window adds to it): it must
+    hold the window and the ranks' lag (a poll, a flush), so keep it above window_s + 3 s."""
+
+    effect_min_gain: float = option(0.0, check=non_negative)
+    """Pacing stays on only when the lower confidence bound (one-sided 90%) of its measured
+    gain in step time, as a fraction, is above this."""
+
+    effect_backoff_s: float = option(600.0, check=positive, seconds=True)
+    """After a measurement without a real gain, pacing stays off this long (reason no_gain)."""
+
+    effect_recheck_s: float = option(300.0, check=positive, seconds=True)
+    """After a measurement with a real gain, pacing is measured again this long later."""
+
     def __post_init__(self) -> None:
         check_fields(self)
         if self.deactivate_threshold >= self.activate_threshold:

@@ -60,6 +60,7 @@ from skewtrace.pacer.otlp_receiver import (
 )
 from skewtrace.pacer.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
 from skewtrace.pacer.policies import (
+    PACING,
     REBALANCE,
     PolicyConfig,
     build_policy,
@@ -501,6 +502,12 @@ class PacerService:
             unit="1",
             description="Current share of the global batch per rank, while shares are published",
         )
+        meter.create_observable_gauge(
+            semconv.METRIC_CONTROLLER_EFFECT,
+            callbacks=[self._observe_effect],
+            unit="1",
+            description="Measured gain in the job's step time from the policy's decisions",
+        )
         self._decisions_counter = meter.create_counter(
             semconv.METRIC_PACING_DECISIONS,
             unit="1",
@@ -540,6 +547,16 @@ class PacerService:
                     Observation(delay, {semconv.JOB_ID: job, semconv.RANK: int(rank)})
                 )
         return observations
+
+    def _observe_effect(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(
+                body["effect"]["gain"],
+                {semconv.JOB_ID: job, semconv.CONTROLLER_POLICY: PACING},
+            )
+            for job, body in self._decisions_snapshot().items()
+            if body.get("effect", {}).get("pairs")
+        ]
 
     def _observe_shares(self, options: CallbackOptions) -> Iterable[Observation]:
         return [

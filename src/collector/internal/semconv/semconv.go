@@ -847,6 +847,10 @@ const (
 
 // Data point attributes of the training process's own metrics.
 const (
+	// AttrControllerPolicy is skewtrace.controller.policy (string): the controller policy a figure
+	// is about (`pacing`)
+	AttrControllerPolicy = "skewtrace.controller.policy"
+
 	// AttrReason is reason (string): why the counted items were dropped, refused or rejected; the
 	// values depend on the metric: `buffer_full`, `no_job_id` (no job id could be had: the rank's
 	// spans are dropped) and `no_identity` on `skewtrace.events.dropped`, and those in the notes
@@ -860,6 +864,12 @@ const (
 	// MetricPacingActive is skewtrace.pacing.active (gauge 0/1, 1): 1 while pacing is on for the
 	// job
 	MetricPacingActive = "skewtrace.pacing.active"
+
+	// MetricControllerEffect is skewtrace.controller.effect (gauge, 1): What the policy's
+	// decisions did to the job's step time, measured by alternating phases with them published and
+	// withheld: the mean gain as a fraction of the step time (positive: shorter steps), from the
+	// latest experiment; absent before the first pair
+	MetricControllerEffect = "skewtrace.controller.effect"
 
 	// MetricPacingDelay is skewtrace.pacing.delay (gauge, s): Current pacing delay per rank
 	MetricPacingDelay = "skewtrace.pacing.delay"

@@ -1,0 +1,202 @@
+"""Do no harm, measured: the controller's estimate of what pacing does to a job's throughput.
+
+A delay on an early rank is meant to cost nothing (the rank would have waited anyway) and to
+gain something (traffic that no longer collides). Whether it does depends on the job and the
+fabric, and every measurement before this module found pacing costing throughput. So while the
+pacing policy would pace a job, :class:`EffectGuard` runs an experiment on it:
+
+- phases of ``effect_phase_s`` (plus the job's window stretch), alternately with the policy's
+  delays published (``on``) and withheld (``off``: no delays, ``active`` false, reason
+  ``measuring``). At the end of each phase the job's mean step time over the window (the
+  phase's last steps: the phase outlasts the window and the ranks' lag) is read;
+- each on/off pair gives a gain ``g = (T_off - T_on) / T_off`` (a fraction of the step time:
+  positive when pacing shortens the step, i.e. raises throughput);
+- after ``effect_pairs`` pairs, the mean gain and its one-sided 90% lower confidence bound
+  (Student's t over the pairs) decide. Above ``effect_min_gain``, pacing stays on (``kept``)
+  and is measured again after ``effect_recheck_s``. Otherwise pacing is off for
+  ``effect_backoff_s`` with reason ``no_gain``: the policy's decisions are not published.
+
+The measured effect is on the decision body (``effect``: state, gain, low, high, pairs) and is
+the ``skewtrace.controller.effect`` gauge (job, policy). Pure, like the policies: no I/O, no
+clock reads.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from skewtrace.pacer.controller import ControllerPolicy, Outcome
+from skewtrace.pacer.policy import JobWindow, PolicyParams
+
+REASON_MEASURING = "measuring"
+"""Pacing withheld for one phase of the experiment (its delays are not published)."""
+REASON_NO_GAIN = "no_gain"
+"""Pacing off: the last experiment found no real gain (see ``effect`` on the body)."""
+
+STATE_MEASURING = "measuring"
+STATE_KEPT = "kept"
+STATE_NO_GAIN = "no_gain"
+
+# One-sided 90% Student's t quantiles by degrees of freedom (pairs - 1); beyond: the normal.
+_T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}
+_Z90 = 1.282
+
+
+@dataclass(frozen=True)
+class EffectEstimate:
+    """What the experiment measured: the mean gain in step time and its 90% bounds."""
+
+    gain: float
+    low: float
+    high: float
+    pairs: int
+
+    def as_dict(self, state: str) -> dict[str, Any]:
+        """The body's ``effect`` (bounds null until two pairs are measured)."""
+
+        def bound(value: float) -> float | None:
+            return round(value, 4) if math.isfinite(value) else None
+
+        return {
+            "state": state,
+            "gain": round(self.gain, 4),
+            "low": bound(self.low),
+            "high": bound(self.high),
+            "pairs": self.pairs,
+        }
+
+
+def estimate(gains: tuple[float, ...]) -> EffectEstimate:
+    """The mean of the pairs' gains with its one-sided 90% bounds (none below two pairs:
+    the bounds are then infinite)."""
+    n = len(gains)
+    mean = statistics.fmean(gains) if gains else 0.0
+    if n < 2:
+        return EffectEstimate(mean, -math.inf, math.inf, n)
+    half = _T90.get(n - 1, _Z90) * statistics.stdev(gains) / math.sqrt(n)
+    return EffectEstimate(mean, mean - half, mean + half, n)
+
+
+def step_time(window: JobWindow) -> float | None:
+    """The job's mean step time over the window (None without steps)."""
+    steps = sum(w.steps for w in window.ranks.values())
+    if steps == 0:
+        return None
+    total = sum(w.step_time_sum_s for w in window.ranks.values()) / steps
+    return total if math.isfinite(total) and total > 0 else None
+
+
+@dataclass(frozen=True)
+class EffectState:
+    """The guard's state beside the policy's own (``inner``)."""
+
+    inner: Any
+    mode: str = "idle"
+    """idle (nothing paced), on / off (the experiment's phases), kept, backoff."""
+    since: float = 0.0
+    """When the current mode or phase began."""
+    until: float = 0.0
+    """kept: when to measure again; backoff: when to let the policy decide again."""
+    t_on: float | None = None
+    """The step time read at the end of the current pair's on phase."""
+    gains: tuple[float, ...] = ()
+    judged: EffectEstimate | None = None
+    """The last experiment's estimate."""
+    judged_state: str = ""
+
+
+class EffectGuard:
+    """Wraps the pacing policy (alone, or inside the composition): see the module docstring."""
+
+    def __init__(self, inner: ControllerPolicy, params: PolicyParams) -> None:
+        self.inner = inner
+        self.params = params
+        self.name = inner.name
+
+    def initial_state(self) -> EffectState:
+        return EffectState(inner=self.inner.initial_state())
+
+    def decide(self, window: JobWindow, previous: EffectState) -> Outcome:
+        out = self.inner.decide(window, previous.inner)
+        state = replace(previous, inner=out.state)
+        if self.params.effect_pairs == 0:
+            return replace(out, state=state)
+        now = window.now
+        paces = out.active and any(d > 0 for d in out.delays.values())
+        if state.mode == "backoff":
+            if now < state.until:
+                return self._withheld(out, state, REASON_NO_GAIN)
+            state = replace(state, mode="idle")
+        if not paces:
+            if state.mode in ("on", "off"):
+                # Pacing stopped by itself mid-experiment: nothing left to measure.
+                state = replace(state, mode="idle", gains=(), t_on=None)
+            return self._with_effect(out, state)
+        if state.mode == "kept" and now < state.until:
+            return self._with_effect(out, state)
+        if state.mode in ("idle", "kept"):
+            state = replace(state, mode="on", since=now, gains=(), t_on=None)
+        phase = self.params.effect_phase_s + window.stretch_s
+        if state.mode == "on":
+            if now - state.since < phase:
+                return self._with_effect(out, state)
+            state = replace(state, mode="off", since=now, t_on=step_time(window))
+            return self._withheld(out, state, REASON_MEASURING)
+        # mode == "off"
+        if now - state.since < phase:
+            return self._withheld(out, state, REASON_MEASURING)
+        t_off = step_time(window)
+        gains = state.gains
+        if state.t_on is not None and t_off is not None:
+            gains = (*gains, (t_off - state.t_on) / t_off)
+        if len(gains) < self.params.effect_pairs:
+            state = replace(state, mode="on", since=now, gains=gains, t_on=None)
+            return self._with_effect(out, state)
+        judged = estimate(gains)
+        if judged.low > self.params.effect_min_gain:
+            state = replace(
+                state,
+                mode="kept",
+                since=now,
+                until=now + self.params.effect_recheck_s,
+                gains=(),
+                t_on=None,
+                judged=judged,
+                judged_state=STATE_KEPT,
+            )
+            return self._with_effect(out, state)
+        state = replace(
+            state,
+            mode="backoff",
+            since=now,
+            until=now + self.params.effect_backoff_s,
+            gains=(),
+            t_on=None,
+            judged=judged,
+            judged_state=STATE_NO_GAIN,
+        )
+        return self._withheld(out, state, REASON_NO_GAIN)
+
+    def _effect_info(self, state: EffectState) -> dict[str, Any]:
+        if state.mode in ("on", "off"):
+            return {"effect": estimate(state.gains).as_dict(STATE_MEASURING)}
+        if state.judged is not None:
+            return {"effect": state.judged.as_dict(state.judged_state)}
+        return {}
+
+    def _with_effect(self, out: Outcome, state: EffectState) -> Outcome:
+        return replace(out, state=state, info={**out.info, **self._effect_info(state)})
+
+    def _withheld(self, out: Outcome, state: EffectState, reason: str) -> Outcome:
+        """The policy's outcome with its delays not published."""
+        return replace(
+            out,
+            reason=reason,
+            state=state,
+            active=False,
+            delays=dict.fromkeys(out.delays, 0.0),
+            info={**out.info, **self._effect_info(state)},
+        )
