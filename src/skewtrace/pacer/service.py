@@ -390,9 +390,10 @@ class PacerService:
                 self._log_budget.log(
                     _log,
                     logging.INFO,
-                    "job %s: pacing %s (spread %.3f of step time)",
+                    "job %s: pacing %s (%s; spread %.3f of step time)",
                     loggable(job_id),
                     "on" if decision.active else "off",
+                    decision.reason,
                     decision.spread or 0.0,
                 )
         body = {
