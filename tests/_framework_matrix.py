@@ -36,6 +36,7 @@ import pytest
 
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess, FileSpan
 from skewtrace import semconv
+from skewtrace.report.collect import parse_summary
 
 _RUNS = itertools.count()  # a job id per run, also for two cases of one script
 FRAMEWORKS = Path(__file__).resolve().parent.parent / "examples" / "frameworks"
@@ -218,12 +219,7 @@ def step_flags(spans: list[FileSpan]) -> dict[int, set[tuple[int, str]]]:
     """Per analyzed step (``train.step.summary``), the (rank, cause) pairs flagged."""
     flags: dict[int, set[tuple[int, str]]] = {}
     for span in spans:
-        if span.name != semconv.SPAN_STEP_SUMMARY:
-            continue
-        step = int(span.attributes[semconv.STEP])
-        flags[step] = {
-            (int(e["attributes"][semconv.RANK]), str(e["attributes"][semconv.STRAGGLER_CAUSE]))
-            for e in span.events
-            if e["name"] == semconv.EVENT_STRAGGLER
-        }
+        summary = parse_summary(span) if span.name == semconv.SPAN_STEP_SUMMARY else None
+        if summary is not None:
+            flags[summary.step] = {(f.rank, f.cause) for f in summary.flags}
     return flags

@@ -14,23 +14,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
 from collector_harness import CollectorProcess, iter_file_export
 from scenario_gen import Scenario
-from skewtrace import semconv
+from skewtrace.cluster.outcome import StepVerdict, verdicts_of
 
-
-@dataclass
-class StepVerdict:
-    step: int
-    flagged: dict[int, str] = field(default_factory=dict)
-    suspects: set[str] = field(default_factory=set)
-    slowdown: float = 0.0
-    costs: dict[int, float] = field(default_factory=dict)
+__all__ = ["Outcome", "StepVerdict", "read_verdicts", "run_scenarios", "send_scenario"]
 
 
 @dataclass
@@ -88,23 +81,8 @@ def send_scenario(endpoint: str, scenario: Scenario, steps_per_s: float) -> None
 
 
 def read_verdicts(col: CollectorProcess) -> dict[str, dict[int, StepVerdict]]:
-    out: dict[str, dict[int, StepVerdict]] = {}
-    for span in iter_file_export(col.file_export_path):
-        if span.name != semconv.SPAN_STEP_SUMMARY:
-            continue
-        job = str(span.resource.get(semconv.JOB_ID))
-        step = int(span.attributes[semconv.STEP])
-        v = StepVerdict(step, slowdown=float(span.attributes.get("training.job.slowdown", 0.0)))
-        for event in span.events:
-            attrs = event["attributes"]
-            if event["name"] == "training.straggler":
-                rank = int(attrs[semconv.RANK])
-                v.flagged[rank] = str(attrs[semconv.STRAGGLER_CAUSE])
-                v.costs[rank] = float(attrs.get("training.rank.cost", 0.0))
-            elif event["name"] == "training.fabric.suspect":
-                v.suspects.add(str(attrs[semconv.STRAGGLER_DOMAIN]))
-        out.setdefault(job, {})[step] = v
-    return out
+    """Per job, the collector's verdict after each analysed step (the package's reader)."""
+    return verdicts_of(iter_file_export(col.file_export_path))
 
 
 def run_scenarios(

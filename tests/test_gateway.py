@@ -32,6 +32,7 @@ from collector_harness import (
     scrape,
 )
 from skewtrace import semconv
+from skewtrace.report.collect import parse_summary
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
@@ -229,12 +230,10 @@ def _summaries(spans: list[FileSpan], job: str) -> list[FileSpan]:
     ]
 
 
-def _flags(summary: FileSpan) -> set[tuple[int, str]]:
-    return {
-        (e["attributes"][semconv.RANK], e["attributes"][semconv.STRAGGLER_CAUSE])
-        for e in summary.events
-        if e["name"] == semconv.EVENT_STRAGGLER
-    }
+def _flags(span: FileSpan) -> set[tuple[int, str]]:
+    summary = parse_summary(span)
+    assert summary is not None, span
+    return {(f.rank, f.cause) for f in summary.flags}
 
 
 def _wait_for_summaries(

@@ -23,23 +23,39 @@ flagged again after its clearing, the rank is a false flag).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from skewtrace import semconv
 from skewtrace.cluster.job import JobResult
 from skewtrace.cluster.scenarios import Expected, Fault, Placement, expected_at
-from skewtrace.report.spans import SpanFileReader
+from skewtrace.report.collect import parse_summary
+from skewtrace.report.model import StepSummary
+from skewtrace.report.spans import FileSpan, SpanFileReader
 
 
 @dataclass
 class StepVerdict:
+    """The Collector's verdict after one analysed step, as the outcome compares it: the
+    flagged ranks with their causes and costs, the suspected parts of the fabric."""
+
     step: int
     flagged: dict[int, str] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
     costs: dict[int, float] = field(default_factory=dict)
     slowdown: float = math.nan
+
+    @classmethod
+    def of(cls, summary: StepSummary) -> StepVerdict:
+        """From a step summary as the package's one reader of them parsed it."""
+        return cls(
+            summary.step,
+            flagged={f.rank: f.cause for f in summary.flags},
+            suspects={s.key for s in summary.suspects},
+            costs={f.rank: f.cost_s for f in summary.flags},
+            slowdown=summary.slowdown,
+        )
 
     def matches(self, expected: Expected) -> bool:
         if expected.quiet:
@@ -47,31 +63,30 @@ class StepVerdict:
         return self.flagged == expected.flagged and expected.suspects <= self.suspects
 
 
+def verdicts_of(spans: Iterable[FileSpan]) -> dict[str, dict[int, StepVerdict]]:
+    """Per job, the Collector's verdict after each analysed step, from the
+    ``train.step.summary`` spans among ``spans`` (read by
+    :func:`skewtrace.report.collect.parse_summary`)."""
+    out: dict[str, dict[int, StepVerdict]] = {}
+    for span in spans:
+        if span.name != semconv.SPAN_STEP_SUMMARY:
+            continue
+        summary = parse_summary(span)
+        if summary is not None:
+            job = str(span.resource.get(semconv.JOB_ID, ""))
+            out.setdefault(job, {})[summary.step] = StepVerdict.of(summary)
+    return out
+
+
 def read_verdicts(spans_path: Path, job_id: str) -> dict[int, StepVerdict]:
     """The Collector's verdict after each analysed step of ``job_id``."""
-    out: dict[int, StepVerdict] = {}
     reader = SpanFileReader(
         spans_path, job=job_id, line_contains=semconv.SPAN_STEP_SUMMARY.encode()
     )
     try:
-        spans = [s for s in reader if s.name == semconv.SPAN_STEP_SUMMARY]
+        return verdicts_of(reader).get(job_id, {})
     except FileNotFoundError:
-        return out
-    for span in spans:
-        if semconv.STEP not in span.attributes:
-            continue
-        step = int(span.attributes[semconv.STEP])
-        v = StepVerdict(step, slowdown=float(span.attributes.get(semconv.JOB_SLOWDOWN, "nan")))
-        for event in span.events:
-            ev = event.get("attributes", {})
-            if event.get("name") == semconv.EVENT_STRAGGLER and semconv.RANK in ev:
-                rank = int(ev[semconv.RANK])
-                v.flagged[rank] = str(ev.get(semconv.STRAGGLER_CAUSE, ""))
-                v.costs[rank] = float(ev.get(semconv.RANK_COST, 0.0))
-            elif event.get("name") == semconv.EVENT_SUSPECT:
-                v.suspects.add(str(ev.get(semconv.STRAGGLER_DOMAIN, "")))
-        out[step] = v
-    return out
+        return {}
 
 
 HOLD_SHARE = 0.75
