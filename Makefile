@@ -20,7 +20,7 @@ venv: $(VENV)/.skewtrace-installed
 $(VENV)/.skewtrace-installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[torch,dev,frameworks]'
+	$(PY) -m pip install -q -e '.[torch,dev,frameworks,demo,timeline]'
 	touch $@
 
 collector: $(OTELCOL)

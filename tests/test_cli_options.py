@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,3 +193,47 @@ def test_rank_and_pacer_variables_do_not_collide() -> None:
     assert "SKEWTRACE_PACER_OTLP_ENDPOINT" not in pacer | rank
     pacing = {name for name in rank if "PAC" in name}
     assert all(name.startswith("SKEWTRACE_PACER_") for name in pacing), pacing
+
+
+_HEAVY = (
+    "rich",
+    "prometheus_client",
+    "skewtrace.demo",
+    "skewtrace.cluster.fabric",
+    "skewtrace.cluster.job",
+    "skewtrace.cluster.live",
+    "skewtrace.cluster.metrics",
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import skewtrace; skewtrace.instrument",
+        "from skewtrace import cli\ntry:\n    cli.main(['pacer', '--help'])\nexcept SystemExit:\n"
+        "    pass",
+        "from skewtrace import cli\ntry:\n    cli.main(['timeline', 'first-change', '--help'])\n"
+        "except SystemExit:\n    pass",
+    ],
+    ids=["rank", "pacer-help", "timeline-help"],
+)
+def test_a_rank_and_the_other_commands_load_no_demo_code(code: str) -> None:
+    """Issue 24: the demo's needs (rich, prometheus-client, the fabric emulator) are the
+    `demo` extra, imported only when `skewtrace demo` runs."""
+    probe = (
+        f"{code}\nimport sys\nprint(sorted(m for m in sys.modules for h in {_HEAVY!r} "
+        "if m == h or m.startswith(h + '.')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]
+
+
+def test_the_demo_and_timeline_needs_are_extras() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~ ;\[]", dep, maxsplit=1)[0] for dep in project["dependencies"]}
+    assert not names & {"rich", "prometheus-client"}, names
+    assert any(d.startswith("rich") for d in project["optional-dependencies"]["demo"])
+    assert not [d for d in project["dependencies"] if "opentelemetry" in d and "<" in d]

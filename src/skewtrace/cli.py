@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from skewtrace import demo
+from skewtrace import demo_command
 from skewtrace._options import (
     FieldError,
     Given,
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skewtrace", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_pacer(subparsers)
-    demo.add_parser(subparsers)
+    demo_command.add_parser(subparsers)
     report_command.add_parser(subparsers)
     timeline_command.add_parser(subparsers)
     _add_import(subparsers)

@@ -241,7 +241,15 @@ def _listen(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def _run_watch(args: argparse.Namespace) -> int:
-    from prometheus_client import start_http_server
+    try:
+        from prometheus_client import start_http_server
+    except ImportError:
+        print(
+            "skewtrace timeline watch needs the timeline extra (prometheus-client): "
+            "pip install 'skewtrace[timeline]'",
+            file=sys.stderr,
+        )
+        return 2
 
     from skewtrace.timeline.first_change import Settings
     from skewtrace.timeline.service import WatchConfig, Watcher, timeline_tracer_provider

@@ -27,17 +27,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-from prometheus_client import CollectorRegistry, Gauge
 
 from skewtrace import _ids, semconv
 from skewtrace._log_limit import RepeatLimitFilter
 from skewtrace.timeline.first_change import Report, Settings, first_change
 from skewtrace.timeline.prometheus_source import PrometheusError
 from skewtrace.timeline.source import SeriesSource
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 SERVICE_NAME = "skewtrace-timeline"
 LOG_REPEAT_S = 300.0
@@ -78,6 +81,10 @@ class Watcher:
         tracer_provider: TracerProvider | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        # prometheus-client is the `timeline` extra: imported by the watcher only, so that
+        # first-change, compare and the other commands run without it.
+        from prometheus_client import CollectorRegistry, Gauge
+
         self.source = source
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()

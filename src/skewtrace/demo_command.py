@@ -1,0 +1,119 @@
+"""``skewtrace demo``'s command line, apart from the demo itself (:mod:`skewtrace.demo`),
+which is imported only when the command runs: it needs the fabric emulator
+(:mod:`skewtrace.cluster`) and ``rich`` (the ``demo`` extra), which a training job and the
+other commands (``skewtrace pacer``, ``report``, ``timeline``) do not load."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from skewtrace._options import warn_deprecated
+from skewtrace.cluster.scenarios import PRESETS
+
+COLLECTOR_CONFIG = "collector-config/otelcol.yaml"
+FILE_EXPORT_CONFIG = "collector-config/file-export.yaml"
+EXAMPLE = "examples/train_2d.py"
+DEFAULT_FABRIC_SCENARIO = "nic:node2:200@15:45"
+DEFAULT_LOOPBACK_SCENARIO = "compute:2:0.04@10"
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    try:
+        from skewtrace.demo import run_demo
+    except ImportError as exc:
+        raise SystemExit(
+            f"skewtrace demo needs the demo extra ({exc.name} is missing): "
+            "pip install 'skewtrace[demo]'"
+        ) from exc
+    return run_demo(args)
+
+
+def add_parser(subparsers: Any) -> None:
+    demo = subparsers.add_parser(
+        "demo",
+        help="the main job: a multi-node job on an emulated leaf/spine fabric with faults, "
+        "diagnosed and paced live by the real collector and pacer",
+    )
+    demo.add_argument(
+        "--otelcol",
+        default=None,
+        metavar="PATH",
+        help="the otelcol-skewtrace binary (default: $SKEWTRACE_OTELCOL, a checkout's "
+        "build/otelcol-skewtrace, otelcol-skewtrace on PATH, the cache; built there with Go "
+        "when none exists)",
+    )
+    demo.add_argument(
+        "--collector-config",
+        default=None,
+        metavar="PATH",
+        help=f"the collector config (default: the package's {COLLECTOR_CONFIG})",
+    )
+    demo.add_argument(
+        "--example",
+        default=None,
+        metavar="PATH",
+        help=f"the training script (default: the package's {EXAMPLE})",
+    )
+    presets = ", ".join(f"{k} ({v})" for k, v in PRESETS.items())
+    demo.add_argument(
+        "--scenario",
+        action="append",
+        default=None,
+        metavar="FAULT",
+        help="a fault to inject, KIND:TARGET:AMOUNT[@START[:END]] or a preset; repeat to "
+        "combine. Kinds: compute/data RANK:SECONDS, jitter RANKS:SECONDS, hetero NODE:FACTOR, "
+        "rack SWITCH:SECONDS, nic NODE:MBIT, uplink SWITCH:MBIT. Presets: "
+        f"{presets}. Default: {DEFAULT_FABRIC_SCENARIO} on the fabric, "
+        f"{DEFAULT_LOOPBACK_SCENARIO} on loopback",
+    )
+    demo.add_argument(
+        "--fabric",
+        choices=("auto", "netns", "loopback"),
+        default="auto",
+        help="netns: the emulated leaf/spine fabric (root, iproute2); loopback: every rank on "
+        "this host; auto (default): the fabric where it can be built",
+    )
+    demo.add_argument("--leaves", type=int, default=3, help="leaf switches (default 3)")
+    demo.add_argument("--nodes-per-leaf", type=int, default=2, help="(default 2)")
+    demo.add_argument("--ranks-per-node", type=int, default=1, help="(default 1)")
+    demo.add_argument("--nic-mbit", type=float, default=800.0, help="NIC rate (default 800)")
+    demo.add_argument(
+        "--uplink-mbit", type=float, default=800.0, help="each leaf's uplink rate (default 800)"
+    )
+    demo.add_argument("--steps", type=int, default=60, help="steps per run (default 60)")
+    demo.add_argument(
+        "--pacing",
+        choices=("off", "on", "both"),
+        default="both",
+        help="run with pacing off, on, or both one after the other (default both)",
+    )
+    demo.add_argument("--job-id", default=None, help="prefix of the runs' job ids")
+    demo.add_argument("--workdir", default=None, help="where logs, spans and the report go")
+    demo.add_argument("--quiet", action="store_true", help="no live view")
+    _duration(demo, "--settle", 4.0, "wait after training for the last spans and metrics")
+    _duration(demo, "--timeout", 600.0, "give up on the training run after this long")
+    demo.set_defaults(run=_run_demo)
+
+
+def _duration(parser: argparse.ArgumentParser, stem: str, default_s: float, what: str) -> None:
+    """``STEM-millis`` (and the deprecated ``STEM-s``, in seconds) into ``args.STEM_s``."""
+    dest = stem.lstrip("-").replace("-", "_") + "_s"
+    flag, old = f"{stem}-millis", f"{stem}-s"
+
+    def millis(raw: str) -> float:
+        return float(raw) / 1000.0
+
+    def seconds(raw: str) -> float:
+        warn_deprecated(old, flag, " (milliseconds; the old name took seconds)")
+        return float(raw)
+
+    parser.add_argument(
+        flag,
+        dest=dest,
+        type=millis,
+        default=default_s,
+        metavar="MILLIS",
+        help=f"{what} (default {default_s * 1000:g})",
+    )
+    parser.add_argument(old, dest=dest, type=seconds, help=argparse.SUPPRESS)
