@@ -125,10 +125,13 @@ def write_processor_only_config(directory: Path) -> Path:
     """otelcol.yaml without the connector and its metrics pipeline: splits the cost of the
     processor (join, annotation) from the connector's (metrics)."""
     config = yaml.safe_load(OTELCOL_YAML.read_text())
-    del config["connectors"]
+    # The forward connector stays: it feeds traces/backend (traceshape, then the backend).
+    del config["connectors"]["barrierskew"]
     pipelines = config["service"]["pipelines"]
     del pipelines["metrics"]
-    pipelines["traces"]["exporters"] = ["otlp_grpc/backend"]
+    pipelines["traces"]["exporters"] = [
+        e for e in pipelines["traces"]["exporters"] if e != "barrierskew"
+    ]
     del config["exporters"]["otlp_grpc/pacer"]
     path = directory / "processor-only.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -239,6 +242,7 @@ def measure_held_memory(
                 "SKEWTRACE_PACER_OTLP_ENDPOINT": sink.address,
                 "SKEWTRACE_LOG_LEVEL": "warn",
                 "SKEWTRACE_WAIT_TIMEOUT": "10m",
+                "SKEWTRACE_MAX_WAIT": "10m",
             },
         )
         with collector:
