@@ -246,3 +246,34 @@ def test_the_pacer_knows_every_connector_metric() -> None:
     for name in semconv.CONNECTOR_METRICS:
         windows.ingest_request([_sum_metric(name)], now=1.0)
     assert windows.counters.points_unknown_metric == 0
+
+
+def test_units_and_descriptions_come_from_the_registry_only() -> None:
+    """Issue 24: an instrument's unit and description are the registry's (semconv.METRICS,
+    semconv.Metrics in Go): a unit written again by hand could change on one side and rename
+    its Prometheus series. No instrument in the package or the connector writes its own."""
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for path in sorted((root / "src" / "skewtrace").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            # OpenTelemetry instruments (meter.create_*) and prometheus_client's metrics.
+            if name.startswith("create_") or name in ("Gauge", "Counter", "Histogram"):
+                literal = [k.arg for k in node.keywords if k.arg in ("unit", "description")
+                           and isinstance(k.value, ast.Constant)]  # fmt: skip
+                if name in ("Gauge", "Counter", "Histogram") and len(node.args) > 1:
+                    literal += ["description"] if isinstance(node.args[1], ast.Constant) else []
+                if literal:
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno} {literal}")
+    literal_go = re.compile(r"\.(SetUnit|SetDescription)\(\"")
+    offenders += [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted((root / "src" / "collector" / "connector").rglob("*.go"))
+        if not path.name.endswith("_test.go")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if literal_go.search(line)
+    ]
+    assert offenders == []

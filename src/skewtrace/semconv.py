@@ -10,6 +10,8 @@ literals.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from skewtrace._promnames import HISTOGRAM_SERIES as HISTOGRAM_SERIES
 from skewtrace._promnames import prometheus_label as prometheus_label
 from skewtrace._promnames import prometheus_name as prometheus_name
@@ -698,3 +700,315 @@ PROM_PACING_DECISIONS = "skewtrace_pacing_decisions_total"
 PROM_PACER_OTLP_REFUSED = "skewtrace_pacer_otlp_requests_refused_total"
 PROM_PACER_POINTS_REJECTED = "skewtrace_pacer_points_rejected_total"
 PROM_PACER_HTTP_REFUSED = "skewtrace_pacer_http_requests_refused_total"
+
+
+class MetricSpec(NamedTuple):
+    """A metric's instrument, unit and description, as the registry gives them:
+    instruments are created from these, never from literals of their own."""
+
+    instrument: str
+    unit: str
+    description: str
+
+
+#: Every metric of the registry by name.
+METRICS: dict[str, MetricSpec] = {
+    METRIC_BARRIER_SKEW: MetricSpec(
+        "histogram",
+        "s",
+        "Barrier skew: latest minus earliest arrival at a collective.",
+    ),
+    METRIC_RANK_LATENESS: MetricSpec(
+        "histogram",
+        "s",
+        "A rank's arrival at a collective minus the earliest arrival.",
+    ),
+    METRIC_RANK_WAIT: MetricSpec(
+        "histogram",
+        "s",
+        "How long a rank waited at a collective for the last arrival.",
+    ),
+    METRIC_STRAGGLER: MetricSpec(
+        "gauge",
+        "1",
+        "1 while the rank is flagged as a straggler, with its cause.",
+    ),
+    METRIC_RANK_COST: MetricSpec(
+        "gauge",
+        "s",
+        "Seconds per step a flagged rank has cost the job recently: how much shorter its "
+        "steps would have been with the rank's own work (or its link) at its reference.",
+    ),
+    METRIC_JOB_SLOWDOWN: MetricSpec(
+        "gauge",
+        "1",
+        "A job's step time over its what-if step time with its root causes at their "
+        "references (moving average; 1 when nothing holds it up).",
+    ),
+    METRIC_REPLAY_ERROR: MetricSpec(
+        "gauge",
+        "1",
+        "The step replay's self-check: how far the replayed step, fed the measured durations,"
+        " is from the measured one, as a fraction (moving average).",
+    ),
+    METRIC_ATTRIBUTION: MetricSpec(
+        "gauge",
+        "s",
+        "Seconds per step that one kind of work at its reference would save the job (moving "
+        "average over the analyzed steps, a step where it saves nothing counting 0): where to"
+        " look first, by kind.",
+    ),
+    METRIC_IMBALANCE: MetricSpec(
+        "gauge",
+        "1",
+        "1 while an imbalance of the job is flagged: a pipeline stage longer than the mean "
+        "stage (stage_imbalance, with its stage), or work split unevenly across data-parallel"
+        " replicas (data_imbalance, stage -1).",
+    ),
+    METRIC_IMBALANCE_COST: MetricSpec(
+        "gauge",
+        "s",
+        "Seconds per step a flagged imbalance has cost the job recently: the replayed step "
+        "minus the replayed step with the work balanced (0 once no longer flagged).",
+    ),
+    METRIC_FABRIC_SUSPECT: MetricSpec(
+        "gauge",
+        "1",
+        "1 while a part of the fabric (a host's NIC, a host, a switch's uplink, a switch) is "
+        "suspected of making the job's steps late.",
+    ),
+    METRIC_FABRIC_COST: MetricSpec(
+        "gauge",
+        "s",
+        "Seconds per step a suspected part of the fabric has cost the job recently (0 when no"
+        " longer suspected).",
+    ),
+    METRIC_COLLECTIVE_INCOMPLETE: MetricSpec(
+        "counter",
+        "1",
+        "Collectives released before every member arrived.",
+    ),
+    METRIC_RANK_MISSING: MetricSpec(
+        "counter",
+        "1",
+        "Collectives released without this rank (it never arrived).",
+    ),
+    METRIC_CLOCK_OFFSET: MetricSpec(
+        "gauge",
+        "s",
+        "The host's clock minus the median clock of its collectives' members (smoothed).",
+    ),
+    METRIC_STEP_DURATION: MetricSpec(
+        "histogram",
+        "s",
+        "A rank's training step duration.",
+    ),
+    METRIC_COLLECTIVE_TRANSFER: MetricSpec(
+        "histogram",
+        "s",
+        "A joined collective's transfer: the time after its last arrival, "
+        "training.barrier.transfer (what the network took).",
+    ),
+    METRIC_EVENTS_DROPPED: MetricSpec(
+        "counter",
+        "1",
+        "events dropped because the rank's buffer was full",
+    ),
+    METRIC_SPANS_EXPORTED: MetricSpec(
+        "counter",
+        "1",
+        "spans handed to the exporter",
+    ),
+    METRIC_SPANS_EXPORT_FAILED: MetricSpec(
+        "counter",
+        "1",
+        "spans the exporter reported as failed",
+    ),
+    METRIC_NETWORK_IO: MetricSpec(
+        "counter",
+        "By",
+        "bytes through an interface (/sys/class/net/<if>/statistics)",
+    ),
+    METRIC_NETWORK_PACKETS: MetricSpec(
+        "counter",
+        "1",
+        "packets through an interface",
+    ),
+    METRIC_NETWORK_ERRORS: MetricSpec(
+        "counter",
+        "1",
+        "an interface's receive or transmit errors",
+    ),
+    METRIC_NETWORK_DROPPED: MetricSpec(
+        "counter",
+        "1",
+        "packets an interface dropped",
+    ),
+    METRIC_NIC_PORT_COUNTER: MetricSpec(
+        "counter",
+        "1",
+        "an InfiniBand or RoCE port counter (/sys/class/infiniband/<dev>/ports/<p>/counters "
+        "and hw_counters), raw name in training.nic.counter, its operational meaning in "
+        "training.nic.signal",
+    ),
+    METRIC_TCP_RETRANSMITS: MetricSpec(
+        "counter",
+        "1",
+        "TCP segments retransmitted in the rank's network namespace (/proc/net/snmp RetransSegs)",
+    ),
+    METRIC_QDISC_DROPS: MetricSpec(
+        "counter",
+        "1",
+        "packets a queueing discipline dropped",
+    ),
+    METRIC_QDISC_OVERLIMITS: MetricSpec(
+        "counter",
+        "1",
+        "times a shaping qdisc held a packet back over its rate",
+    ),
+    METRIC_QDISC_BACKLOG: MetricSpec(
+        "gauge",
+        "By",
+        "bytes queued in a qdisc: the mean of ten samples over the collection interval (one "
+        "instant says little: a link at its limit fills and empties within a step)",
+    ),
+    METRIC_QDISC_RATE: MetricSpec(
+        "gauge",
+        "By/s",
+        "the rate a shaping qdisc (tbf) holds the interface to; only qdiscs that have one. "
+        "Where links are shaped (the emulated fabric), a link that slows down shows here",
+    ),
+    METRIC_DISK_IO: MetricSpec(
+        "counter",
+        "By",
+        "bytes read from or written to a block device (/proc/diskstats)",
+    ),
+    METRIC_DISK_OPERATIONS: MetricSpec(
+        "counter",
+        "1",
+        "a block device's completed reads or writes",
+    ),
+    METRIC_DISK_OPERATION_TIME: MetricSpec(
+        "counter",
+        "s",
+        "time spent on a block device's reads or writes (rate over the operations' rate is "
+        "the latency)",
+    ),
+    METRIC_PROCESS_IO: MetricSpec(
+        "counter",
+        "By",
+        "storage bytes the rank process and its data-loader workers read or wrote (/proc/<pid>/io)",
+    ),
+    METRIC_DATALOADER_WAIT: MetricSpec(
+        "counter",
+        "s",
+        "time the rank waited for batches, the sum of its dataloader.fetch spans (rate over "
+        "the fetches' rate is the latency the training loop sees)",
+    ),
+    METRIC_DATALOADER_FETCHES: MetricSpec(
+        "counter",
+        "1",
+        "batches the rank fetched",
+    ),
+    METRIC_GPU_UTILIZATION: MetricSpec(
+        "gauge",
+        "1",
+        "fraction of the sample period a kernel ran on the rank's GPU (NVML)",
+    ),
+    METRIC_GPU_MEMORY_USAGE: MetricSpec(
+        "gauge",
+        "By",
+        "GPU memory in use",
+    ),
+    METRIC_GPU_SM_CLOCK: MetricSpec(
+        "gauge",
+        "Hz",
+        "the GPU's current SM clock",
+    ),
+    METRIC_GPU_THROTTLE: MetricSpec(
+        "gauge",
+        "1",
+        "1 while NVML reports the clock held back for this reason",
+    ),
+    METRIC_GPU_POWER: MetricSpec(
+        "gauge",
+        "W",
+        "GPU power draw",
+    ),
+    METRIC_GPU_TEMPERATURE: MetricSpec(
+        "gauge",
+        "Cel",
+        "GPU core temperature",
+    ),
+    METRIC_GPU_ECC_ERRORS: MetricSpec(
+        "counter",
+        "1",
+        "ECC errors since the driver loaded (error.type corrected or uncorrected)",
+    ),
+    METRIC_GPU_XID: MetricSpec(
+        "counter",
+        "1",
+        "XID error events NVML reported while the rank ran",
+    ),
+    METRIC_GPU_PCIE_IO: MetricSpec(
+        "counter",
+        "By",
+        "PCIe bytes to (receive) and from (transmit) the GPU, integrated from NVML's "
+        "throughput samples",
+    ),
+    METRIC_GPU_NVLINK_IO: MetricSpec(
+        "counter",
+        "By",
+        "NVLink bytes over all the GPU's links, where NVML exposes the counters",
+    ),
+    METRIC_FIRST_CHANGE: MetricSpec(
+        "gauge",
+        "s",
+        "a change found before the job's latest step-time regression: its onset in Unix "
+        "seconds; order 0 is the first component to change",
+    ),
+    METRIC_PACING_ACTIVE: MetricSpec(
+        "gauge",
+        "1",
+        "1 while pacing is on for the job",
+    ),
+    METRIC_CONTROLLER_EFFECT: MetricSpec(
+        "gauge",
+        "1",
+        "What the policy's decisions did to the job's step time, measured by alternating "
+        "phases with them published and withheld: the mean gain as a fraction of the step "
+        "time (positive: shorter steps), from the latest experiment; absent before the first "
+        "pair",
+    ),
+    METRIC_PACING_DELAY: MetricSpec(
+        "gauge",
+        "s",
+        "Current pacing delay per rank",
+    ),
+    METRIC_REBALANCE_SHARE: MetricSpec(
+        "gauge",
+        "1",
+        "Current share of the global batch per rank (--policy rebalance), while shares are "
+        "published",
+    ),
+    METRIC_PACING_DECISIONS: MetricSpec(
+        "counter",
+        "1",
+        "Pacing decisions computed (one per job per tick)",
+    ),
+    METRIC_PACER_OTLP_REFUSED: MetricSpec(
+        "counter",
+        "1",
+        "OTLP export requests the pacer refused; none of their points was used.",
+    ),
+    METRIC_PACER_POINTS_REJECTED: MetricSpec(
+        "counter",
+        "1",
+        "Data points the pacer received and dropped (reported back as rejected).",
+    ),
+    METRIC_PACER_HTTP_REFUSED: MetricSpec(
+        "counter",
+        "1",
+        "HTTP requests the pacer refused and connections it closed early.",
+    ),
+}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -294,6 +295,8 @@ def render_python(registry: Registry, prom: ModuleType) -> str:
         "",
         "from __future__ import annotations",
         "",
+        "from typing import NamedTuple",
+        "",
         "from skewtrace._promnames import HISTOGRAM_SERIES as HISTOGRAM_SERIES",
         "from skewtrace._promnames import prometheus_label as prometheus_label",
         "from skewtrace._promnames import prometheus_name as prometheus_name",
@@ -329,7 +332,47 @@ def render_python(registry: Registry, prom: ModuleType) -> str:
             out.extend(["", f"{group.raw['python_all']} = ("])
             out.extend(f"    {e.python}," for e in group.entries)
             out.append(")")
+    out += [
+        "",
+        "",
+        "class MetricSpec(NamedTuple):",
+        '    """A metric\'s instrument, unit and description, as the registry gives them:',
+        '    instruments are created from these, never from literals of their own."""',
+        "",
+        "    instrument: str",
+        "    unit: str",
+        "    description: str",
+        "",
+        "",
+        "#: Every metric of the registry by name.",
+        "METRICS: dict[str, MetricSpec] = {",
+    ]
+    for group in registry.groups:
+        if group.kind != "metric":
+            continue
+        for e in group.entries:
+            out += [
+                f"    {e.python}: MetricSpec(",
+                f"        {json.dumps(str(e.get('instrument')))},",
+                f"        {json.dumps(str(e.get('unit')))},",
+            ]
+            # As ruff formats it: one literal when it fits in 100 columns, else pieces.
+            description = metric_description(e)
+            pieces = (
+                [description]
+                if len(json.dumps(description)) + 9 <= 100
+                else textwrap.wrap(description, 84, drop_whitespace=False, break_on_hyphens=False)
+            )
+            out += [f"        {json.dumps(piece)}" for piece in pieces[:-1]]
+            out += [f"        {json.dumps(pieces[-1])},", "    ),"]
+    out.append("}")
     return "\n".join(out) + "\n"
+
+
+def metric_description(e: Entry) -> str:
+    """A metric's description for its instrument (Prometheus HELP): the registry's brief,
+    without markdown."""
+    return e.brief.replace("`", "")
 
 
 # --- Go ---------------------------------------------------------------------------------------
@@ -371,6 +414,28 @@ def render_go(registry: Registry, package: str, name_of: Callable[[Entry | Value
             if e.values:
                 rows = [(name_of(v), v.value, f'"{v.value}": {v.brief}') for v in e.values]
                 out += _go_const_block(f"Values of {e.name}.", rows)
+    if package == "semconv":
+        out += [
+            "",
+            "// MetricSpec is a metric's instrument, unit and description, as the registry gives",
+            "// them: instruments are created from these, never from literals of their own.",
+            "type MetricSpec struct {",
+            "\tInstrument, Unit, Description string",
+            "}",
+            "",
+            "// Metrics holds every metric of the registry by name.",
+            "var Metrics = map[string]MetricSpec{",
+        ]
+        for group in registry.groups:
+            if group.kind != "metric":
+                continue
+            for e in group.entries:
+                out.append(
+                    f"\t{name_of(e)}: {{Instrument: {json.dumps(str(e.get('instrument')))}, "
+                    f"Unit: {json.dumps(str(e.get('unit')))}, "
+                    f"Description: {json.dumps(metric_description(e))}}},"
+                )
+        out.append("}")
     return gofmt("\n".join(out) + "\n")
 
 

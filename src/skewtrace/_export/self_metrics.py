@@ -86,20 +86,20 @@ class SelfMetrics:
         meter.create_observable_counter(
             semconv.METRIC_EVENTS_DROPPED,
             [dropped],
-            unit="1",
-            description="events dropped because the rank's buffer was full",
+            unit=semconv.METRICS[semconv.METRIC_EVENTS_DROPPED].unit,
+            description=semconv.METRICS[semconv.METRIC_EVENTS_DROPPED].description,
         )
         meter.create_observable_counter(
             semconv.METRIC_SPANS_EXPORTED,
             [exported],
-            unit="1",
-            description="spans handed to the exporter",
+            unit=semconv.METRICS[semconv.METRIC_SPANS_EXPORTED].unit,
+            description=semconv.METRICS[semconv.METRIC_SPANS_EXPORTED].description,
         )
         meter.create_observable_counter(
             semconv.METRIC_SPANS_EXPORT_FAILED,
             [failed],
-            unit="1",
-            description="spans the exporter reported as failed",
+            unit=semconv.METRICS[semconv.METRIC_SPANS_EXPORT_FAILED].unit,
+            description=semconv.METRICS[semconv.METRIC_SPANS_EXPORT_FAILED].description,
         )
 
     def shutdown(self, timeout_millis: int) -> None:

@@ -488,50 +488,50 @@ class PacerService:
         meter.create_observable_gauge(
             semconv.METRIC_PACING_ACTIVE,
             callbacks=[self._observe_active],
-            unit="1",
-            description="1 while pacing is on for the job",
+            unit=semconv.METRICS[semconv.METRIC_PACING_ACTIVE].unit,
+            description=semconv.METRICS[semconv.METRIC_PACING_ACTIVE].description,
         )
         meter.create_observable_gauge(
             semconv.METRIC_PACING_DELAY,
             callbacks=[self._observe_delays],
-            unit="s",
-            description="Current pacing delay per rank",
+            unit=semconv.METRICS[semconv.METRIC_PACING_DELAY].unit,
+            description=semconv.METRICS[semconv.METRIC_PACING_DELAY].description,
         )
         meter.create_observable_gauge(
             semconv.METRIC_REBALANCE_SHARE,
             callbacks=[self._observe_shares],
-            unit="1",
-            description="Current share of the global batch per rank, while shares are published",
+            unit=semconv.METRICS[semconv.METRIC_REBALANCE_SHARE].unit,
+            description=semconv.METRICS[semconv.METRIC_REBALANCE_SHARE].description,
         )
         meter.create_observable_gauge(
             semconv.METRIC_CONTROLLER_EFFECT,
             callbacks=[self._observe_effect],
-            unit="1",
-            description="Measured gain in the job's step time from the policy's decisions",
+            unit=semconv.METRICS[semconv.METRIC_CONTROLLER_EFFECT].unit,
+            description=semconv.METRICS[semconv.METRIC_CONTROLLER_EFFECT].description,
         )
         self._decisions_counter = meter.create_counter(
             semconv.METRIC_PACING_DECISIONS,
-            unit="1",
-            description="Pacing decisions computed (one per job per tick)",
+            unit=semconv.METRICS[semconv.METRIC_PACING_DECISIONS].unit,
+            description=semconv.METRICS[semconv.METRIC_PACING_DECISIONS].description,
         )
         # The same numbers as /healthz, read when the metrics are collected.
         meter.create_observable_counter(
             semconv.METRIC_PACER_OTLP_REFUSED,
             callbacks=[lambda options: _by_reason(self.otlp_refused())],
-            unit="1",
-            description="OTLP export requests refused, by reason",
+            unit=semconv.METRICS[semconv.METRIC_PACER_OTLP_REFUSED].unit,
+            description=semconv.METRICS[semconv.METRIC_PACER_OTLP_REFUSED].description,
         )
         meter.create_observable_counter(
             semconv.METRIC_PACER_POINTS_REJECTED,
             callbacks=[lambda options: _by_reason(self.points_rejected())],
-            unit="1",
-            description="Data points received and dropped, by reason",
+            unit=semconv.METRICS[semconv.METRIC_PACER_POINTS_REJECTED].unit,
+            description=semconv.METRICS[semconv.METRIC_PACER_POINTS_REJECTED].description,
         )
         meter.create_observable_counter(
             semconv.METRIC_PACER_HTTP_REFUSED,
             callbacks=[lambda options: _by_reason(self.http_refused())],
-            unit="1",
-            description="HTTP requests refused or connections closed early, by reason",
+            unit=semconv.METRICS[semconv.METRIC_PACER_HTTP_REFUSED].unit,
+            description=semconv.METRICS[semconv.METRIC_PACER_HTTP_REFUSED].description,
         )
 
     def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:

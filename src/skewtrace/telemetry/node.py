@@ -228,23 +228,24 @@ class NodeTelemetry:
     # ------------------------------------------------------------------ instruments
 
     def _register(self, meter: Any) -> None:
-        counter = meter.create_observable_counter
-        gauge = meter.create_observable_gauge
+        self._creators = {
+            "counter": meter.create_observable_counter,
+            "gauge": meter.create_observable_gauge,
+        }
         if self.samples_node:
-            self._register_node(counter, gauge)
-        self._register_rank(counter)
+            self._register_node()
+        self._register_rank()
         if self._gpu is not None:
-            self._register_gpu(counter, gauge, self._gpu)
+            self._register_gpu(self._gpu)
 
     def _instrument(
-        self,
-        create: Callable[..., Any],
-        name: str,
-        unit: str,
-        description: str,
-        observe: Callable[[int], Iterable[tuple[float, Attributes]]],
+        self, name: str, observe: Callable[[int], Iterable[tuple[float, Attributes]]]
     ) -> None:
+        """The registry's instrument ``name`` (its kind, unit and description from
+        :data:`skewtrace.semconv.METRICS`), observed by ``observe``."""
         from opentelemetry.metrics import CallbackOptions, Observation
+
+        spec = semconv.METRICS[name]
 
         def callback(_options: CallbackOptions) -> list[Observation]:
             pass_number = self._passes.observe(name)
@@ -254,24 +255,24 @@ class NodeTelemetry:
                 self.health.failed(name, repr(error))
                 return []
 
-        create(name, callbacks=[callback], unit=unit, description=description)
+        self._creators[spec.instrument](
+            name, callbacks=[callback], unit=spec.unit, description=spec.description
+        )
 
-    def _register_node(self, counter: Callable[..., Any], gauge: Callable[..., Any]) -> None:
+    def _register_node(self) -> None:
         health, root = self.health, self.root
         interfaces = Source(
             "interfaces",
             lambda: read_interfaces(root, lambda path: health.failed("interfaces", path)),
             health,
         )
-        for name, unit, statistic, description in (
-            (semconv.METRIC_NETWORK_IO, "By", "bytes", "bytes through an interface"),
-            (semconv.METRIC_NETWORK_PACKETS, "1", "packets", "packets through an interface"),
-            (semconv.METRIC_NETWORK_ERRORS, "1", "errors", "an interface's errors"),
-            (semconv.METRIC_NETWORK_DROPPED, "1", "dropped", "packets an interface dropped"),
+        for name, statistic in (
+            (semconv.METRIC_NETWORK_IO, "bytes"),
+            (semconv.METRIC_NETWORK_PACKETS, "packets"),
+            (semconv.METRIC_NETWORK_ERRORS, "errors"),
+            (semconv.METRIC_NETWORK_DROPPED, "dropped"),
         ):
-            self._instrument(
-                counter, name, unit, description, _interface_view(interfaces, statistic)
-            )
+            self._instrument(name, _interface_view(interfaces, statistic))
 
         ports = Source(
             "rdma_ports",
@@ -279,45 +280,31 @@ class NodeTelemetry:
             health,
         )
         self._instrument(
-            counter,
             semconv.METRIC_NIC_PORT_COUNTER,
-            "1",
-            "an InfiniBand or RoCE port counter",
             lambda n: [_port_point(port) for port in ports.get(n) or ()],
         )
 
         retransmits = Source("tcp", lambda: read_tcp_retransmits(root), health)
-        self._instrument(
-            counter,
-            semconv.METRIC_TCP_RETRANSMITS,
-            "1",
-            "TCP segments retransmitted",
-            lambda n: _single(retransmits.get(n)),
-        )
+        self._instrument(semconv.METRIC_TCP_RETRANSMITS, lambda n: _single(retransmits.get(n)))
 
         qdiscs = Source("qdisc", self._read_qdiscs, health)
-        for name, unit, field, create, description in (
-            (semconv.METRIC_QDISC_DROPS, "1", "drops", counter, "packets a qdisc dropped"),
-            (semconv.METRIC_QDISC_OVERLIMITS, "1", "overlimits", counter, "qdisc overlimits"),
-            (semconv.METRIC_QDISC_BACKLOG, "By", "backlog", gauge, "bytes queued in a qdisc"),
-            (semconv.METRIC_QDISC_RATE, "By/s", "rate", gauge, "a shaping qdisc's rate"),
+        for name, field in (
+            (semconv.METRIC_QDISC_DROPS, "drops"),
+            (semconv.METRIC_QDISC_OVERLIMITS, "overlimits"),
+            (semconv.METRIC_QDISC_BACKLOG, "backlog"),
+            (semconv.METRIC_QDISC_RATE, "rate"),
         ):
-            self._instrument(create, name, unit, description, _qdisc_view(qdiscs, field))
+            self._instrument(name, _qdisc_view(qdiscs, field))
 
         disks = Source(
             "disks", lambda: read_diskstats(root, lambda path: health.failed("disks", path)), health
         )
-        for name, unit, fields, description in (
-            (semconv.METRIC_DISK_IO, "By", ("read_bytes", "write_bytes"), "block device bytes"),
-            (semconv.METRIC_DISK_OPERATIONS, "1", ("reads", "writes"), "block device operations"),
-            (
-                semconv.METRIC_DISK_OPERATION_TIME,
-                "s",
-                ("read_time_s", "write_time_s"),
-                "time spent on block device operations",
-            ),
+        for name, fields in (
+            (semconv.METRIC_DISK_IO, ("read_bytes", "write_bytes")),
+            (semconv.METRIC_DISK_OPERATIONS, ("reads", "writes")),
+            (semconv.METRIC_DISK_OPERATION_TIME, ("read_time_s", "write_time_s")),
         ):
-            self._instrument(counter, name, unit, description, _disk_view(disks, *fields))
+            self._instrument(name, _disk_view(disks, *fields))
 
     def _read_qdiscs(self) -> list[QdiscStats]:
         if self._qdisc_reader is not None:
@@ -331,37 +318,19 @@ class NodeTelemetry:
                 self._backlog.start()
         return self._backlog.read()
 
-    def _register_rank(self, counter: Callable[..., Any]) -> None:
+    def _register_rank(self) -> None:
         tree = ProcessTreeIO(self.root)
         process_io = Source("process_io", tree.read, self.health)
-        self._instrument(
-            counter,
-            semconv.METRIC_PROCESS_IO,
-            "By",
-            "storage bytes of the rank and its data-loader workers",
-            lambda n: _process_points(process_io.get(n)),
-        )
+        self._instrument(semconv.METRIC_PROCESS_IO, lambda n: _process_points(process_io.get(n)))
         fetches = self._fetches
         if fetches is None:
             return
         self._instrument(
-            counter,
-            semconv.METRIC_DATALOADER_WAIT,
-            "s",
-            "time the rank waited for batches",
-            lambda _n: [(fetches.fetch_wait_ns / 1e9, {})],
+            semconv.METRIC_DATALOADER_WAIT, lambda _n: [(fetches.fetch_wait_ns / 1e9, {})]
         )
-        self._instrument(
-            counter,
-            semconv.METRIC_DATALOADER_FETCHES,
-            "1",
-            "batches the rank fetched",
-            lambda _n: [(fetches.fetches, {})],
-        )
+        self._instrument(semconv.METRIC_DATALOADER_FETCHES, lambda _n: [(fetches.fetches, {})])
 
-    def _register_gpu(
-        self, counter: Callable[..., Any], gauge: Callable[..., Any], sampler: GpuSampler
-    ) -> None:
+    def _register_gpu(self, sampler: GpuSampler) -> None:
         gpu = Source("gpu", sampler.read, self.health)
         uuid: Attributes = {semconv.GPU_UUID: sampler.uuid}
 
@@ -384,31 +353,22 @@ class NodeTelemetry:
 
             return view
 
-        for create, name, unit, view, description in (
-            (gauge, semconv.METRIC_GPU_UTILIZATION, "1", scalar(lambda s: s.utilization),
-             "fraction of the sample period a kernel ran"),
-            (gauge, semconv.METRIC_GPU_MEMORY_USAGE, "By", scalar(lambda s: s.memory_used),
-             "GPU memory in use"),
-            (gauge, semconv.METRIC_GPU_SM_CLOCK, "Hz", scalar(lambda s: s.sm_clock_hz),
-             "the GPU's SM clock"),
-            (gauge, semconv.METRIC_GPU_THROTTLE, "1",
-             keyed(lambda s: s.throttle, semconv.GPU_THROTTLE_REASON),
-             "1 while the clock is held back for this reason"),
-            (gauge, semconv.METRIC_GPU_POWER, "W", scalar(lambda s: s.power_w),
-             "GPU power draw"),
-            (gauge, semconv.METRIC_GPU_TEMPERATURE, "Cel", scalar(lambda s: s.temperature_c),
-             "GPU core temperature"),
-            (counter, semconv.METRIC_GPU_ECC_ERRORS, "1",
-             keyed(lambda s: s.ecc_errors, semconv.ERROR_TYPE),
-             "ECC errors since the driver loaded"),
-            (counter, semconv.METRIC_GPU_XID, "1", keyed(lambda s: s.xid, semconv.GPU_XID_CODE),
-             "XID error events"),
-            (counter, semconv.METRIC_GPU_PCIE_IO, "By",
-             keyed(lambda s: s.pcie_bytes, semconv.NETWORK_DIRECTION), "PCIe bytes"),
-            (counter, semconv.METRIC_GPU_NVLINK_IO, "By",
-             keyed(lambda s: s.nvlink_bytes, semconv.NETWORK_DIRECTION), "NVLink bytes"),
-        ):  # fmt: skip
-            self._instrument(create, name, unit, description, view)
+        for name, view in (
+            (semconv.METRIC_GPU_UTILIZATION, scalar(lambda s: s.utilization)),
+            (semconv.METRIC_GPU_MEMORY_USAGE, scalar(lambda s: s.memory_used)),
+            (semconv.METRIC_GPU_SM_CLOCK, scalar(lambda s: s.sm_clock_hz)),
+            (semconv.METRIC_GPU_THROTTLE, keyed(lambda s: s.throttle, semconv.GPU_THROTTLE_REASON)),
+            (semconv.METRIC_GPU_POWER, scalar(lambda s: s.power_w)),
+            (semconv.METRIC_GPU_TEMPERATURE, scalar(lambda s: s.temperature_c)),
+            (semconv.METRIC_GPU_ECC_ERRORS, keyed(lambda s: s.ecc_errors, semconv.ERROR_TYPE)),
+            (semconv.METRIC_GPU_XID, keyed(lambda s: s.xid, semconv.GPU_XID_CODE)),
+            (semconv.METRIC_GPU_PCIE_IO, keyed(lambda s: s.pcie_bytes, semconv.NETWORK_DIRECTION)),
+            (
+                semconv.METRIC_GPU_NVLINK_IO,
+                keyed(lambda s: s.nvlink_bytes, semconv.NETWORK_DIRECTION),
+            ),
+        ):
+            self._instrument(name, view)
 
 
 # ---------------------------------------------------------------------- views: reading -> points

@@ -92,8 +92,7 @@ class Watcher:
         self.clock = clock
         self.gauge = Gauge(
             semconv.PROM_FIRST_CHANGE,
-            "A change found before the job's latest step-time regression: its onset in Unix "
-            "seconds; order 0 is the first component to change.",
+            semconv.METRICS[semconv.METRIC_FIRST_CHANGE].description,
             GAUGE_LABELS,
             registry=self.registry,
         )

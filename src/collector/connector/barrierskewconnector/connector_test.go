@@ -117,7 +117,32 @@ func findMetric(t *testing.T, md pmetric.Metrics, name string) pmetric.Metric {
 	if !ok {
 		t.Fatalf("metric %s not emitted", name)
 	}
+	conformsToRegistry(t, m)
 	return m
+}
+
+// conformsToRegistry fails unless the metric is the registry's: its name listed, its unit,
+// description and instrument kind as there (a unit changed on one side would rename its
+// Prometheus series and break every query).
+func conformsToRegistry(t *testing.T, m pmetric.Metric) {
+	t.Helper()
+	spec, ok := semconv.Metrics[m.Name()]
+	if !ok {
+		t.Fatalf("metric %s is not in the registry", m.Name())
+	}
+	kind := map[pmetric.MetricType]string{
+		pmetric.MetricTypeGauge: "gauge", pmetric.MetricTypeHistogram: "histogram",
+	}[m.Type()]
+	if m.Type() == pmetric.MetricTypeSum {
+		kind = "updowncounter"
+		if m.Sum().IsMonotonic() {
+			kind = "counter"
+		}
+	}
+	if m.Unit() != spec.Unit || m.Description() != spec.Description || kind != spec.Instrument {
+		t.Errorf("metric %s: %s %q %q, the registry says %s %q %q", m.Name(), kind, m.Unit(),
+			m.Description(), spec.Instrument, spec.Unit, spec.Description)
+	}
 }
 
 func attrs(m pcommon.Map) map[string]any { return m.AsRaw() }
@@ -726,6 +751,10 @@ func TestImbalanceAndReplayErrorGauges(t *testing.T) {
 		h.clock.Advance(time.Second)
 	}
 	md := h.flush(t)
+	ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+	for i := range ms.Len() {
+		conformsToRegistry(t, ms.At(i))
+	}
 	points := findMetric(t, md, semconv.MetricImbalance).Gauge().DataPoints()
 	costs := findMetric(t, md, semconv.MetricImbalanceCost).Gauge().DataPoints()
 	if points.Len() != 1 || costs.Len() != 1 {

@@ -584,26 +584,18 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		a.lastFull = now
 	}
 
-	buildHistograms(a, metrics, semconv.MetricBarrierSkew,
-		"Barrier skew: latest minus earliest arrival at a collective.", a.skew, ts, all,
+	buildHistograms(a, metrics, semconv.MetricBarrierSkew, a.skew, ts, all,
 		putCollective)
-	buildHistograms(a, metrics, semconv.MetricCollectiveTransfer,
-		"A joined collective's transfer: the time after its last arrival.", a.transfer, ts, all,
+	buildHistograms(a, metrics, semconv.MetricCollectiveTransfer, a.transfer, ts, all,
 		putCollective)
-	buildHistograms(a, metrics, semconv.MetricRankLateness,
-		"A rank's arrival at a collective minus the earliest arrival.", a.lateness, ts, all,
+	buildHistograms(a, metrics, semconv.MetricRankLateness, a.lateness, ts, all,
 		putRank)
-	buildHistograms(a, metrics, semconv.MetricRankWait,
-		"How long a rank waited at a collective for the last arrival.", a.wait, ts, all,
+	buildHistograms(a, metrics, semconv.MetricRankWait, a.wait, ts, all,
 		putRank)
-	buildHistograms(a, metrics, semconv.MetricStepDuration,
-		"A rank's training step duration.", a.stepDuration, ts, all, putRank)
+	buildHistograms(a, metrics, semconv.MetricStepDuration, a.stepDuration, ts, all, putRank)
 
 	if len(a.stragglers) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricStraggler)
-		m.SetDescription("1 while the rank is flagged as a straggler, with its cause.")
-		m.SetUnit("1")
+		m := appendMetric(metrics, semconv.MetricStraggler)
 		points := m.SetEmptyGauge().DataPoints()
 		for _, key := range sortedKeys(a.stragglers, lessRank) {
 			s := a.stragglers[key]
@@ -624,12 +616,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.stragglers) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricRankCost)
-		m.SetDescription("Seconds per step a flagged rank has cost the job recently: how much " +
-			"shorter its steps would have been with the rank's own work at its peers' median " +
-			"(0 when not flagged).")
-		m.SetUnit("s")
+		m := appendMetric(metrics, semconv.MetricRankCost)
 		points := m.SetEmptyGauge().DataPoints()
 		for _, key := range sortedKeys(a.stragglers, lessRank) {
 			dp := points.AppendEmpty()
@@ -639,16 +626,8 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.suspects) > 0 {
-		flags := metrics.AppendEmpty()
-		flags.SetName(semconv.MetricFabricSuspect)
-		flags.SetDescription("1 while a part of the fabric (a host's NIC, a host, a switch's " +
-			"uplink, a switch) is suspected of making the job's steps late.")
-		flags.SetUnit("1")
-		costs := metrics.AppendEmpty()
-		costs.SetName(semconv.MetricFabricCost)
-		costs.SetDescription("Seconds per step a suspected part of the fabric has cost the " +
-			"job recently (0 when no longer suspected).")
-		costs.SetUnit("s")
+		flags := appendMetric(metrics, semconv.MetricFabricSuspect)
+		costs := appendMetric(metrics, semconv.MetricFabricCost)
 		flagPoints := flags.SetEmptyGauge().DataPoints()
 		costPoints := costs.SetEmptyGauge().DataPoints()
 		for _, key := range sortedKeys(a.suspects, func(x, y suspectKey) bool {
@@ -666,11 +645,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.jobs) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricJobSlowdown)
-		m.SetDescription("A job's step time over its what-if step time with its root causes " +
-			"at their references (moving average; 1 when nothing holds it up).")
-		m.SetUnit("1")
+		m := appendMetric(metrics, semconv.MetricJobSlowdown)
 		points := m.SetEmptyGauge().DataPoints()
 		for _, job := range sortedKeys(a.jobs, func(x, y jobName) bool { return x < y }) {
 			dp := points.AppendEmpty()
@@ -680,11 +655,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if checked := jobsChecked(a.jobs); len(checked) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricReplayError)
-		m.SetDescription("The step replay's self-check: how far the replayed step, fed the " +
-			"measured durations, is from the measured one, as a fraction (moving average).")
-		m.SetUnit("1")
+		m := appendMetric(metrics, semconv.MetricReplayError)
 		points := m.SetEmptyGauge().DataPoints()
 		for _, job := range checked {
 			dp := points.AppendEmpty()
@@ -694,11 +665,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.attribution) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricAttribution)
-		m.SetDescription("Seconds per step that one kind of work at its reference would save " +
-			"the job (moving average over the analyzed steps).")
-		m.SetUnit("s")
+		m := appendMetric(metrics, semconv.MetricAttribution)
 		points := m.SetEmptyGauge().DataPoints()
 		for _, key := range sortedKeys(a.attribution, func(x, y attributionKey) bool {
 			if x.job != y.job {
@@ -714,16 +681,8 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.imbalances) > 0 {
-		flags := metrics.AppendEmpty()
-		flags.SetName(semconv.MetricImbalance)
-		flags.SetDescription("1 while an imbalance of the job is flagged: a pipeline stage " +
-			"longer than the mean stage, or work split unevenly across data-parallel replicas.")
-		flags.SetUnit("1")
-		costs := metrics.AppendEmpty()
-		costs.SetName(semconv.MetricImbalanceCost)
-		costs.SetDescription("Seconds per step a flagged imbalance has cost the job recently " +
-			"(0 once no longer flagged).")
-		costs.SetUnit("s")
+		flags := appendMetric(metrics, semconv.MetricImbalance)
+		costs := appendMetric(metrics, semconv.MetricImbalanceCost)
 		flagPoints := flags.SetEmptyGauge().DataPoints()
 		costPoints := costs.SetEmptyGauge().DataPoints()
 		for _, key := range sortedKeys(a.imbalances, func(x, y imbalanceKey) bool {
@@ -754,10 +713,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.incomplete) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricCollectiveIncomplete)
-		m.SetDescription("Collectives released before every member arrived.")
-		m.SetUnit("1")
+		m := appendMetric(metrics, semconv.MetricCollectiveIncomplete)
 		sum := m.SetEmptySum()
 		sum.SetIsMonotonic(true)
 		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
@@ -771,10 +727,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.missing) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricRankMissing)
-		m.SetDescription("Collectives released without this rank (it never arrived).")
-		m.SetUnit("1")
+		m := appendMetric(metrics, semconv.MetricRankMissing)
 		sum := m.SetEmptySum()
 		sum.SetIsMonotonic(true)
 		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
@@ -794,11 +747,7 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 		}
 	}
 	if len(a.offsets) > 0 {
-		m := metrics.AppendEmpty()
-		m.SetName(semconv.MetricClockOffset)
-		m.SetDescription("The host's clock minus the median clock of its collectives' members " +
-			"(smoothed).")
-		m.SetUnit("s")
+		m := appendMetric(metrics, semconv.MetricClockOffset)
 		points := m.SetEmptyGauge().DataPoints()
 		for _, key := range sortedKeys(a.offsets, func(x, y hostKey) bool {
 			return x.job+"\x00"+x.host < y.job+"\x00"+y.host
@@ -824,7 +773,18 @@ func jobsChecked(jobs map[jobName]*jobGauge) []jobName {
 	return out
 }
 
-func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, name, desc string,
+// appendMetric appends a metric with its name, unit and description from the registry
+// (semconv.Metrics): none is written here.
+func appendMetric(metrics pmetric.MetricSlice, name string) pmetric.Metric {
+	m := metrics.AppendEmpty()
+	spec := semconv.Metrics[name]
+	m.SetName(name)
+	m.SetDescription(spec.Description)
+	m.SetUnit(spec.Unit)
+	return m
+}
+
+func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, name string,
 	series map[K]*histogram, ts pcommon.Timestamp, all bool, putAttrs func(pcommon.Map, K),
 ) {
 	emit := len(series)
@@ -839,10 +799,7 @@ func buildHistograms[K comparable](a *aggregator, metrics pmetric.MetricSlice, n
 	if emit == 0 {
 		return
 	}
-	m := metrics.AppendEmpty()
-	m.SetName(name)
-	m.SetDescription(desc)
-	m.SetUnit("s")
+	m := appendMetric(metrics, name)
 	hist := m.SetEmptyHistogram()
 	hist.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	points := hist.DataPoints()

@@ -894,3 +894,68 @@ const (
 	// the pacer refused and connections it closed early.
 	MetricPacerHTTPRefused = "skewtrace.pacer.http.requests.refused"
 )
+
+// MetricSpec is a metric's instrument, unit and description, as the registry gives
+// them: instruments are created from these, never from literals of their own.
+type MetricSpec struct {
+	Instrument, Unit, Description string
+}
+
+// Metrics holds every metric of the registry by name.
+var Metrics = map[string]MetricSpec{
+	MetricBarrierSkew:          {Instrument: "histogram", Unit: "s", Description: "Barrier skew: latest minus earliest arrival at a collective."},
+	MetricRankLateness:         {Instrument: "histogram", Unit: "s", Description: "A rank's arrival at a collective minus the earliest arrival."},
+	MetricRankWait:             {Instrument: "histogram", Unit: "s", Description: "How long a rank waited at a collective for the last arrival."},
+	MetricStraggler:            {Instrument: "gauge", Unit: "1", Description: "1 while the rank is flagged as a straggler, with its cause."},
+	MetricRankCost:             {Instrument: "gauge", Unit: "s", Description: "Seconds per step a flagged rank has cost the job recently: how much shorter its steps would have been with the rank's own work (or its link) at its reference."},
+	MetricJobSlowdown:          {Instrument: "gauge", Unit: "1", Description: "A job's step time over its what-if step time with its root causes at their references (moving average; 1 when nothing holds it up)."},
+	MetricReplayError:          {Instrument: "gauge", Unit: "1", Description: "The step replay's self-check: how far the replayed step, fed the measured durations, is from the measured one, as a fraction (moving average)."},
+	MetricAttribution:          {Instrument: "gauge", Unit: "s", Description: "Seconds per step that one kind of work at its reference would save the job (moving average over the analyzed steps, a step where it saves nothing counting 0): where to look first, by kind."},
+	MetricImbalance:            {Instrument: "gauge", Unit: "1", Description: "1 while an imbalance of the job is flagged: a pipeline stage longer than the mean stage (stage_imbalance, with its stage), or work split unevenly across data-parallel replicas (data_imbalance, stage -1)."},
+	MetricImbalanceCost:        {Instrument: "gauge", Unit: "s", Description: "Seconds per step a flagged imbalance has cost the job recently: the replayed step minus the replayed step with the work balanced (0 once no longer flagged)."},
+	MetricFabricSuspect:        {Instrument: "gauge", Unit: "1", Description: "1 while a part of the fabric (a host's NIC, a host, a switch's uplink, a switch) is suspected of making the job's steps late."},
+	MetricFabricCost:           {Instrument: "gauge", Unit: "s", Description: "Seconds per step a suspected part of the fabric has cost the job recently (0 when no longer suspected)."},
+	MetricCollectiveIncomplete: {Instrument: "counter", Unit: "1", Description: "Collectives released before every member arrived."},
+	MetricRankMissing:          {Instrument: "counter", Unit: "1", Description: "Collectives released without this rank (it never arrived)."},
+	MetricClockOffset:          {Instrument: "gauge", Unit: "s", Description: "The host's clock minus the median clock of its collectives' members (smoothed)."},
+	MetricStepDuration:         {Instrument: "histogram", Unit: "s", Description: "A rank's training step duration."},
+	MetricCollectiveTransfer:   {Instrument: "histogram", Unit: "s", Description: "A joined collective's transfer: the time after its last arrival, training.barrier.transfer (what the network took)."},
+	MetricEventsDropped:        {Instrument: "counter", Unit: "1", Description: "events dropped because the rank's buffer was full"},
+	MetricSpansExported:        {Instrument: "counter", Unit: "1", Description: "spans handed to the exporter"},
+	MetricSpansExportFailed:    {Instrument: "counter", Unit: "1", Description: "spans the exporter reported as failed"},
+	MetricNetworkIO:            {Instrument: "counter", Unit: "By", Description: "bytes through an interface (/sys/class/net/<if>/statistics)"},
+	MetricNetworkPackets:       {Instrument: "counter", Unit: "1", Description: "packets through an interface"},
+	MetricNetworkErrors:        {Instrument: "counter", Unit: "1", Description: "an interface's receive or transmit errors"},
+	MetricNetworkDropped:       {Instrument: "counter", Unit: "1", Description: "packets an interface dropped"},
+	MetricNICPortCounter:       {Instrument: "counter", Unit: "1", Description: "an InfiniBand or RoCE port counter (/sys/class/infiniband/<dev>/ports/<p>/counters and hw_counters), raw name in training.nic.counter, its operational meaning in training.nic.signal"},
+	MetricTCPRetransmits:       {Instrument: "counter", Unit: "1", Description: "TCP segments retransmitted in the rank's network namespace (/proc/net/snmp RetransSegs)"},
+	MetricQdiscDrops:           {Instrument: "counter", Unit: "1", Description: "packets a queueing discipline dropped"},
+	MetricQdiscOverlimits:      {Instrument: "counter", Unit: "1", Description: "times a shaping qdisc held a packet back over its rate"},
+	MetricQdiscBacklog:         {Instrument: "gauge", Unit: "By", Description: "bytes queued in a qdisc: the mean of ten samples over the collection interval (one instant says little: a link at its limit fills and empties within a step)"},
+	MetricQdiscRate:            {Instrument: "gauge", Unit: "By/s", Description: "the rate a shaping qdisc (tbf) holds the interface to; only qdiscs that have one. Where links are shaped (the emulated fabric), a link that slows down shows here"},
+	MetricDiskIO:               {Instrument: "counter", Unit: "By", Description: "bytes read from or written to a block device (/proc/diskstats)"},
+	MetricDiskOperations:       {Instrument: "counter", Unit: "1", Description: "a block device's completed reads or writes"},
+	MetricDiskOperationTime:    {Instrument: "counter", Unit: "s", Description: "time spent on a block device's reads or writes (rate over the operations' rate is the latency)"},
+	MetricProcessIO:            {Instrument: "counter", Unit: "By", Description: "storage bytes the rank process and its data-loader workers read or wrote (/proc/<pid>/io)"},
+	MetricDataloaderWait:       {Instrument: "counter", Unit: "s", Description: "time the rank waited for batches, the sum of its dataloader.fetch spans (rate over the fetches' rate is the latency the training loop sees)"},
+	MetricDataloaderFetches:    {Instrument: "counter", Unit: "1", Description: "batches the rank fetched"},
+	MetricGPUUtilization:       {Instrument: "gauge", Unit: "1", Description: "fraction of the sample period a kernel ran on the rank's GPU (NVML)"},
+	MetricGPUMemoryUsage:       {Instrument: "gauge", Unit: "By", Description: "GPU memory in use"},
+	MetricGPUSMClock:           {Instrument: "gauge", Unit: "Hz", Description: "the GPU's current SM clock"},
+	MetricGPUThrottle:          {Instrument: "gauge", Unit: "1", Description: "1 while NVML reports the clock held back for this reason"},
+	MetricGPUPower:             {Instrument: "gauge", Unit: "W", Description: "GPU power draw"},
+	MetricGPUTemperature:       {Instrument: "gauge", Unit: "Cel", Description: "GPU core temperature"},
+	MetricGPUECCErrors:         {Instrument: "counter", Unit: "1", Description: "ECC errors since the driver loaded (error.type corrected or uncorrected)"},
+	MetricGPUXID:               {Instrument: "counter", Unit: "1", Description: "XID error events NVML reported while the rank ran"},
+	MetricGPUPCIeIO:            {Instrument: "counter", Unit: "By", Description: "PCIe bytes to (receive) and from (transmit) the GPU, integrated from NVML's throughput samples"},
+	MetricGPUNVLinkIO:          {Instrument: "counter", Unit: "By", Description: "NVLink bytes over all the GPU's links, where NVML exposes the counters"},
+	MetricFirstChange:          {Instrument: "gauge", Unit: "s", Description: "a change found before the job's latest step-time regression: its onset in Unix seconds; order 0 is the first component to change"},
+	MetricPacingActive:         {Instrument: "gauge", Unit: "1", Description: "1 while pacing is on for the job"},
+	MetricControllerEffect:     {Instrument: "gauge", Unit: "1", Description: "What the policy's decisions did to the job's step time, measured by alternating phases with them published and withheld: the mean gain as a fraction of the step time (positive: shorter steps), from the latest experiment; absent before the first pair"},
+	MetricPacingDelay:          {Instrument: "gauge", Unit: "s", Description: "Current pacing delay per rank"},
+	MetricRebalanceShare:       {Instrument: "gauge", Unit: "1", Description: "Current share of the global batch per rank (--policy rebalance), while shares are published"},
+	MetricPacingDecisions:      {Instrument: "counter", Unit: "1", Description: "Pacing decisions computed (one per job per tick)"},
+	MetricPacerOTLPRefused:     {Instrument: "counter", Unit: "1", Description: "OTLP export requests the pacer refused; none of their points was used."},
+	MetricPacerPointsRejected:  {Instrument: "counter", Unit: "1", Description: "Data points the pacer received and dropped (reported back as rejected)."},
+	MetricPacerHTTPRefused:     {Instrument: "counter", Unit: "1", Description: "HTTP requests the pacer refused and connections it closed early."},
+}
