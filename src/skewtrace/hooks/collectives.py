@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from skewtrace import semconv
 from skewtrace._events import COLLECTIVE
 from skewtrace._recorder import now_ns
 from skewtrace.hooks._context import HookContext
@@ -27,20 +28,20 @@ logger = logging.getLogger("skewtrace")
 
 # function name -> (op, input position, input keyword, group position, async position)
 COLLECTIVE_FUNCTIONS: dict[str, tuple[str, int | None, str | None, int, int]] = {
-    "all_reduce": ("all_reduce", 0, "tensor", 2, 3),
-    "all_gather": ("all_gather", 1, "tensor", 2, 3),
-    "all_gather_into_tensor": ("all_gather", 1, "input_tensor", 2, 3),
-    "_all_gather_base": ("all_gather", 1, "input_tensor", 2, 3),
-    "reduce_scatter": ("reduce_scatter", 1, "input_list", 3, 4),
-    "reduce_scatter_tensor": ("reduce_scatter", 1, "input", 3, 4),
-    "_reduce_scatter_base": ("reduce_scatter", 1, "input", 3, 4),
-    "broadcast": ("broadcast", 0, "tensor", 2, 3),
-    "barrier": ("barrier", None, None, 0, 1),
-    "all_to_all": ("all_to_all", 1, "input_tensor_list", 2, 3),
-    "all_to_all_single": ("all_to_all", 1, "input", 4, 5),
-    "reduce": ("reduce", 0, "tensor", 3, 4),
-    "gather": ("gather", 0, "tensor", 3, 4),
-    "scatter": ("scatter", 1, "scatter_list", 3, 4),
+    "all_reduce": (semconv.OP_ALL_REDUCE, 0, "tensor", 2, 3),
+    "all_gather": (semconv.OP_ALL_GATHER, 1, "tensor", 2, 3),
+    "all_gather_into_tensor": (semconv.OP_ALL_GATHER, 1, "input_tensor", 2, 3),
+    "_all_gather_base": (semconv.OP_ALL_GATHER, 1, "input_tensor", 2, 3),
+    "reduce_scatter": (semconv.OP_REDUCE_SCATTER, 1, "input_list", 3, 4),
+    "reduce_scatter_tensor": (semconv.OP_REDUCE_SCATTER, 1, "input", 3, 4),
+    "_reduce_scatter_base": (semconv.OP_REDUCE_SCATTER, 1, "input", 3, 4),
+    "broadcast": (semconv.OP_BROADCAST, 0, "tensor", 2, 3),
+    "barrier": (semconv.OP_BARRIER, None, None, 0, 1),
+    "all_to_all": (semconv.OP_ALL_TO_ALL, 1, "input_tensor_list", 2, 3),
+    "all_to_all_single": (semconv.OP_ALL_TO_ALL, 1, "input", 4, 5),
+    "reduce": (semconv.OP_REDUCE, 0, "tensor", 3, 4),
+    "gather": (semconv.OP_GATHER, 0, "tensor", 3, 4),
+    "scatter": (semconv.OP_SCATTER, 1, "scatter_list", 3, 4),
 }
 
 
