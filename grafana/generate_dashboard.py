@@ -100,6 +100,7 @@ COMPONENT_KIND = semconv.prometheus_label(semconv.COMPONENT_KIND)
 COMPONENT = semconv.prometheus_label(semconv.COMPONENT)
 SIGNAL = semconv.prometheus_label(semconv.SIGNAL)
 CHANGE_ORDER = semconv.prometheus_label(semconv.CHANGE_ORDER)
+CHANGE_EFFECT = semconv.prometheus_label(semconv.CHANGE_EFFECT)
 BUCKET = "le"  # Prometheus's own label on histogram buckets
 
 # The rank labels every per-rank series carries (the topology of the rank).
@@ -763,7 +764,7 @@ def _fabric_row(board: dashboard.Dashboard) -> None:
 
 # Onsets of the first changes in milliseconds, what Grafana's time units and annotations read.
 FIRST_CHANGE_MILLIS = (
-    f"max by ({JOB}, {CHANGE_ORDER}, {COMPONENT_KIND}, {COMPONENT}, {SIGNAL}) "
+    f"max by ({JOB}, {CHANGE_ORDER}, {COMPONENT_KIND}, {COMPONENT}, {SIGNAL}, {CHANGE_EFFECT}) "
     f"({semconv.PROM_FIRST_CHANGE}{{{IN_JOBS}}}) * 1000"
 )
 
@@ -1014,6 +1015,7 @@ def _timeline_row(board: dashboard.Dashboard) -> None:
                 COMPONENT_KIND: "Kind",
                 COMPONENT: "Component",
                 SIGNAL: "Signal",
+                CHANGE_EFFECT: "Effect (not a cause)",
             },
             ("Onset", "dateTimeAsIso"),
         ).span(24)

@@ -267,6 +267,12 @@ class Job:
     def report(self) -> Report:
         return first_change(self.source, JOB_ID, T0, T0 + self.length - 1)
 
+    def transfers_rise(self, at: float) -> None:
+        """The job's all-reduces take 3.4x as long from ``at``: the collectives that cross
+        the regressed ranks' links waited (the network is on the job's path)."""
+        self.replace(semconv.PROM_COLLECTIVE_TRANSFER, {PG: "dp"}, 0.01, 0.034, at=at,
+                     noise=0.0002)  # fmt: skip
+
 
 def test_nic_drops_are_named_first_then_transfer_then_step() -> None:
     job = Job()
@@ -334,9 +340,18 @@ def test_dataloader_first_and_throughput_effects_after_it() -> None:
         semconv.COMPONENT_DATALOADER,
         "node2/rank2",
     )
-    kinds = [c.kind for c in report.changes]
-    assert kinds.count(semconv.COMPONENT_NIC) == 4
-    assert kinds[-1] == semconv.COMPONENT_STEP
+    # The job's transfers did not change: the NICs' traffic falling is off its path (and an
+    # effect), listed apart and marked so.
+    assert [c.kind for c in report.changes] == [
+        semconv.COMPONENT_DATALOADER,
+        semconv.COMPONENT_STEP,
+    ]
+    assert [c.kind for c in report.also_changed] == [semconv.COMPONENT_NIC] * 4
+    assert all(c.effect for c in report.also_changed)
+    encoded = report.to_json()
+    assert [c["on_path"] for c in encoded["also_changed"]] == [False] * 4
+    assert [c["effect"] for c in encoded["also_changed"]] == [True] * 4
+    assert encoded["changes"][0]["effect"] is False and encoded["changes"][0]["on_path"]
 
 
 def test_the_largest_of_several_step_rises_is_the_regression() -> None:
@@ -356,6 +371,7 @@ def test_the_largest_of_several_step_rises_is_the_regression() -> None:
             if series.labels.get(RANK) == str(rank):
                 stored[index] = type(series)(series.labels, times, values)
     job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=135)
+    job.transfers_rise(at=137)
     report = job.report()
     assert report.regression is not None
     assert report.regression.onset == T0 + 140, report.regression
@@ -419,18 +435,24 @@ def test_nodes_behind_one_switch_changing_together_name_the_switch() -> None:
     job.healthy(step_at=106)
     job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 30.0, at=100)
     job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node1"}, 0.0, 25.0, at=100)
+    job.transfers_rise(at=102)
     report = job.report()
     first = report.first
     assert first is not None
     assert (first.kind, first.component) == (semconv.COMPONENT_SWITCH, "leaf1")
     assert first.members == ("node0/eth0", "node1/eth0")
-    assert [c.kind for c in report.changes] == [semconv.COMPONENT_SWITCH, semconv.COMPONENT_STEP]
+    assert [c.kind for c in report.changes] == [
+        semconv.COMPONENT_SWITCH,
+        semconv.COMPONENT_COLLECTIVE,
+        semconv.COMPONENT_STEP,
+    ]
 
 
 def test_one_node_of_a_switch_is_not_the_switch() -> None:
     job = Job(seed=4)
     job.healthy(step_at=106)
     job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 30.0, at=100)
+    job.transfers_rise(at=102)
     report = job.report()
     assert report.first is not None
     assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node0/eth0")
@@ -448,11 +470,18 @@ def test_sporadic_retransmits_are_no_change_and_a_stream_of_them_is() -> None:
         (semconv.COMPONENT_DATALOADER, "node1/rank1"),
         (semconv.COMPONENT_STEP, JOB_ID),
     ]
+    assert report.also_changed == ()
 
     job = Job(seed=5)
     job.healthy(step_at=102)
     job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
     job.add(semconv.PROM_TCP_RETRANSMITS, job.rank_labels(1), 0.0, 40.0, at=95)
+    report = job.report()
+    # A change, but off the job's path: the data loader waited, no collective did.
+    assert [(c.kind, c.component) for c in report.also_changed] == [
+        (semconv.COMPONENT_HOST, "node1")
+    ]
+    job.transfers_rise(at=97)
     report = job.report()
     assert report.first is not None
     assert (report.first.kind, report.first.component) == (semconv.COMPONENT_HOST, "node1")
@@ -466,18 +495,22 @@ def test_a_signal_that_got_better_is_an_effect_not_the_first_change() -> None:
     job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
     job.add(semconv.PROM_QDISC_OVERLIMITS, {**job.rank_labels(1), IFACE: "eth0",
             QDISC_KIND: "tbf"}, 500.0, 200.0, at=99, noise=5.0)  # fmt: skip
+    job.transfers_rise(at=101)
     report = job.report()
     assert [(c.kind, c.component) for c in report.changes] == [
         (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_COLLECTIVE, "dp"),
         (semconv.COMPONENT_NIC, "node1/eth0"),
         (semconv.COMPONENT_STEP, JOB_ID),
     ]
+    assert report.changes[2].effect
     # The same change the other way (overlimits rising) is a cause, and first.
     job = Job(seed=6)
     job.healthy(step_at=102)
     job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
     job.add(semconv.PROM_QDISC_OVERLIMITS, {**job.rank_labels(1), IFACE: "eth0",
             QDISC_KIND: "tbf"}, 200.0, 500.0, at=99, noise=5.0)  # fmt: skip
+    job.transfers_rise(at=101)
     report = job.report()
     assert report.first is not None
     assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node1/eth0")
@@ -571,13 +604,119 @@ def test_an_effect_long_before_the_cause_still_follows_it() -> None:
     job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.08, at=100, noise=0.003)
     job.add(semconv.PROM_QDISC_BACKLOG, {**job.rank_labels(2), IFACE: "eth0", QDISC_KIND: "tbf"},
             3000.0, 0.0, at=80)  # fmt: skip
+    job.transfers_rise(at=101)
     report = job.report()
     assert [(c.kind, c.component) for c in report.changes] == [
         (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_COLLECTIVE, "dp"),
         (semconv.COMPONENT_NIC, "node2/eth0"),
         (semconv.COMPONENT_STEP, JOB_ID),
     ]
-    assert report.changes[1].effect
+    assert report.changes[2].effect
+
+
+# ------------------------------------------- on the job's path, and the Collector's verdicts
+
+CAUSE = semconv.prometheus_label(semconv.STRAGGLER_CAUSE)
+SUSPECT_KIND = semconv.prometheus_label(semconv.SUSPECT_KIND)
+SUSPECT_NAME = semconv.prometheus_label(semconv.SUSPECT_NAME)
+
+
+def _flag(job: Job, rank: int, cause: str, at: float) -> None:
+    """The Collector's straggler gauge for ``rank`` with ``cause``, 1 from ``at``."""
+    job.add(semconv.PROM_STRAGGLER, {**job.rank_labels(rank), CAUSE: cause}, 0.0, 1.0, at=at)
+
+
+def test_a_disk_nobody_read_from_is_also_changed_not_first() -> None:
+    """Issue 25: node3's disk gets busy 5 s before node1's NIC starts dropping and the job's
+    transfers slow. No rank read from that disk (no data-loader wait, no process I/O rose):
+    it is listed apart, and the NIC leads."""
+    job = Job(seed=11)
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_DISK_OPERATION_TIME, {HOST: "node3"}, 0.05, 0.6, at=95, noise=0.002)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node1"}, 0.0, 40.0, at=100)
+    job.transfers_rise(at=102)
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (semconv.COMPONENT_NIC, "node1/eth0")
+    assert report.first.why == "the job's collective transfers rose"
+    assert [(c.kind, c.component) for c in report.also_changed] == [
+        (semconv.COMPONENT_DISK, "node3/nvme0n1")
+    ]
+    assert report.also_changed[0].onset - T0 == 95
+    assert report.agrees is None  # the Collector flagged nothing here
+
+
+def test_a_compute_straggler_names_no_infrastructure_and_agrees_with_the_collector() -> None:
+    """As the issue saw on the fabric: every node's disk writes take longer 14 s before rank
+    2's compute slows the job; no rank waited on a disk, no collective's transfer rose. No
+    infrastructure component is a cause; the Collector's verdict (rank 2, compute) agrees."""
+    job = Job(seed=12)
+    job.healthy(step_at=110)
+    for host in NODES:
+        job.replace(semconv.PROM_DISK_OPERATION_TIME, {HOST: host}, 0.05, 0.3, at=96,
+                    noise=0.002)  # fmt: skip
+    _flag(job, 2, semconv.CAUSE_COMPUTE, at=113)
+    report = job.report()
+    assert [c.kind for c in report.changes] == [semconv.COMPONENT_STEP]
+    assert report.first_cause is None
+    assert sorted(c.component for c in report.also_changed) == [
+        f"{h}/nvme0n1" for h in sorted(NODES)
+    ]
+    assert report.agrees is True, report.agreement
+    assert "rank 2 compute" in report.agreement
+    encoded = report.to_json()["diagnosis"]
+    assert encoded["agrees"] is True
+    assert encoded["flagged"] == [
+        {"rank": 2, "host": "node2", "switch": "leaf2", "cause": semconv.CAUSE_COMPUTE}
+    ]
+
+
+def test_the_collectors_suspect_puts_a_link_on_the_path_and_agrees() -> None:
+    """The Collector suspects node1's NIC; its qdisc dropped first. Agreed, with the suspect
+    named as the reason the NIC is on the job's path (even before any transfer series moved)."""
+    job = Job(seed=13)
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node1"}, 0.0, 40.0, at=100)
+    job.add(semconv.PROM_FABRIC_SUSPECT, {JOB: JOB_ID, SUSPECT_KIND: "nic", SUSPECT_NAME: "eth0",
+            HOST: "node1"}, 0.0, 1.0, at=108)  # fmt: skip
+    report = job.report()
+    assert report.first is not None and report.first.component == "node1/eth0"
+    assert report.first.why == "the Collector suspects nic:node1/eth0"
+    assert report.agrees is True, report.agreement
+
+
+def test_a_first_change_the_collector_does_not_conclude_shows_both() -> None:
+    """The timeline's first change is node1's NIC, the Collector flags rank 3 for compute:
+    they differ, and the report says both."""
+    job = Job(seed=14)
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node1"}, 0.0, 40.0, at=100)
+    job.transfers_rise(at=102)
+    _flag(job, 3, semconv.CAUSE_COMPUTE, at=109)
+    report = job.report()
+    assert report.agrees is False
+    assert "node1/eth0" in report.agreement and "rank 3 compute" in report.agreement
+
+
+def test_two_faults_the_earlier_comes_first() -> None:
+    """node1's volume slows rank 1's loader from 96 s; node3's NIC drops from 101 s and the
+    transfers slow: both on the path, the earlier first."""
+    job = Job(seed=15)
+    job.healthy(step_at=106)
+    job.replace(semconv.PROM_DISK_OPERATION_TIME, {HOST: "node1"}, 0.05, 0.6, at=96, noise=0.002)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.2, at=98, noise=0.0005)
+    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node3"}, 0.0, 40.0, at=101)
+    job.transfers_rise(at=103)
+    report = job.report()
+    assert [(c.kind, c.component) for c in report.changes] == [
+        (semconv.COMPONENT_DISK, "node1/nvme0n1"),
+        (semconv.COMPONENT_DATALOADER, "node1/rank1"),
+        (semconv.COMPONENT_NIC, "node3/eth0"),
+        (semconv.COMPONENT_COLLECTIVE, "dp"),
+        (semconv.COMPONENT_STEP, JOB_ID),
+    ]
+    assert report.also_changed == ()
 
 
 def test_no_regression_means_no_changes() -> None:
@@ -622,7 +761,9 @@ def test_a_change_as_the_job_starts_is_its_start_not_a_cause() -> None:
     no_allowance = first_change(
         job.source, JOB_ID, T0, T0 + job.length - 1, Settings(startup_s=0.0)
     )
-    assert no_allowance.changes[0].kind == semconv.COMPONENT_NIC, no_allowance.changes
+    # Without the allowance the drops are a change, though off the job's path (no
+    # collective waited): listed apart.
+    assert [c.kind for c in no_allowance.also_changed] == [semconv.COMPONENT_NIC]
 
 
 # --------------------------------------------------------------------------------- compare
@@ -823,6 +964,7 @@ def test_watch_publishes_the_gauge_and_one_span_per_regression(sink: OtlpSink) -
         "training_component": "node3/eth0",
         "training_signal": "training.qdisc.drops{tbf}",
         "training_change_order": "0",
+        "training_change_effect": "false",
     }
     assert by_order["0"].value == T0 + 100
     assert by_order["1"].labels["training_component"] == "dp"
@@ -848,6 +990,7 @@ def test_watch_publishes_the_gauge_and_one_span_per_regression(sink: OtlpSink) -
     assert [name for name, _, _ in events] == [semconv.EVENT_CHANGE] * 3
     assert [attrs[semconv.CHANGE_ORDER] for _, _, attrs in events] == [0, 1, 2]
     assert [attrs[semconv.COMPONENT] for _, _, attrs in events] == ["node3/eth0", "dp", JOB_ID]
+    assert [attrs[semconv.CHANGE_EFFECT] for _, _, attrs in events] == [False] * 3
     assert events[1][1] == int((T0 + 102) * 1e9)
 
 

@@ -110,7 +110,8 @@ EVENT_ATTRIBUTION = "training.attribution"
 # Events on the timeline.first_change span.
 #: training.change: one component whose signal changed before the regression:
 #: `training.component.kind`, `training.component`, `training.signal`, `training.change.order`,
-#: `training.change.onset` and `training.change.ratio`
+#: `training.change.onset`, `training.change.ratio` and `training.change.effect`; only changes
+#: on the job's path (docs/timeline.md)
 EVENT_CHANGE = "training.change"
 
 # Span attributes set by the instrumentation.
@@ -591,6 +592,10 @@ COMPONENT = "training.component"
 #: training.signal (string): the metric whose level changed, with its distinguishing labels
 #: (`training.qdisc.drops{tbf}`)
 SIGNAL = "training.signal"
+#: training.change.effect (bool): true when the change is an effect, not a cause: a throughput
+#: figure that falls whenever steps slow down, or a signal that moved in the direction that
+#: cannot hurt (a consumer never infers it from the order)
+CHANGE_EFFECT = "training.change.effect"
 #: training.change.order (int): 0 for the first component to change, then in order of onset
 CHANGE_ORDER = "training.change.order"
 #: training.change.onset (float s): when the signal changed (Unix seconds)

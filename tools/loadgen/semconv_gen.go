@@ -142,7 +142,8 @@ const (
 const (
 	// eventChange is training.change: one component whose signal changed before the regression:
 	// `training.component.kind`, `training.component`, `training.signal`, `training.change.order`,
-	// `training.change.onset` and `training.change.ratio`
+	// `training.change.onset`, `training.change.ratio` and `training.change.effect`; only changes
+	// on the job's path (docs/timeline.md)
 	eventChange = "training.change"
 )
 
@@ -747,6 +748,11 @@ const (
 	// attrSignal is training.signal (string): the metric whose level changed, with its
 	// distinguishing labels (`training.qdisc.drops{tbf}`)
 	attrSignal = "training.signal"
+
+	// attrChangeEffect is training.change.effect (bool): true when the change is an effect, not a
+	// cause: a throughput figure that falls whenever steps slow down, or a signal that moved in
+	// the direction that cannot hurt (a consumer never infers it from the order)
+	attrChangeEffect = "training.change.effect"
 
 	// attrChangeOrder is training.change.order (int): 0 for the first component to change, then in
 	// order of onset

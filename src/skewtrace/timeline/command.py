@@ -201,6 +201,16 @@ def _run_first_change(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=1))
     else:
         print(report.summary())
+        effects = [c.component for c in report.changes if c.effect]
+        if effects:
+            print(f"effects (not causes): {', '.join(effects)}")
+        if report.also_changed:
+            print(
+                "also changed, off the job's path: "
+                + ", ".join(f"{c.component} {c.signal}" for c in report.also_changed)
+            )
+        if report.agreement:
+            print(f"the Collector's diagnosis: {report.agreement}")
         for note in report.notes:
             print(f"note: {note}")
     return 0

@@ -51,6 +51,7 @@ from skewtrace.timeline.changepoint import (
     detect,
     level_ratio,
 )
+from skewtrace.timeline.path import Diagnosis, JobPath, agreement, read_diagnosis
 from skewtrace.timeline.source import Query, Series, SeriesSource
 
 DEFAULT_LOOKBACK_S = 300.0
@@ -81,6 +82,9 @@ class ComponentChange:
     lag_s: float = 0.0
     """How late its series can show a change (:func:`.signals.sample_lag_s`): the order
     compares ``onset - lag_s``; the reported onset stays the observed one."""
+    why: str = ""
+    """Why the job could have waited on it (:mod:`.path`); empty: it is off the job's path
+    (listed in :attr:`Report.also_changed`)."""
 
     @property
     def ratio(self) -> float:
@@ -97,6 +101,10 @@ class ComponentChange:
             "before": self.before,
             "after": self.after,
         }
+        out["effect"] = self.effect
+        out["on_path"] = bool(self.why)
+        if self.why:
+            out["why"] = self.why
         if self.members:
             out["members"] = list(self.members)
         return out
@@ -110,6 +118,7 @@ class ComponentChange:
             semconv.CHANGE_ORDER: self.order,
             semconv.CHANGE_ONSET: self.onset,
             semconv.CHANGE_RATIO: self.ratio,
+            semconv.CHANGE_EFFECT: self.effect,
         }
 
 
@@ -147,11 +156,27 @@ class Report:
     resolution: float
     regression: Regression | None
     changes: tuple[ComponentChange, ...] = ()
+    """The changes on the job's path, in order: causes, then effects, the step last."""
     notes: tuple[str, ...] = field(default=())
+    also_changed: tuple[ComponentChange, ...] = ()
+    """Changes of components the job did not wait on (:mod:`.path`), by onset."""
+    diagnosis: Diagnosis | None = None
+    """The Collector's verdicts over the same window."""
+    agrees: bool | None = None
+    """Whether the first cause is what the Collector concluded (None: it concluded nothing)."""
+    agreement: str = ""
 
     @property
     def first(self) -> ComponentChange | None:
         return self.changes[0] if self.changes else None
+
+    @property
+    def first_cause(self) -> ComponentChange | None:
+        """The first change that is a cause (not an effect, not the step)."""
+        return next(
+            (c for c in self.changes if not c.effect and c.kind != semconv.COMPONENT_STEP),
+            None,
+        )
 
     def summary(self) -> str:
         """One line: what changed first, then what followed, the step last."""
@@ -170,8 +195,12 @@ class Report:
             "resolution": self.resolution,
             "regression": self.regression.to_json() if self.regression else None,
             "changes": [change.to_json() for change in self.changes],
+            "also_changed": [change.to_json() for change in self.also_changed],
             "summary": self.summary(),
             "notes": list(self.notes),
+            "diagnosis": None
+            if self.diagnosis is None
+            else {**self.diagnosis.to_json(), "agrees": self.agrees, "note": self.agreement},
         }
 
 
@@ -491,6 +520,21 @@ def first_change(
                 )
             )
     changes = _switch_changes(_earliest_per_component(changes, tie_s), switch_of, tie_s)
+    # Only what the job could have waited on is a candidate; the rest is listed apart.
+    regressed_hosts = {
+        series.labels.get(sig.HOST, "") for series in per_rank if _rank_of(series.labels) in ranks
+    }
+    diagnosis = read_diagnosis(source, job, not_before, end)
+    path = JobPath.of(changes, regressed_hosts, diagnosis, switch_of)
+    on_path: list[ComponentChange] = []
+    also: list[ComponentChange] = []
+    for candidate in changes:
+        why = path.why(candidate)
+        if why:
+            on_path.append(replace(candidate, why=why))
+        else:
+            also.append(candidate)
+    changes = on_path
     changes.append(
         ComponentChange(
             kind=semconv.COMPONENT_STEP,
@@ -501,12 +545,24 @@ def first_change(
             after=step_change.after,
             score=step_change.score,
             precedence=sig.STEP_PRECEDENCE,
+            why="the regression",
         )
     )
     step = _step_at(source, job, min(ranks), onset, step_s) if ranks else None
     regression = Regression(
         onset, step_change.before, step_change.after, tuple(sorted(ranks)), step
     )
-    return Report(
-        job, start, end, step_s, regression, tuple(order_changes(changes, tie_s)), tuple(notes)
+    ordered = tuple(order_changes(changes, tie_s))
+    report = Report(
+        job,
+        start,
+        end,
+        step_s,
+        regression,
+        ordered,
+        tuple(notes),
+        also_changed=tuple(sorted(also, key=lambda c: c.onset)),
+        diagnosis=diagnosis,
     )
+    agrees, text = agreement(report.first_cause, diagnosis)
+    return replace(report, agrees=agrees, agreement=text)

@@ -57,6 +57,7 @@ GAUGE_LABELS = (
     label(semconv.COMPONENT),
     label(semconv.SIGNAL),
     label(semconv.CHANGE_ORDER),
+    label(semconv.CHANGE_EFFECT),
 )
 
 
@@ -137,7 +138,12 @@ class Watcher:
         self.gauge.clear()
         for change in report.changes:
             self.gauge.labels(
-                report.job, change.kind, change.component, change.signal, str(change.order)
+                report.job,
+                change.kind,
+                change.component,
+                change.signal,
+                str(change.order),
+                "true" if change.effect else "false",
             ).set(change.onset)
         self.latest = report
         if new:

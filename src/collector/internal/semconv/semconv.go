@@ -143,7 +143,8 @@ const (
 const (
 	// EventChange is training.change: one component whose signal changed before the regression:
 	// `training.component.kind`, `training.component`, `training.signal`, `training.change.order`,
-	// `training.change.onset` and `training.change.ratio`
+	// `training.change.onset`, `training.change.ratio` and `training.change.effect`; only changes
+	// on the job's path (docs/timeline.md)
 	EventChange = "training.change"
 )
 
@@ -748,6 +749,11 @@ const (
 	// AttrSignal is training.signal (string): the metric whose level changed, with its
 	// distinguishing labels (`training.qdisc.drops{tbf}`)
 	AttrSignal = "training.signal"
+
+	// AttrChangeEffect is training.change.effect (bool): true when the change is an effect, not a
+	// cause: a throughput figure that falls whenever steps slow down, or a signal that moved in
+	// the direction that cannot hurt (a consumer never infers it from the order)
+	AttrChangeEffect = "training.change.effect"
 
 	// AttrChangeOrder is training.change.order (int): 0 for the first component to change, then in
 	// order of onset

@@ -1,0 +1,252 @@
+"""Which changes the job could have waited on, and whether the timeline agrees with the
+Collector's verdicts.
+
+A component is a candidate cause only when the job could have waited on it: its host's ranks
+show the matching wait in their own series, or the Collector's diagnosis names it. On a real
+cluster a checkpoint, a log rotation or a neighbour's job changes some disk or link every few
+minutes; without this rule the earliest of those is named first.
+
+- a block device (or volume) of a host: a rank on that host waited longer for its batches
+  (its ``training.dataloader.wait`` rose) or moved more or less data itself
+  (``process.io``), or the Collector flags a rank of that host for its data;
+- a rank's own I/O: that rank's data-loader wait rose, or the Collector flags it for its data;
+- a NIC, a host's TCP stack, a switch: the transfers of the job's collectives rose (the
+  collectives cross the regressed ranks' links), or the Collector suspects that NIC, host,
+  switch or uplink, or flags a rank behind it for its network;
+- a GPU: its host holds a regressed rank, or the Collector flags a rank there for compute;
+- the job's own waits (data loader, collective transfer) and the step: always.
+
+Changes elsewhere are listed apart ("also changed") and never lead the order of causes.
+
+The diagnosis is read from the same store: ``training_straggler_ratio`` (flagged ranks with
+their host and cause) and ``training_fabric_suspect_ratio`` (suspected NICs, hosts, uplinks,
+switches) at 1 at any sample of the window. :func:`agreement` says whether the first change on
+the path is what the Collector concluded, and shows both where not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from skewtrace import semconv
+from skewtrace.timeline import signals as sig
+from skewtrace.timeline.source import Form, Query, SeriesSource
+
+STRAGGLERS = Query(semconv.PROM_STRAGGLER, Form.GAUGE)
+SUSPECTS = Query(semconv.PROM_FABRIC_SUSPECT, Form.GAUGE)
+
+_NETWORK_KINDS = (semconv.COMPONENT_NIC, semconv.COMPONENT_HOST, semconv.COMPONENT_SWITCH)
+_SUSPECT_KIND = sig.label(semconv.SUSPECT_KIND)
+_SUSPECT_NAME = sig.label(semconv.SUSPECT_NAME)
+_CAUSE = sig.label(semconv.STRAGGLER_CAUSE)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A rank the Collector flagged in the window."""
+
+    rank: int
+    host: str
+    switch: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A part of the fabric the Collector suspected in the window."""
+
+    kind: str
+    name: str
+    host: str
+
+    @property
+    def key(self) -> str:
+        return f"nic:{self.host}/{self.name}" if self.kind == "nic" else f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The Collector's verdicts over the window."""
+
+    flags: tuple[Flag, ...] = ()
+    suspects: tuple[Suspect, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.flags and not self.suspects
+
+    def describe(self) -> str:
+        parts = [f"rank {f.rank} {f.cause} (on {f.host})" for f in self.flags]
+        parts += [s.key for s in self.suspects]
+        return ", ".join(parts) if parts else "nothing"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "flagged": [
+                {"rank": f.rank, "host": f.host, "switch": f.switch, "cause": f.cause}
+                for f in self.flags
+            ],
+            "suspects": [s.key for s in self.suspects],
+        }
+
+
+def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> Diagnosis:
+    """The ranks flagged and the parts of the fabric suspected at any sample in [start, end]."""
+    flags: set[Flag] = set()
+    for series in source.series(STRAGGLERS, job, start, end):
+        rank = series.labels.get(sig.RANK, "")
+        if any(v >= 1 for v in series.values) and rank.isdigit():
+            flags.add(
+                Flag(
+                    int(rank),
+                    series.labels.get(sig.HOST, ""),
+                    series.labels.get(sig.SWITCH, ""),
+                    series.labels.get(_CAUSE, ""),
+                )
+            )
+    suspects: set[Suspect] = set()
+    for series in source.series(SUSPECTS, job, start, end):
+        if any(v >= 1 for v in series.values):
+            suspects.add(
+                Suspect(
+                    series.labels.get(_SUSPECT_KIND, ""),
+                    series.labels.get(_SUSPECT_NAME, ""),
+                    series.labels.get(sig.HOST, ""),
+                )
+            )
+    return Diagnosis(
+        tuple(sorted(flags, key=lambda f: (f.rank, f.cause))),
+        tuple(sorted(suspects, key=lambda s: s.key)),
+    )
+
+
+def host_of(component: str) -> str:
+    """The host of a ``<host>/<part>`` component (a switch's name is its own)."""
+    return component.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class JobPath:
+    """The evidence that the job waited on something, and the rule per kind of component."""
+
+    loader_ranks: frozenset[str]
+    """``<host>/rank<r>`` of the ranks whose data-loader wait rose."""
+    io_hosts: frozenset[str]
+    """Hosts whose ranks' own I/O changed."""
+    transfers: bool
+    """A process group's collective transfer rose."""
+    regressed_hosts: frozenset[str]
+    diagnosis: Diagnosis
+    switch_of: Mapping[str, str]
+
+    @classmethod
+    def of(
+        cls,
+        changes: Iterable[Any],
+        regressed_hosts: Iterable[str],
+        diagnosis: Diagnosis,
+        switch_of: Mapping[str, str],
+    ) -> JobPath:
+        loader, io, transfers = set(), set(), False
+        for c in changes:
+            if c.kind == semconv.COMPONENT_DATALOADER and not c.effect:
+                loader.add(c.component)
+            elif c.kind == semconv.COMPONENT_DISK and c.signal.startswith(
+                semconv.METRIC_PROCESS_IO
+            ):
+                io.add(host_of(c.component))
+            elif c.kind == semconv.COMPONENT_COLLECTIVE and not c.effect:
+                transfers = True
+        return cls(
+            frozenset(loader),
+            frozenset(io),
+            transfers,
+            frozenset(regressed_hosts),
+            diagnosis,
+            dict(switch_of),
+        )
+
+    def _flagged_on(self, host: str, *causes: str) -> bool:
+        return any(f.host == host and f.cause in causes for f in self.diagnosis.flags)
+
+    def why(self, change: Any) -> str | None:
+        """Why the job could have waited on ``change``'s component, or None."""
+        kind, component = change.kind, change.component
+        host = host_of(component)
+        if kind in (
+            semconv.COMPONENT_STEP,
+            semconv.COMPONENT_DATALOADER,
+            semconv.COMPONENT_COLLECTIVE,
+        ):
+            return "the job's own wait"
+        if kind == semconv.COMPONENT_DISK:
+            own_io = change.signal.startswith(semconv.METRIC_PROCESS_IO)
+            if own_io and component in self.loader_ranks:
+                return "its rank's data-loader wait rose"
+            if not own_io and any(host_of(r) == host for r in self.loader_ranks):
+                return "a rank on its host waited longer for its batches"
+            if not own_io and host in self.io_hosts:
+                return "a rank on its host changed how much it reads or writes"
+            if self._flagged_on(host, semconv.CAUSE_DATA):
+                return "the Collector flags a rank on its host for its data"
+            return None
+        if kind in _NETWORK_KINDS:
+            hosts = {host_of(m) for m in change.members} or {host}
+            if kind == semconv.COMPONENT_SWITCH:
+                hosts |= {h for h, s in self.switch_of.items() if s == component}
+            for s in self.diagnosis.suspects:
+                if (s.kind in ("switch", "uplink") and s.name == component) or (
+                    s.kind in ("nic", "host") and (s.host or s.name) in hosts
+                ):
+                    return f"the Collector suspects {s.key}"
+            if any(self._flagged_on(h, semconv.CAUSE_NETWORK) for h in hosts):
+                return "the Collector flags a rank behind it for its network"
+            if self.transfers:
+                return "the job's collective transfers rose"
+            return None
+        if kind == semconv.COMPONENT_GPU:
+            if host in self.regressed_hosts:
+                return "its host holds a rank whose step time rose"
+            if self._flagged_on(host, semconv.CAUSE_COMPUTE):
+                return "the Collector flags a rank on its host for compute"
+            return None
+        return None
+
+
+def agreement(first: Any | None, diagnosis: Diagnosis) -> tuple[bool | None, str]:
+    """Whether the first cause on the job's path (None: none before the step) is what the
+    Collector concluded over the window, and why; None when the Collector concluded nothing."""
+    if diagnosis.empty:
+        return None, "the Collector flagged no rank and suspected no part of the fabric"
+    said = f"the Collector flags {diagnosis.describe()}"
+    if first is None:
+        own_work = all(
+            f.cause in (semconv.CAUSE_COMPUTE, semconv.CAUSE_DATA) for f in diagnosis.flags
+        )
+        if own_work and not diagnosis.suspects:
+            return True, (
+                f"agrees: no component on the job's path changed, and {said}: the ranks' own work"
+            )
+        return False, f"differs: no component on the job's path changed, but {said}"
+    kind, host = first.kind, host_of(first.component)
+    flagged = {(f.host, f.cause) for f in diagnosis.flags}
+    match = False
+    if kind in _NETWORK_KINDS:
+        names = {first.component, host} | {host_of(m) for m in first.members}
+        match = any(s.name in names or s.host in names for s in diagnosis.suspects) or any(
+            (h, semconv.CAUSE_NETWORK) in flagged for h in names
+        )
+    elif kind == semconv.COMPONENT_COLLECTIVE:
+        match = bool(diagnosis.suspects) or any(
+            f.cause == semconv.CAUSE_NETWORK for f in diagnosis.flags
+        )
+    elif kind in (semconv.COMPONENT_DISK, semconv.COMPONENT_DATALOADER):
+        match = (host, semconv.CAUSE_DATA) in flagged
+    elif kind == semconv.COMPONENT_GPU:
+        match = (host, semconv.CAUSE_COMPUTE) in flagged
+    where = f"{first.component} ({kind})"
+    if match:
+        return True, f"agrees: the first change is {where}, and {said}"
+    return False, f"differs: the first change is {where}, but {said}"
