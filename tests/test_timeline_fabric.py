@@ -13,6 +13,12 @@ one fault starts mid-run:
 - ``data``: rank 1's data loader waits 100 ms more per batch (a step of about 80 ms grows
   2.2x, clear of a busy machine's step-time noise): its data-loader wait rises and the first
   change is rank 1's data loader;
+- ``compute-busy-disk``: rank 2 computes 100 ms more per step while, from 30 steps earlier,
+  a writer keeps the (shared) disk busy; no rank reads from it. No infrastructure component is
+  named a cause (the disk, when it changed, is listed apart as off the job's path), and the
+  report agrees with the Collector's verdict, rank 2 compute;
+- ``uplink``: leaf1's uplink throttled to 20 Mbit/s: the first change is the network on the
+  job's path (its collectives, or the TCP stack or queue of a host whose traffic crosses it);
 - ``volume``: every rank reads 256 KiB per batch with O_DIRECT from a loop device the test
   creates; then rank 1 is put in a blkio cgroup throttled to 1 MiB/s on that device: the
   device's and rank 1's read series fall and the first change is storage (the loop device),
@@ -156,10 +162,22 @@ def _volume(workdir: Path) -> Iterator[Volume]:
 class Scenario:
     name: str
     faults: tuple[str, ...]
-    kind: str
-    """The first change's training.component.kind."""
+    kind: str | None
+    """The first change's training.component.kind (None: no infrastructure component may
+    be named a cause; see ``check``)."""
     component: Callable[[dict[str, Any]], bool]
     """Whether the first change's training.component is the injected one."""
+    busy_disk_step: int | None = None
+    """From this step on, a writer nobody reads from keeps the hosts' disk busy."""
+
+
+INFRASTRUCTURE = (
+    semconv.COMPONENT_NIC,
+    semconv.COMPONENT_HOST,
+    semconv.COMPONENT_SWITCH,
+    semconv.COMPONENT_DISK,
+    semconv.COMPONENT_GPU,
+)
 
 
 def _is_rank(rank: int) -> Callable[[dict[str, Any]], bool]:
@@ -180,6 +198,24 @@ SCENARIOS = [
         _is_rank(1),
     ),
     Scenario("volume", (), semconv.COMPONENT_DISK, lambda change: "loop" in change["component"]),
+    # Issue 25: rank 2 computes 100 ms more per step while a writer keeps the (shared) disk
+    # busy from 30 steps earlier; no rank reads from it. No infrastructure component may be
+    # named a cause (the disk, if it changed, is listed apart), and the report agrees with
+    # the Collector's verdict (rank 2, compute).
+    Scenario(
+        "compute-busy-disk",
+        (f"compute:2:0.1@{FAULT_STEP}",),
+        None,
+        lambda change: True,
+        busy_disk_step=FAULT_STEP - 30,
+    ),
+    # Issue 25: leaf1's uplink throttled to 20 Mbit/s: the network on the job's path first.
+    Scenario(
+        "uplink",
+        (f"uplink:leaf1:20@{FAULT_STEP}",),
+        semconv.COMPONENT_COLLECTIVE,
+        lambda change: True,
+    ),
 ]
 
 
@@ -246,7 +282,12 @@ def run(
             if volume is not None:
                 script_args += ("--read-file", volume.device, "--read-bytes", str(READ_BYTES))
 
+            writers: list[subprocess.Popen[bytes]] = []
+
             def on_tick(tick: Tick) -> None:
+                busy = scenario.busy_disk_step
+                if busy is not None and tick.step + 1 >= busy and not writers:
+                    writers.append(_busy_disk(tmp_path / "busy"))
                 if tick.step + 1 >= FAULT_STEP and not fault_at:
                     fault_at.append(time.time())
                     if volume is not None:
@@ -260,7 +301,12 @@ def run(
                 script_args=script_args,
                 env=(("SKEWTRACE_NODE_TELEMETRY_INTERVAL_MILLIS", "1000"),),
             )
-            result = run_job(fabric, services, plan, tmp_path / "job", on_tick=on_tick)
+            try:
+                result = run_job(fabric, services, plan, tmp_path / "job", on_tick=on_tick)
+            finally:
+                for writer in writers:
+                    writer.kill()
+                    writer.wait()
             # The last samples: the ranks' final exports, the Collector's flush, two scrapes.
             time.sleep(4)
             assert fault_at, "the job never reached the fault step"
@@ -273,6 +319,13 @@ def run(
 @contextmanager
 def _no_volume() -> Iterator[None]:
     yield None
+
+
+def _busy_disk(path: Path) -> subprocess.Popen[bytes]:
+    """Writes and syncs 4 MiB at a time to ``path``, over and over: the host's disk busy with
+    I/O no rank of the job reads."""
+    script = f"while :; do dd if=/dev/zero of={path} bs=1M count=4 conv=fsync status=none; done"
+    return subprocess.Popen(["bash", "-c", script], start_new_session=True)
 
 
 def _rate_before_after(run: Run, expr_of_window: Callable[[str], str]) -> tuple[float, float]:
@@ -301,6 +354,36 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
     scenario, r = run
     report = _first_change(r, 600)
     print(json.dumps(report, indent=1)[:6000])
+
+    diagnosis = report.get("diagnosis") or {}
+    print(f"{scenario.name}: the Collector's diagnosis: {diagnosis}")
+    if scenario.kind is None:
+        # No infrastructure component is named a cause; what changed there is listed apart.
+        causes = [c for c in report["changes"] if not c["effect"]]
+        assert not [c for c in causes if c["kind"] in INFRASTRUCTURE], report
+        assert all(not c["on_path"] for c in report["also_changed"]), report
+        # The Collector concluded rank 2's compute, and the report says it agrees.
+        assert {"rank": 2, "cause": semconv.CAUSE_COMPUTE} in [
+            {"rank": f["rank"], "cause": f["cause"]} for f in diagnosis.get("flagged", [])
+        ], report
+        assert diagnosis["agrees"] is True, report
+        return
+    if scenario.name == "uplink":
+        # The uplink has no series of its own here (node telemetry reads the nodes' queues and
+        # TCP stacks): the first change is the network on the job's path, the collectives or
+        # the TCP stack or queue of a host whose traffic crosses the throttled uplink (senders
+        # on both leaves retransmit), never a disk or GPU. Where the uplink is, the Collector's
+        # diagnosis says (joined in the report).
+        first = report["changes"][0]
+        assert first["kind"] in (
+            semconv.COMPONENT_SWITCH,
+            semconv.COMPONENT_COLLECTIVE,
+            semconv.COMPONENT_HOST,
+            semconv.COMPONENT_NIC,
+        ), report
+        assert first["on_path"], report
+        assert report["regression"]["onset"] >= r.fault_at - 5, report
+        return
 
     # The right series moved.
     if scenario.name == "nic":
