@@ -719,6 +719,55 @@ def test_two_faults_the_earlier_comes_first() -> None:
     assert report.also_changed == ()
 
 
+def _halve_step_rate(job: Job, at: float) -> None:
+    """Every rank's cumulative step count grows 2 a second, then 1 from ``at`` (steps twice as
+    long)."""
+    stored = job.source._series[STEP_COUNT.metric]
+    for index, series in enumerate(stored):
+        counts, total = [], 0.0
+        for i in range(job.length):
+            counts.append(total)
+            total += 2.0 if i < at else 1.0
+        stored[index] = type(series)(series.labels, series.times, counts)
+
+
+def test_work_per_step_tells_a_counter_that_moved_with_the_steps_from_a_cause() -> None:
+    """Issue 25, work per step: node1's disk completes half as many operations a second from
+    99 s, exactly as the steps take twice as long from 102 s: its operations per step held,
+    so it moved with the steps (an effect), and rank 1's data loader, whose wait rose at 100 s,
+    comes first. Read per second only, the disk (either direction can hurt) led."""
+    job = Job(seed=16)
+    job.healthy(step_at=102)
+    _halve_step_rate(job, at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.2, at=100, noise=0.0005)
+    job.add(semconv.PROM_DISK_OPERATIONS, {**job.rank_labels(1), DEVICE: "nvme0n1",
+            DISK_DIRECTION: "read"}, 400.0, 200.0, at=99, noise=2.0)  # fmt: skip
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component) == (
+        semconv.COMPONENT_DATALOADER,
+        "node1/rank1",
+    )
+    disk = next(c for c in report.changes if c.component == "node1/nvme0n1")
+    assert disk.effect and disk.per_step_ratio == pytest.approx(1.0, abs=0.1)
+    assert report.to_json()["changes"][report.changes.index(disk)]["per_step_ratio"] == (
+        disk.per_step_ratio
+    )
+
+    # The same disk doing twice as many operations a step (its rate held while the steps
+    # slowed) and its rate falling a little first: a cause, and first.
+    job = Job(seed=16)
+    job.healthy(step_at=102)
+    _halve_step_rate(job, at=102)
+    job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.2, at=100, noise=0.0005)
+    job.add(semconv.PROM_DISK_OPERATIONS, {**job.rank_labels(1), DEVICE: "nvme0n1",
+            DISK_DIRECTION: "read"}, 400.0, 300.0, at=99, noise=2.0)  # fmt: skip
+    report = job.report()
+    disk = next(c for c in report.changes if c.component == "node1/nvme0n1")
+    assert not disk.effect and disk.per_step_ratio == pytest.approx(1.5, rel=0.1)
+    assert report.first is disk
+
+
 def test_no_regression_means_no_changes() -> None:
     job = Job(seed=5)
     job.healthy(step_at=None)

@@ -52,7 +52,7 @@ from skewtrace.timeline.changepoint import (
     level_ratio,
 )
 from skewtrace.timeline.path import Diagnosis, JobPath, agreement, read_diagnosis
-from skewtrace.timeline.source import Query, Series, SeriesSource
+from skewtrace.timeline.source import Form, Query, Series, SeriesSource
 
 DEFAULT_LOOKBACK_S = 300.0
 
@@ -82,6 +82,9 @@ class ComponentChange:
     lag_s: float = 0.0
     """How late its series can show a change (:func:`.signals.sample_lag_s`): the order
     compares ``onset - lag_s``; the reported onset stays the observed one."""
+    per_step_ratio: float | None = None
+    """For a counter: its level per step (rate over the job's step rate) after the change
+    over before; None when not read."""
     why: str = ""
     """Why the job could have waited on it (:mod:`.path`); empty: it is off the job's path
     (listed in :attr:`Report.also_changed`)."""
@@ -102,6 +105,8 @@ class ComponentChange:
             "after": self.after,
         }
         out["effect"] = self.effect
+        if self.per_step_ratio is not None:
+            out["per_step_ratio"] = self.per_step_ratio
         out["on_path"] = bool(self.why)
         if self.why:
             out["why"] = self.why
@@ -272,6 +277,36 @@ def _still_changed(series: Series, change: Change, at: float, points: int) -> bo
     after.sort()
     middle = after[len(after) // 2]
     return (middle - midpoint) * (change.after - change.before) > 0
+
+
+# A counter's level per step must move by at least this much (as a ratio) for its change to
+# be a cause: otherwise it moved with the step rate, and is the slowdown's effect.
+PER_STEP_CHANGE = 0.2
+# Samples on each side of a change the per-step levels are read from.
+PER_STEP_SAMPLES = 10
+
+
+def per_step_ratio(
+    series: Series,
+    onset: float,
+    regression_onset: float,
+    step_rate: Mapping[float, float],
+    smear_s: float,
+) -> float | None:
+    """A counter's level per step after its change over before: its rate over the job's step
+    rate, before the change's onset and once both the change and the regression are in (from
+    the later onset plus the rate window). None without the job's step rate on both sides."""
+    per_step = [
+        (t, v / rate)
+        for t, v in zip(series.times, series.values, strict=True)
+        if math.isfinite(v) and (rate := step_rate.get(round(t, 3), 0.0)) > 0
+    ]
+    settled = max(onset, regression_onset) + smear_s
+    before = [v for t, v in per_step if t < onset][-PER_STEP_SAMPLES:]
+    after = [v for t, v in per_step if t >= settled][:PER_STEP_SAMPLES]
+    if len(before) < 3 or len(after) < 3:
+        return None
+    return level_ratio(statistics.median(before), statistics.median(after))
 
 
 def _job_step_rate(source: SeriesSource, job: str, start: float, end: float) -> dict[float, float]:
@@ -505,6 +540,18 @@ def first_change(
             if change is None or not _still_changed(series, change, onset, detector.after_points):
                 continue
             effect = signal.is_effect(change.before, change.after, series.labels)
+            ratio_per_step = None
+            if signal.query.form == Form.RATE and step_rate:
+                # Work per step, not only per second: a counter whose level per step held
+                # while its rate moved moved with the steps (an effect); one whose level per
+                # step moved the way that hurts is a cause, whatever its rate did.
+                ratio_per_step = per_step_ratio(series, change.onset, onset, step_rate, smear_s)
+                if ratio_per_step is not None and not signal.effect:
+                    worse = signal.worse_direction(series.labels)
+                    moved = ratio_per_step >= 1 + PER_STEP_CHANGE or ratio_per_step <= 1 / (
+                        1 + PER_STEP_CHANGE
+                    )
+                    effect = not moved or (worse != 0 and (ratio_per_step - 1) * worse < 0)
             changes.append(
                 ComponentChange(
                     kind=signal.kind,
@@ -515,6 +562,7 @@ def first_change(
                     after=change.after,
                     score=change.score,
                     effect=effect,
+                    per_step_ratio=ratio_per_step,
                     precedence=sig.precedence(signal, effect),
                     lag_s=sig.sample_lag_s(signal, cfg.telemetry_interval_s),
                 )

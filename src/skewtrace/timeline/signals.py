@@ -110,13 +110,18 @@ class Signal:
     """(label, value, direction): where a series has that label value, that direction hurts
     instead of :attr:`worse` (a volume's writes: only more of them can hurt the job's reads)."""
 
-    def is_effect(self, before: float, after: float, labels: Labels | None = None) -> bool:
-        """Whether a change from ``before`` to ``after`` (of the series with ``labels``) is an
-        effect, not a cause."""
+    def worse_direction(self, labels: Labels | None = None) -> int:
+        """The direction that hurts for the series with ``labels`` (0: either)."""
         worse = self.worse
         for key, value, direction in self.worse_when:
             if labels is not None and labels.get(key) == value:
                 worse = direction
+        return worse
+
+    def is_effect(self, before: float, after: float, labels: Labels | None = None) -> bool:
+        """Whether a change from ``before`` to ``after`` (of the series with ``labels``) is an
+        effect, not a cause."""
+        worse = self.worse_direction(labels)
         return self.effect or (worse != 0 and (after - before) * worse <= 0)
 
     def signal_name(self, labels: Labels) -> str:
