@@ -70,6 +70,8 @@ def fake_tree(root: Path, *, retrans: int = 17, sda_reads: int = 100) -> None:
                 root, f"sys/class/net/eth0/statistics/{direction}_{statistic}", f"{base + offset}\n"
             )
             _write(root, f"sys/class/net/lo/statistics/{direction}_{statistic}", "5\n")
+    _write(root, "sys/class/net/eth0/speed", "25000\n")  # 25 Gbit/s
+    _write(root, "sys/class/net/lo/speed", "10\n")  # the loopback: never read
     port = "sys/class/infiniband/mlx5_0/ports/1"
     _write(root, f"{port}/counters/port_xmit_wait", "7\n")
     _write(root, f"{port}/counters/symbol_error", "1\n")
@@ -180,6 +182,11 @@ def test_node_sources_exact_values_and_attributes(tmp_path: Path, started: Any) 
         port("vendor_new_counter", semconv.NIC_SIGNAL_OTHER): 9,
     }
     assert points[semconv.METRIC_TCP_RETRANSMITS] == {frozenset(): 17}
+    # The link's speed, Mbit/s as bytes per second (issue 25: what a NIC that trained down
+    # shows).
+    assert points[semconv.METRIC_NETWORK_SPEED] == {
+        attrs(**{semconv.NETWORK_INTERFACE: "eth0"}): 25000 * 1e6 / 8
+    }
 
     tbf = attrs(**{semconv.NETWORK_INTERFACE: "eth0", semconv.QDISC_KIND: "tbf"})
     assert points[semconv.METRIC_QDISC_DROPS] == {tbf: 4}
@@ -295,7 +302,7 @@ def test_missing_proc_file_is_counted_not_raised(tmp_path: Path, started: Any) -
     start, made = started
     points, _, _ = collect(start(tmp_path))  # an empty root: nothing exists
     assert points == {}
-    assert set(made[0].failures) == {"interfaces", "tcp", "disks", "process_io"}
+    assert set(made[0].failures) == {"interfaces", "link_speed", "tcp", "disks", "process_io"}
 
 
 def test_process_io_stays_monotonic_when_a_worker_exits(tmp_path: Path) -> None:

@@ -768,6 +768,26 @@ def test_work_per_step_tells_a_counter_that_moved_with_the_steps_from_a_cause() 
     assert report.first is disk
 
 
+def test_a_nic_that_trained_down_is_named_by_its_link_speed() -> None:
+    """Issue 25: a real NIC that renegotiated from 25 to 1 Gbit/s shows in its link speed (the
+    counterpart of the emulated fabric's shaped qdisc rate); with the job's transfers slower,
+    it is the first change."""
+    job = Job(seed=17)
+    job.healthy(step_at=106)
+    for rank in range(4):
+        job.add(semconv.PROM_NETWORK_SPEED, {**job.rank_labels(rank), IFACE: "eth0"},
+                25e9 / 8, 1e9 / 8 if rank == 1 else None, at=100)  # fmt: skip
+    job.transfers_rise(at=102)
+    report = job.report()
+    assert report.first is not None
+    assert (report.first.kind, report.first.component, report.first.signal) == (
+        semconv.COMPONENT_NIC,
+        "node1/eth0",
+        semconv.METRIC_NETWORK_SPEED,
+    )
+    assert report.first.ratio == pytest.approx(1 / 25)
+
+
 def test_no_regression_means_no_changes() -> None:
     job = Job(seed=5)
     job.healthy(step_at=None)

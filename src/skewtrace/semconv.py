@@ -460,6 +460,10 @@ PROM_SPANS_EXPORT_FAILED = "skewtrace_spans_export_failed_total"
 #: system.network.io (counter, By): bytes through an interface
 #: (`/sys/class/net/<if>/statistics`)
 METRIC_NETWORK_IO = "system.network.io"
+#: system.network.speed (gauge, By/s): an interface's negotiated link speed
+#: (`/sys/class/net/<if>/speed`, Mbit/s, as bytes per second): what a NIC that trained down to a
+#: lower rate shows; absent where the interface reports none (down, or virtual without one)
+METRIC_NETWORK_SPEED = "system.network.speed"
 #: system.network.packet.count (counter, 1): packets through an interface
 METRIC_NETWORK_PACKETS = "system.network.packet.count"
 #: system.network.errors (counter, 1): an interface's receive or transmit errors
@@ -530,6 +534,7 @@ METRIC_GPU_NVLINK_IO = "training.gpu.nvlink.io"
 
 # Their Prometheus names (histograms add HISTOGRAM_SERIES).
 PROM_NETWORK_IO = "system_network_io_bytes_total"
+PROM_NETWORK_SPEED = "system_network_speed_bytes_per_second"
 PROM_NETWORK_PACKETS = "system_network_packet_count_total"
 PROM_NETWORK_ERRORS = "system_network_errors_total"
 PROM_NETWORK_DROPPED = "system_network_packet_dropped_total"
@@ -833,6 +838,13 @@ METRICS: dict[str, MetricSpec] = {
         "counter",
         "By",
         "bytes through an interface (/sys/class/net/<if>/statistics)",
+    ),
+    METRIC_NETWORK_SPEED: MetricSpec(
+        "gauge",
+        "By/s",
+        "an interface's negotiated link speed (/sys/class/net/<if>/speed, Mbit/s, as bytes "
+        "per second): what a NIC that trained down to a lower rate shows; absent where the "
+        "interface reports none (down, or virtual without one)",
     ),
     METRIC_NETWORK_PACKETS: MetricSpec(
         "counter",

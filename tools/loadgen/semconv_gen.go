@@ -593,6 +593,12 @@ const (
 	// (`/sys/class/net/<if>/statistics`)
 	metricNetworkIO = "system.network.io"
 
+	// metricNetworkSpeed is system.network.speed (gauge, By/s): an interface's negotiated link
+	// speed (`/sys/class/net/<if>/speed`, Mbit/s, as bytes per second): what a NIC that trained
+	// down to a lower rate shows; absent where the interface reports none (down, or virtual
+	// without one)
+	metricNetworkSpeed = "system.network.speed"
+
 	// metricNetworkPackets is system.network.packet.count (counter, 1): packets through an
 	// interface
 	metricNetworkPackets = "system.network.packet.count"

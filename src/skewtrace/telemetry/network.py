@@ -63,6 +63,25 @@ def read_interfaces(root: str, on_bad: OnBad) -> list[InterfaceCounters]:
     return found
 
 
+def read_link_speeds(root: str) -> list[tuple[str, float]]:
+    """(interface, bytes per second) of every interface but the loopback that reports a link
+    speed (``/sys/class/net/<if>/speed``, Mbit/s). An interface that is down, or virtual
+    without a speed, refuses the read or reports -1: it is left out, not counted as bad input
+    (that is what such interfaces do)."""
+    base = os.path.join(root, "sys/class/net")
+    found: list[tuple[str, float]] = []
+    for interface in sorted(os.listdir(base)):
+        if interface == LOOPBACK or not os.path.isdir(os.path.join(base, interface, "statistics")):
+            continue
+        try:
+            mbit = read_int(os.path.join(base, interface, "speed"))
+        except (OSError, ValueError):
+            continue
+        if mbit > 0:
+            found.append((interface, mbit * 1e6 / 8))
+    return found
+
+
 # ------------------------------------------------------------------ RDMA port counters
 
 _SIGNAL_BY_COUNTER = {

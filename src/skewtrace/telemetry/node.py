@@ -34,6 +34,7 @@ from skewtrace.telemetry.network import (
     PortCounter,
     nic_signal,
     read_interfaces,
+    read_link_speeds,
     read_rdma_ports,
     read_tcp_retransmits,
 )
@@ -273,6 +274,15 @@ class NodeTelemetry:
             (semconv.METRIC_NETWORK_DROPPED, "dropped"),
         ):
             self._instrument(name, _interface_view(interfaces, statistic))
+
+        speeds = Source("link_speed", lambda: read_link_speeds(root), health)
+        self._instrument(
+            semconv.METRIC_NETWORK_SPEED,
+            lambda n: [
+                (speed, {semconv.NETWORK_INTERFACE: interface})
+                for interface, speed in speeds.get(n) or ()
+            ],
+        )
 
         ports = Source(
             "rdma_ports",

@@ -189,6 +189,9 @@ SIGNALS: tuple[Signal, ...] = (
           worse=UP, floor=EVENT),
     _rate(sc.METRIC_NETWORK_DROPPED, sc.PROM_NETWORK_DROPPED, NIC, nic_name, NET_DIRECTION,
           worse=UP, floor=EVENT),
+    # The link's negotiated speed: a NIC that trained down to a lower rate (the real-NIC
+    # counterpart of a shaped qdisc's rate).
+    _gauge(sc.METRIC_NETWORK_SPEED, sc.PROM_NETWORK_SPEED, NIC, nic_name, worse=DOWN),
     _rate(sc.METRIC_NETWORK_IO, sc.PROM_NETWORK_IO, NIC, nic_name, NET_DIRECTION, effect=True),
     _rate(sc.METRIC_NETWORK_PACKETS, sc.PROM_NETWORK_PACKETS, NIC, nic_name, NET_DIRECTION,
           effect=True),

@@ -594,6 +594,12 @@ const (
 	// (`/sys/class/net/<if>/statistics`)
 	MetricNetworkIO = "system.network.io"
 
+	// MetricNetworkSpeed is system.network.speed (gauge, By/s): an interface's negotiated link
+	// speed (`/sys/class/net/<if>/speed`, Mbit/s, as bytes per second): what a NIC that trained
+	// down to a lower rate shows; absent where the interface reports none (down, or virtual
+	// without one)
+	MetricNetworkSpeed = "system.network.speed"
+
 	// MetricNetworkPackets is system.network.packet.count (counter, 1): packets through an
 	// interface
 	MetricNetworkPackets = "system.network.packet.count"
@@ -930,6 +936,7 @@ var Metrics = map[string]MetricSpec{
 	MetricSpansExported:        {Instrument: "counter", Unit: "1", Description: "spans handed to the exporter"},
 	MetricSpansExportFailed:    {Instrument: "counter", Unit: "1", Description: "spans the exporter reported as failed"},
 	MetricNetworkIO:            {Instrument: "counter", Unit: "By", Description: "bytes through an interface (/sys/class/net/<if>/statistics)"},
+	MetricNetworkSpeed:         {Instrument: "gauge", Unit: "By/s", Description: "an interface's negotiated link speed (/sys/class/net/<if>/speed, Mbit/s, as bytes per second): what a NIC that trained down to a lower rate shows; absent where the interface reports none (down, or virtual without one)"},
 	MetricNetworkPackets:       {Instrument: "counter", Unit: "1", Description: "packets through an interface"},
 	MetricNetworkErrors:        {Instrument: "counter", Unit: "1", Description: "an interface's receive or transmit errors"},
 	MetricNetworkDropped:       {Instrument: "counter", Unit: "1", Description: "packets an interface dropped"},
