@@ -17,6 +17,9 @@ one fault starts mid-run:
   a writer keeps the (shared) disk busy; no rank reads from it. No infrastructure component is
   named a cause (the disk, when it changed, is listed apart as off the job's path), and the
   report agrees with the Collector's verdict, rank 2 compute;
+- ``two-faults``: node2's NIC throttled, and 30 steps later rank 1's data loader slowed: the
+  earlier (the NIC) is named first;
+- ``healthy``: no fault: no component is named a cause;
 - ``uplink``: leaf1's uplink throttled to 20 Mbit/s: the first change is the network on the
   job's path (its collectives, or the TCP stack or queue of a host whose traffic crosses it);
 - ``volume``: every rank reads 256 KiB per batch with O_DIRECT from a loop device the test
@@ -209,6 +212,16 @@ SCENARIOS = [
         lambda change: True,
         busy_disk_step=FAULT_STEP - 30,
     ),
+    # Issue 25: two faults at once, node2's NIC throttled and, 30 steps later, rank 1's data
+    # loader slowed: the earlier is named first.
+    Scenario(
+        "two-faults",
+        (f"nic:node2:100@{FAULT_STEP}", f"data:1:0.1@{FAULT_STEP + 30}"),
+        semconv.COMPONENT_NIC,
+        lambda change: change["component"] == "node2/eth0",
+    ),
+    # Issue 25: a healthy run: no component is named a cause.
+    Scenario("healthy", (), None, lambda change: True),
     # Issue 25: leaf1's uplink throttled to 20 Mbit/s: the network on the job's path first.
     Scenario(
         "uplink",
@@ -357,6 +370,12 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
 
     diagnosis = report.get("diagnosis") or {}
     print(f"{scenario.name}: the Collector's diagnosis: {diagnosis}")
+    if scenario.name == "healthy":
+        # Nothing is named a cause. (A busy machine can still make the step time rise for a
+        # while; then only the step itself may be listed, never a component.)
+        causes = [c for c in report["changes"] if not c["effect"]]
+        assert [c["kind"] for c in causes] in ([], [semconv.COMPONENT_STEP]), report
+        return
     if scenario.kind is None:
         # No infrastructure component is named a cause; what changed there is listed apart.
         causes = [c for c in report["changes"] if not c["effect"]]
@@ -386,7 +405,7 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
         return
 
     # The right series moved.
-    if scenario.name == "nic":
+    if scenario.name in ("nic", "two-faults"):
         # node2 sends at most the throttled 100 Mbit/s (12.5 MB/s), a fraction of before.
         before, after = _rate_before_after(
             r,
@@ -425,3 +444,8 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
     assert scenario.component(first), report
     # The regression it explains started after the fault did (not a warm-up artefact).
     assert report["regression"]["onset"] >= r.fault_at - 5, report
+    # The report agrees with the Collector's verdicts over the same window (issue 25). Not
+    # for the volume: the nodes share one kernel, so the loop device's first change is on
+    # whichever node's copy was read first, not on the throttled rank's host.
+    if scenario.name in ("nic", "data", "two-faults"):
+        assert diagnosis["agrees"] is True, report
