@@ -609,7 +609,8 @@ def first_change(
         regression,
         ordered,
         tuple(notes),
-        also_changed=tuple(sorted(also, key=lambda c: c.onset)),
+        # Off the path: in no order of causes (order -1).
+        also_changed=tuple(replace(c, order=-1) for c in sorted(also, key=lambda c: c.onset)),
         diagnosis=diagnosis,
     )
     agrees, text = agreement(report.first_cause, diagnosis)
