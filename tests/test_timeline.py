@@ -657,6 +657,8 @@ def test_a_compute_straggler_names_no_infrastructure_and_agrees_with_the_collect
         job.replace(semconv.PROM_DISK_OPERATION_TIME, {HOST: host}, 0.05, 0.3, at=96,
                     noise=0.002)  # fmt: skip
     _flag(job, 2, semconv.CAUSE_COMPUTE, at=113)
+    job.add(semconv.PROM_RANK_COST, job.rank_labels(2), 0.0, 0.45, at=113)
+    job.add(semconv.PROM_JOB_SLOWDOWN, {JOB: JOB_ID}, 1.0, 1.9, at=113)
     report = job.report()
     assert [c.kind for c in report.changes] == [semconv.COMPONENT_STEP]
     assert report.first_cause is None
@@ -664,12 +666,19 @@ def test_a_compute_straggler_names_no_infrastructure_and_agrees_with_the_collect
         f"{h}/nvme0n1" for h in sorted(NODES)
     ]
     assert report.agrees is True, report.agreement
-    assert "rank 2 compute" in report.agreement
+    assert "rank 2 compute (on node2, 450 ms per step)" in report.agreement
     encoded = report.to_json()["diagnosis"]
     assert encoded["agrees"] is True
     assert encoded["flagged"] == [
-        {"rank": 2, "host": "node2", "switch": "leaf2", "cause": semconv.CAUSE_COMPUTE}
+        {
+            "rank": 2,
+            "host": "node2",
+            "switch": "leaf2",
+            "cause": semconv.CAUSE_COMPUTE,
+            "cost_s": 0.45,
+        }
     ]
+    assert encoded["slowdown"] == 1.9
 
 
 def test_the_collectors_suspect_puts_a_link_on_the_path_and_agrees() -> None:

@@ -20,8 +20,10 @@ Changes elsewhere are listed apart ("also changed") and never lead the order of 
 
 The diagnosis is read from the same store: ``training_straggler_ratio`` (flagged ranks with
 their host and cause) and ``training_fabric_suspect_ratio`` (suspected NICs, hosts, uplinks,
-switches) at 1 at any sample of the window. :func:`agreement` says whether the first change on
-the path is what the Collector concluded, and shows both where not.
+switches) at 1 at any sample of the window, with what the step replay says each flagged rank
+cost (``training_rank_cost_seconds``) and the job's slowdown (``training_job_slowdown_ratio``).
+:func:`agreement` says whether the first change on the path is what the Collector concluded,
+and shows both where not.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from skewtrace.timeline.source import Form, Query, SeriesSource
 
 STRAGGLERS = Query(semconv.PROM_STRAGGLER, Form.GAUGE)
 SUSPECTS = Query(semconv.PROM_FABRIC_SUSPECT, Form.GAUGE)
+RANK_COSTS = Query(semconv.PROM_RANK_COST, Form.GAUGE)
+SLOWDOWN = Query(semconv.PROM_JOB_SLOWDOWN, Form.GAUGE)
 
 _NETWORK_KINDS = (semconv.COMPONENT_NIC, semconv.COMPONENT_HOST, semconv.COMPONENT_SWITCH)
 _SUSPECT_KIND = sig.label(semconv.SUSPECT_KIND)
@@ -51,6 +55,8 @@ class Flag:
     host: str
     switch: str
     cause: str
+    cost_s: float = 0.0
+    """The most the replay said the rank cost per step in the window (0: not read)."""
 
 
 @dataclass(frozen=True)
@@ -72,28 +78,54 @@ class Diagnosis:
 
     flags: tuple[Flag, ...] = ()
     suspects: tuple[Suspect, ...] = ()
+    slowdown: float | None = None
+    """The job's largest replayed slowdown in the window (``training.job.slowdown``)."""
 
     @property
     def empty(self) -> bool:
         return not self.flags and not self.suspects
 
     def describe(self) -> str:
-        parts = [f"rank {f.rank} {f.cause} (on {f.host})" for f in self.flags]
+        parts = [
+            f"rank {f.rank} {f.cause} (on {f.host}"
+            + (f", {f.cost_s * 1e3:.0f} ms per step" if f.cost_s > 0 else "")
+            + ")"
+            for f in self.flags
+        ]
         parts += [s.key for s in self.suspects]
         return ", ".join(parts) if parts else "nothing"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "flagged": [
-                {"rank": f.rank, "host": f.host, "switch": f.switch, "cause": f.cause}
+                {
+                    "rank": f.rank,
+                    "host": f.host,
+                    "switch": f.switch,
+                    "cause": f.cause,
+                    "cost_s": f.cost_s,
+                }
                 for f in self.flags
             ],
             "suspects": [s.key for s in self.suspects],
+            "slowdown": self.slowdown,
         }
 
 
 def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> Diagnosis:
     """The ranks flagged and the parts of the fabric suspected at any sample in [start, end]."""
+    costs: dict[str, float] = {}
+    for series in source.series(RANK_COSTS, job, start, end):
+        rank = series.labels.get(sig.RANK, "")
+        finite = [v for v in series.values if v == v and v != float("inf")]
+        if finite:
+            costs[rank] = max(costs.get(rank, 0.0), max(finite))
+    slowdowns = [
+        v
+        for series in source.series(SLOWDOWN, job, start, end)
+        for v in series.values
+        if v == v and v != float("inf")
+    ]
     flags: set[Flag] = set()
     for series in source.series(STRAGGLERS, job, start, end):
         rank = series.labels.get(sig.RANK, "")
@@ -104,6 +136,7 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
                     series.labels.get(sig.HOST, ""),
                     series.labels.get(sig.SWITCH, ""),
                     series.labels.get(_CAUSE, ""),
+                    costs.get(rank, 0.0),
                 )
             )
     suspects: set[Suspect] = set()
@@ -119,6 +152,7 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
     return Diagnosis(
         tuple(sorted(flags, key=lambda f: (f.rank, f.cause))),
         tuple(sorted(suspects, key=lambda s: s.key)),
+        max(slowdowns) if slowdowns else None,
     )
 
 
