@@ -546,12 +546,18 @@ def first_change(
                 # while its rate moved moved with the steps (an effect); one whose level per
                 # step moved the way that hurts is a cause, whatever its rate did.
                 ratio_per_step = per_step_ratio(series, change.onset, onset, step_rate, smear_s)
-                if ratio_per_step is not None and not signal.effect:
-                    worse = signal.worse_direction(series.labels)
-                    moved = ratio_per_step >= 1 + PER_STEP_CHANGE or ratio_per_step <= 1 / (
-                        1 + PER_STEP_CHANGE
+                worse = signal.worse_direction(series.labels)
+                if ratio_per_step is not None and not signal.effect and worse != 0:
+                    # Where either direction can hurt (a volume's reads: fewer when it is
+                    # throttled, more when something else reads it), a level per step that
+                    # held says nothing: a throttled volume slows the reads and the steps
+                    # alike. There the direction rule stands (docs/timeline.md, "Limits").
+                    hurts = (
+                        ratio_per_step >= 1 + PER_STEP_CHANGE
+                        if worse > 0
+                        else ratio_per_step <= 1 / (1 + PER_STEP_CHANGE)
                     )
-                    effect = not moved or (worse != 0 and (ratio_per_step - 1) * worse < 0)
+                    effect = not hurts
             changes.append(
                 ComponentChange(
                     kind=signal.kind,
