@@ -708,6 +708,21 @@ def test_a_first_change_the_collector_does_not_conclude_shows_both() -> None:
     assert "node1/eth0" in report.agreement and "rank 3 compute" in report.agreement
 
 
+def test_a_stage_imbalance_is_no_components_doing_and_agrees() -> None:
+    """Issue 21's verdicts in the timeline: the Collector flags stage 3 as imbalanced (its
+    training.imbalance gauge); no component changed, and the report agrees."""
+    job = Job(seed=18)
+    job.healthy(step_at=108)
+    job.add(semconv.PROM_IMBALANCE, {JOB: JOB_ID, CAUSE: semconv.CAUSE_STAGE_IMBALANCE,
+            semconv.prometheus_label(semconv.PIPELINE_STAGE): "3"}, 0.0, 1.0, at=112)  # fmt: skip
+    report = job.report()
+    assert report.first_cause is None
+    assert report.agrees is True and "stage 3 imbalanced" in report.agreement
+    assert report.to_json()["diagnosis"]["imbalances"] == [
+        {"cause": semconv.CAUSE_STAGE_IMBALANCE, "stage": "3"}
+    ]
+
+
 def test_two_faults_the_earlier_comes_first() -> None:
     """node1's volume slows rank 1's loader from 96 s; node3's NIC drops from 101 s and the
     transfers slow: both on the path, the earlier first."""

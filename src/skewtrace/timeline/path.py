@@ -39,12 +39,14 @@ from skewtrace.timeline.source import Form, Query, SeriesSource
 STRAGGLERS = Query(semconv.PROM_STRAGGLER, Form.GAUGE)
 SUSPECTS = Query(semconv.PROM_FABRIC_SUSPECT, Form.GAUGE)
 RANK_COSTS = Query(semconv.PROM_RANK_COST, Form.GAUGE)
+IMBALANCES = Query(semconv.PROM_IMBALANCE, Form.GAUGE)
 SLOWDOWN = Query(semconv.PROM_JOB_SLOWDOWN, Form.GAUGE)
 
 _NETWORK_KINDS = (semconv.COMPONENT_NIC, semconv.COMPONENT_HOST, semconv.COMPONENT_SWITCH)
 _SUSPECT_KIND = sig.label(semconv.SUSPECT_KIND)
 _SUSPECT_NAME = sig.label(semconv.SUSPECT_NAME)
 _CAUSE = sig.label(semconv.STRAGGLER_CAUSE)
+_STAGE = sig.label(semconv.PIPELINE_STAGE)
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,14 @@ class Diagnosis:
     suspects: tuple[Suspect, ...] = ()
     slowdown: float | None = None
     """The job's largest replayed slowdown in the window (``training.job.slowdown``)."""
+    imbalances: tuple[tuple[str, str], ...] = ()
+    """(cause, stage) of the imbalances flagged in the window (``training.imbalance``): a
+    pipeline stage longer than the others, or data that varies per step; no component is
+    their cause."""
 
     @property
     def empty(self) -> bool:
-        return not self.flags and not self.suspects
+        return not self.flags and not self.suspects and not self.imbalances
 
     def describe(self) -> str:
         parts = [
@@ -93,6 +99,10 @@ class Diagnosis:
             for f in self.flags
         ]
         parts += [s.key for s in self.suspects]
+        parts += [
+            f"stage {stage} imbalanced" if cause == semconv.CAUSE_STAGE_IMBALANCE else cause
+            for cause, stage in self.imbalances
+        ]
         return ", ".join(parts) if parts else "nothing"
 
     def to_json(self) -> dict[str, Any]:
@@ -108,6 +118,7 @@ class Diagnosis:
                 for f in self.flags
             ],
             "suspects": [s.key for s in self.suspects],
+            "imbalances": [{"cause": c, "stage": st} for c, st in self.imbalances],
             "slowdown": self.slowdown,
         }
 
@@ -149,10 +160,16 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
                     series.labels.get(sig.HOST, ""),
                 )
             )
+    imbalances = {
+        (series.labels.get(_CAUSE, ""), series.labels.get(_STAGE, ""))
+        for series in source.series(IMBALANCES, job, start, end)
+        if any(v >= 1 for v in series.values)
+    }
     return Diagnosis(
         tuple(sorted(flags, key=lambda f: (f.rank, f.cause))),
         tuple(sorted(suspects, key=lambda s: s.key)),
         max(slowdowns) if slowdowns else None,
+        tuple(sorted(imbalances)),
     )
 
 
@@ -261,7 +278,8 @@ def agreement(first: Any | None, diagnosis: Diagnosis) -> tuple[bool | None, str
         )
         if own_work and not diagnosis.suspects:
             return True, (
-                f"agrees: no component on the job's path changed, and {said}: the ranks' own work"
+                f"agrees: no component on the job's path changed, and {said}: the ranks' own "
+                "work or its balance"
             )
         return False, f"differs: no component on the job's path changed, but {said}"
     kind, host = first.kind, host_of(first.component)
