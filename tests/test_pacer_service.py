@@ -732,18 +732,20 @@ def test_window_counts_overlapping_waits_once(
     assert rank.wait_per_step_s == pytest.approx(expected_per_step)
 
 
+def flag_gauge(name: str, attrs: dict[str, str | int], value: float) -> metrics_pb2.Metric:
+    metric = metrics_pb2.Metric(name=name, unit="1")
+    point = metric.gauge.data_points.add(time_unix_nano=START_NS, as_double=value)
+    point.attributes.extend(_kv(k, v) for k, v in attrs.items())
+    return metric
+
+
 def imbalance_gauge(job: str, cause: str, stage: int, value: float) -> metrics_pb2.Metric:
     """The connector's training.imbalance gauge point of one (cause, stage) of a job."""
-    metric = metrics_pb2.Metric(name=semconv.METRIC_IMBALANCE, unit="1")
-    point = metric.gauge.data_points.add(time_unix_nano=START_NS, as_double=value)
-    point.attributes.extend(
-        [
-            _kv(semconv.JOB_ID, job),
-            _kv(semconv.STRAGGLER_CAUSE, cause),
-            _kv(semconv.PIPELINE_STAGE, stage),
-        ]
+    return flag_gauge(
+        semconv.METRIC_IMBALANCE,
+        {semconv.JOB_ID: job, semconv.STRAGGLER_CAUSE: cause, semconv.PIPELINE_STAGE: stage},
+        value,
     )
-    return metric
 
 
 @pytest.mark.parametrize(
@@ -772,13 +774,6 @@ def test_flagged_imbalance_is_declined_and_said(
     drive(service, stub, clock, [job], 10.0)
     body = get(service, "/v1/pacing?job=job-i")[1]
     assert body["active"] is True and body["reason"] != cause, body
-
-
-def flag_gauge(name: str, attrs: dict[str, str | int], value: float) -> metrics_pb2.Metric:
-    metric = metrics_pb2.Metric(name=name, unit="1")
-    point = metric.gauge.data_points.add(time_unix_nano=START_NS, as_double=value)
-    point.attributes.extend(_kv(k, v) for k, v in attrs.items())
-    return metric
 
 
 def test_a_fault_of_the_fabric_is_declined_and_a_compute_flag_is_not(

@@ -35,36 +35,20 @@ func (f *summaryForwarder) ConsumeTraces(ctx context.Context, td ptrace.Traces) 
 
 // summariesOf copies the step summaries of td, each with its resource and scope.
 func summariesOf(td ptrace.Traces) ptrace.Traces {
-	out := ptrace.NewTraces()
+	out := spanio.NewCopier(0)
 	rss := td.ResourceSpans()
 	for i := range rss.Len() {
 		rs := rss.At(i)
-		var outRS ptrace.ResourceSpans
-		haveRS := false
 		sss := rs.ScopeSpans()
 		for k := range sss.Len() {
 			ss := sss.At(k)
-			var outSS ptrace.ScopeSpans
-			haveSS := false
 			spans := ss.Spans()
 			for n := range spans.Len() {
-				span := spans.At(n)
-				if !spanio.IsSummary(span) {
-					continue
+				if spanio.IsSummary(spans.At(n)) {
+					out.Add(rs, i, ss, k, spans.At(n))
 				}
-				if !haveRS {
-					outRS, haveRS = out.ResourceSpans().AppendEmpty(), true
-					rs.Resource().CopyTo(outRS.Resource())
-					outRS.SetSchemaUrl(rs.SchemaUrl())
-				}
-				if !haveSS {
-					outSS, haveSS = outRS.ScopeSpans().AppendEmpty(), true
-					ss.Scope().CopyTo(outSS.Scope())
-					outSS.SetSchemaUrl(ss.SchemaUrl())
-				}
-				span.CopyTo(outSS.Spans().AppendEmpty())
 			}
 		}
 	}
-	return out
+	return out.Traces()
 }

@@ -116,7 +116,7 @@ func (p *verdictProcessor) Capabilities() consumer.Capabilities {
 // ConsumeTraces takes the deferred summaries into their jobs' flag state and forwards what
 // is decided now, with every other span unchanged.
 func (p *verdictProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
-	out := ptrace.NewTraces()
+	unchanged := spanio.NewCopier(0)
 	counts := make(map[string]int64)
 	now := p.clock.Now()
 	p.mu.Lock()
@@ -131,7 +131,7 @@ func (p *verdictProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) 
 			for n := range spans.Len() {
 				span := spans.At(n)
 				if !spanio.IsSummary(span) {
-					copySpan(out, rs, ss, span)
+					unchanged.Add(rs, i, ss, k, span)
 					continue
 				}
 				res, ok := spanio.ReadSummary(span, rs.Resource(), p.cfg.MaxAttributeLength)
@@ -140,7 +140,7 @@ func (p *verdictProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) 
 					counts[outcomeUnreadable]++
 				case !res.Deferred:
 					counts[outcomeNotDeferred]++
-					copySpan(out, rs, ss, span)
+					unchanged.Add(rs, i, ss, k, span)
 				default:
 					p.decided = p.verdicts.Add(res, now, p.decided)
 				}
@@ -149,6 +149,7 @@ func (p *verdictProcessor) ConsumeTraces(ctx context.Context, td ptrace.Traces) 
 	}
 	decided := p.takeDecided(before, counts)
 	p.mu.Unlock()
+	out := unchanged.Traces()
 	for i := range decided {
 		spanio.AppendSummary(out, &decided[i])
 	}
@@ -200,15 +201,4 @@ func (p *verdictProcessor) count(ctx context.Context, counts map[string]int64) {
 			p.telemetry.ProcessorBarrierskewverdictSummaries.Add(ctx, n, p.outcomes[outcome])
 		}
 	}
-}
-
-// copySpan appends a copy of span, under copies of its resource and scope, to out.
-func copySpan(out ptrace.Traces, rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, span ptrace.Span) {
-	ors := out.ResourceSpans().AppendEmpty()
-	rs.Resource().CopyTo(ors.Resource())
-	ors.SetSchemaUrl(rs.SchemaUrl())
-	oss := ors.ScopeSpans().AppendEmpty()
-	ss.Scope().CopyTo(oss.Scope())
-	oss.SetSchemaUrl(ss.SchemaUrl())
-	span.CopyTo(oss.Spans().AppendEmpty())
 }

@@ -231,57 +231,6 @@ func (p *traceShapeProcessor) rankTrace(job string, step int64, rank int) pcommo
 	return id
 }
 
-// output builds what the processor forwards: copies of the kept spans under copies of
-// their resource and scope, in requests of at most max_request_spans spans. The input is
-// never changed (the processor is read-only, so the pipeline does not clone every batch
-// for it beside the barrierskew connector).
-type output struct {
-	max   int
-	done  []ptrace.Traces
-	cur   ptrace.Traces
-	spans int
-	rs    ptrace.ResourceSpans
-	ss    ptrace.ScopeSpans
-	// at: the input (resource, scope) that rs and ss copy in cur; -1 when none.
-	at [2]int
-}
-
-func newOutput(maxSpans int) *output {
-	return &output{max: maxSpans, cur: ptrace.NewTraces(), at: [2]int{-1, -1}}
-}
-
-// add copies span (of input resource i, scope j) into the output and returns the copy.
-func (o *output) add(in ptrace.ResourceSpans, i int, inSS ptrace.ScopeSpans, j int, span ptrace.Span) ptrace.Span {
-	if o.max > 0 && o.spans >= o.max {
-		o.done = append(o.done, o.cur)
-		o.cur, o.spans, o.at = ptrace.NewTraces(), 0, [2]int{-1, -1}
-	}
-	if o.at[0] != i {
-		o.rs = o.cur.ResourceSpans().AppendEmpty()
-		in.Resource().CopyTo(o.rs.Resource())
-		o.rs.SetSchemaUrl(in.SchemaUrl())
-		o.at = [2]int{i, -1}
-	}
-	if o.at[1] != j {
-		o.ss = o.rs.ScopeSpans().AppendEmpty()
-		inSS.Scope().CopyTo(o.ss.Scope())
-		o.ss.SetSchemaUrl(inSS.SchemaUrl())
-		o.at[1] = j
-	}
-	out := o.ss.Spans().AppendEmpty()
-	span.CopyTo(out)
-	o.spans++
-	return out
-}
-
-// requests returns the output's requests, none empty.
-func (o *output) requests() []ptrace.Traces {
-	if o.spans > 0 {
-		o.done = append(o.done, o.cur)
-	}
-	return o.done
-}
-
 // summaryCopy is the forwarded copy of a step summary, linked at the end of its batch.
 type summaryCopy struct {
 	span     ptrace.Span
@@ -301,7 +250,11 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		p.resources = append(p.resources, rankOf(rss.At(i).Resource()))
 		p.markLate(rss.At(i), p.resources[i])
 	}
-	out := newOutput(p.cfg.MaxRequestSpans)
+	// What the processor forwards: copies of the kept spans under copies of their resource
+	// and scope, in requests of at most max_request_spans spans. The input is never changed
+	// (the processor is read-only, so the pipeline does not clone every batch for it beside
+	// the barrierskew connector).
+	out := spanio.NewCopier(p.cfg.MaxRequestSpans)
 	var summaries []summaryCopy
 	var kept, healthy, full, deferred int64
 	splits := 0
@@ -324,13 +277,13 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 						deferred++
 						continue
 					}
-					summaries = append(summaries, summaryCopy{out.add(rs, i, ss, j, span), rs.Resource()})
+					summaries = append(summaries, summaryCopy{out.Add(rs, i, ss, j, span), rs.Resource()})
 					kept++
 					continue
 				}
 				step, hasStep := stepOf(span)
 				if js == nil || !hasStep || span.Name() == semconv.SpanStepRoot {
-					out.add(rs, i, ss, j, span)
+					out.Add(rs, i, ss, j, span)
 					kept++
 					continue
 				}
@@ -342,7 +295,7 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 						full++
 						continue
 					}
-					out.add(rs, i, ss, j, span)
+					out.Add(rs, i, ss, j, span)
 					kept++
 					continue
 				}
@@ -357,7 +310,7 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 					full++
 					continue
 				}
-				c := out.add(rs, i, ss, j, span)
+				c := out.Add(rs, i, ss, j, span)
 				c.SetTraceID(id)
 				// The rank's step is the root of the (step, rank) trace, one link away from
 				// its step's summary.
@@ -394,7 +347,7 @@ func (p *traceShapeProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trace
 		}
 	}
 	var errs []error
-	for _, req := range out.requests() {
+	for _, req := range out.Batches() {
 		if err := p.next.ConsumeTraces(ctx, req); err != nil {
 			errs = append(errs, err)
 		}
