@@ -51,7 +51,7 @@ test-go:
 	cd tools/loadgen && go test -count=1 ./...
 
 test-py: venv collector jaeger
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 test: lint test-go test-py
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from prometheus_client.samples import Sample
 
+import needs
 from skewtrace.cluster.metrics import parse_prometheus_text
 from skewtrace.report.spans import FileSpan as FileSpan
 from skewtrace.report.spans import iter_file_export as iter_file_export
@@ -316,10 +316,7 @@ def build_loadgen(out: Path | None = None) -> Path:
 def loadgen_for_tests() -> Path:
     """tools/loadgen for a test: skipped without Go on a developer machine, failed in CI."""
     if shutil.which("go") is None:
-        message = "Go is not installed (needed to build tools/loadgen)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        needs.unavailable("Go is not installed (needed to build tools/loadgen)")
     return build_loadgen()
 
 

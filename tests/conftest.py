@@ -1,8 +1,11 @@
 """Shared pytest fixtures: paths to the built binaries, free local ports, and the in-process
 instrumentation tests' gloo world, in-memory TracerProvider and job environment.
 
-Tests that need a built binary (the Collector distribution, Jaeger) fail under CI when it is
-missing, because `make test` builds them first; on a developer machine they skip instead.
+Tests that need something of the machine (a built binary, Prometheus, network namespaces)
+follow one rule, in ``needs``: they fail under CI when it is missing, because `.ci/run` provides
+it, and skip on a developer machine. A test that requests ``otelcol_path``,
+``prometheus_binary``, ``promtool_binary`` or ``namespaces`` must carry the matching marker
+(collector, prometheus, netns); collection stops with the list of those that do not.
 """
 
 from __future__ import annotations
@@ -15,17 +18,24 @@ from typing import Any
 
 import pytest
 
+import needs
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _binary(env_var: str, default: Path) -> Path:
     path = Path(os.environ.get(env_var, str(default)))
     if not path.is_file():
-        message = f"{path} is not built (run `make collector jaeger`, or set {env_var})"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        needs.unavailable(f"{path} is not built (run `make collector jaeger`, or set {env_var})")
     return path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    missing = needs.unmarked(items)
+    if missing:
+        raise pytest.UsageError(
+            "tests that need a marker they do not carry:\n  " + "\n  ".join(missing)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +47,38 @@ def repo_root() -> Path:
 def otelcol_path() -> Path:
     """The otelcol-skewtrace binary built from collector-config/builder-config.yaml."""
     return _binary("SKEWTRACE_OTELCOL", REPO_ROOT / "build" / "otelcol-skewtrace")
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    """The prometheus server binary (Debian's package; .ci/run installs it)."""
+    from prometheus_harness import find_binary
+
+    binary = find_binary("prometheus")
+    if binary is None:
+        needs.unavailable("prometheus is not installed (apt-get install prometheus)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def promtool_binary() -> str:
+    """promtool, from the same package as prometheus."""
+    from prometheus_harness import find_binary
+
+    binary = find_binary("promtool")
+    if binary is None:
+        needs.unavailable("promtool is not installed (apt-get install prometheus)")
+    return binary
+
+
+@pytest.fixture
+def namespaces() -> None:
+    """Root and network namespaces (the emulated fabric, node telemetry's qdisc tests)."""
+    from skewtrace.cluster import netns
+
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        needs.unavailable(f"network namespaces: {reason}")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,6 @@ from prometheus_harness import (
     PrometheusError,
     PrometheusServer,
     dashboard_queries,
-    find_binary,
     grafana_regex_value,
     metric_names,
     promtool_check,
@@ -72,19 +71,10 @@ class Stack:
     pacer_log: Path
 
 
-def _prometheus_binary() -> str:
-    binary = find_binary("prometheus")
-    if binary is None:
-        message = "prometheus missing (apt-get install prometheus; .ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return binary
-
-
 @pytest.fixture(scope="module")
-def stack(otelcol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prometheus_binary = _prometheus_binary()
+def stack(
+    otelcol_path: Path, prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     for config in COLLECTOR_CONFIGS:
         if not config.is_file():
             pytest.fail(f"{config} missing")
@@ -177,10 +167,8 @@ def _evaluate(stack: Stack, query: PanelQuery) -> list[dict[str, Any]]:
     return stack.prometheus.query_range(expr, stack.run_started - 60, time.time(), 2.0)
 
 
-def test_every_expression_parses_with_promtool() -> None:
-    promtool = find_binary("promtool")
-    if promtool is None:
-        pytest.skip("promtool missing")
+def test_every_expression_parses_with_promtool(promtool_binary: str) -> None:
+    promtool = promtool_binary
     queries = dashboard_queries(_dashboard())
     # A job id with regex metacharacters and two selected jobs, as Grafana escapes them.
     exprs = [

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
 import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -25,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
+import needs
 from prometheus_harness import (
     dashboard_queries,
-    find_binary,
     grafana_regex_value,
     iter_panels,
     metric_names,
@@ -243,10 +242,7 @@ def datasource_uids() -> dict[str, str]:
 def _load_generator() -> ModuleType:
     # Regenerating the dashboard needs grafana-foundation-sdk (the dev extra); viewing it not.
     if importlib.util.find_spec("grafana_foundation_sdk") is None:
-        message = "grafana-foundation-sdk missing (pip install -e '.[dev]')"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        needs.unavailable("grafana-foundation-sdk missing (pip install -e '.[dev]')")
     spec = importlib.util.spec_from_file_location(
         "generate_dashboard", GRAFANA_DIR / "generate_dashboard.py"
     )
@@ -475,13 +471,10 @@ def test_straggler_link_opens_the_flagged_spans_of_the_row(dashboard: dict[str, 
     assert pane["range"] == {"from": "1700000000000", "to": "1700000600000"}
 
 
-def test_promql_parses_with_promtool(dashboard: dict[str, Any]) -> None:
+@pytest.mark.prometheus
+def test_promql_parses_with_promtool(dashboard: dict[str, Any], promtool_binary: str) -> None:
     """Every PromQL expression (variables substituted as Grafana would) parses."""
-    promtool = find_binary("promtool")
-    if promtool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool missing (apt-get install prometheus)")
-        pytest.skip("promtool missing (apt-get install prometheus)")
+    promtool = promtool_binary
     queries = dashboard_queries(dashboard)
     assert len(queries) >= 15
     exprs = [substitute_variables(q.expr, {"job": ".*", "pg": ".*"}) for q in queries]

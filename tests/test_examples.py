@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+import needs
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess, FileSpan
 from scenario_run import StepVerdict, read_verdicts
 from skewtrace import semconv
@@ -283,7 +284,7 @@ def test_2d_fault_windows_and_layout(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.collector
 def test_zero_code_example_reaches_the_collector(otelcol_path: Path, tmp_path: Path) -> None:
     if not (BIN / "opentelemetry-instrument").exists():
-        pytest.skip("opentelemetry-instrument is not installed in this environment")
+        needs.unavailable("opentelemetry-instrument is not installed in this environment")
     assert "import skewtrace" not in (EXAMPLES / "train_plain.py").read_text()
     job = f"ex-zc-{uuid.uuid4().hex[:8]}"
     steps = 6

@@ -41,6 +41,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import needs
 import skewtrace
 from conftest import free_port
 from skewtrace import semconv
@@ -439,7 +440,7 @@ def _wait_for_steps(collector: Any, ranks_of_jobs: int, steps: int) -> list[Any]
 @pytest.mark.collector
 def test_torchrun_static_rendezvous_without_job_id(otelcol_path: Path, tmp_path: Path) -> None:
     if not (Path(sys.executable).parent / "opentelemetry-instrument").exists():
-        pytest.skip("opentelemetry-instrument is not installed in this environment")
+        needs.unavailable("opentelemetry-instrument is not installed in this environment")
     from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess
 
     steps = 4

@@ -19,7 +19,6 @@ under CI (.ci/run installs iproute2; CI runs as root).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -31,22 +30,13 @@ from typing import Any
 
 import pytest
 
+import needs
 from skewtrace.cluster import fabric as fabric_mod
 from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 from skewtrace.cluster.outcome import read_verdicts
 
-pytestmark = [pytest.mark.slow, pytest.mark.collector]
-
-_REASON = netns.unavailable_reason()
-
-
-@pytest.fixture
-def namespaces_ok() -> None:
-    if _REASON is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"network namespaces are needed under CI: {_REASON}")
-        pytest.skip(f"network namespaces: {_REASON}")
+pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.netns]
 
 
 def _owned(prefix: str) -> list[str]:
@@ -64,7 +54,7 @@ def _in_node(fab: Fabric, node: str, code: str, timeout: float = 30) -> str:
     return out.stdout.strip()
 
 
-def test_fabric_is_built_shaped_and_removed(namespaces_ok: None, tmp_path: Path) -> None:
+def test_fabric_is_built_shaped_and_removed(namespaces: None, tmp_path: Path) -> None:
     fab = Fabric(FabricSpec(leaves=2, nodes_per_leaf=1, nic_mbit=400, uplink_mbit=300))
     with fab:
         assert sorted(_owned(fab.prefix)) == sorted(fab.namespaces())
@@ -106,9 +96,7 @@ def test_fabric_is_built_shaped_and_removed(namespaces_ok: None, tmp_path: Path)
     assert _owned(fab.prefix) == []
 
 
-def test_a_failed_build_leaves_nothing(
-    namespaces_ok: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_build_leaves_nothing(namespaces: None, monkeypatch: pytest.MonkeyPatch) -> None:
     real_run = netns.run
     calls = {"n": 0}
 
@@ -127,7 +115,7 @@ def test_a_failed_build_leaves_nothing(
     assert _owned(fab.prefix) == []
 
 
-def test_what_a_killed_run_left_is_removed(namespaces_ok: None) -> None:
+def test_what_a_killed_run_left_is_removed(namespaces: None) -> None:
     """A run killed with SIGKILL leaves its namespaces and a process in one of them; the
     next run's remove_stale() kills the process and deletes the namespaces."""
     code = (
@@ -190,7 +178,7 @@ SCENARIOS = [
 
 @pytest.mark.parametrize(("scenario", "expected"), SCENARIOS, ids=[s for s, _ in SCENARIOS])
 def test_each_scenario_is_diagnosed(
-    namespaces_ok: None, otelcol_path: Path, tmp_path: Path, scenario: str, expected: list[str]
+    namespaces: None, otelcol_path: Path, tmp_path: Path, scenario: str, expected: list[str]
 ) -> None:
     result = _demo(otelcol_path, tmp_path, "--scenario", scenario, "--pacing", "off",
                    "--steps", "26")  # fmt: skip
@@ -221,7 +209,7 @@ def test_each_scenario_is_diagnosed(
 
 
 def test_summary_figures_come_from_the_run(
-    namespaces_ok: None, otelcol_path: Path, tmp_path: Path
+    namespaces: None, otelcol_path: Path, tmp_path: Path
 ) -> None:
     """Two runs (pacing off, on) of a NIC fault that persists; every figure of the summary is
     recomputed here from the ranks' logs and the Collector's spans; the report shows the
@@ -253,9 +241,7 @@ def test_summary_figures_come_from_the_run(
     assert report.is_file()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is needed under CI (.ci/run installs it)")
-        pytest.skip("chromium is not installed")
+        needs.unavailable("chromium is not installed (apt-get install chromium)")
     dom = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
          report.as_uri()],
@@ -265,7 +251,7 @@ def test_summary_figures_come_from_the_run(
     assert flagged == ["2"], flagged
 
 
-def test_ctrl_c_removes_everything(namespaces_ok: None, otelcol_path: Path, tmp_path: Path) -> None:
+def test_ctrl_c_removes_everything(namespaces: None, otelcol_path: Path, tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "skewtrace.cli", "demo", "--otelcol", str(otelcol_path),
          "--workdir", str(tmp_path), "--quiet", "--steps", "400", "--pacing", "off"],

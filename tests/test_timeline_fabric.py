@@ -50,7 +50,8 @@ from typing import Any
 
 import pytest
 
-from prometheus_harness import PrometheusServer, find_binary
+import needs
+from prometheus_harness import PrometheusServer
 from skewtrace import semconv
 from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
@@ -58,7 +59,7 @@ from skewtrace.cluster.job import JobPlan, Tick, run_job
 from skewtrace.cluster.scenarios import Fault
 from skewtrace.cluster.services import Services
 
-pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.prometheus]
+pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.prometheus, pytest.mark.netns]
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "train_2d.py"
@@ -77,28 +78,6 @@ IFACE = semconv.prometheus_label(semconv.NETWORK_INTERFACE)
 DEVICE = semconv.prometheus_label(semconv.SYSTEM_DEVICE)
 DIRECTION = semconv.prometheus_label(semconv.DISK_DIRECTION)
 NET_DIRECTION = semconv.prometheus_label(semconv.NETWORK_DIRECTION)
-
-
-def _require(reason: str | None) -> None:
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def prometheus_binary() -> str:
-    binary = find_binary("prometheus")
-    _require(None if binary else "prometheus missing (apt-get install prometheus; .ci/run does)")
-    assert binary is not None
-    return binary
-
-
-@pytest.fixture
-def namespaces_ok() -> None:
-    reason = netns.unavailable_reason()
-    _require(None if reason is None else f"network namespaces: {reason}")
 
 
 # ------------------------------------------------------------------------ a throttled volume
@@ -140,7 +119,7 @@ def _volume(workdir: Path) -> Iterator[Volume]:
         ["losetup", "-f", "--show", str(image)], capture_output=True, text=True, check=False
     )
     if attached.returncode != 0:  # a container without loop device nodes, say
-        pytest.skip(f"no loop device: losetup: {attached.stderr.strip()}")
+        needs.unavailable(f"no loop device: losetup: {attached.stderr.strip()}")
     device = attached.stdout.strip()
     cgroup = BLKIO / f"skt-{os.getpid()}-timeline"
     try:
@@ -263,16 +242,14 @@ def _query(run: Run, expr: str, at: float) -> list[dict[str, Any]]:
 @pytest.fixture(params=SCENARIOS, ids=[s.name for s in SCENARIOS])
 def run(
     request: pytest.FixtureRequest,
-    namespaces_ok: None,
+    namespaces: None,
     prometheus_binary: str,
     otelcol_path: Path,
     tmp_path: Path,
 ) -> Iterator[tuple[Scenario, Run]]:
     scenario: Scenario = request.param
     if scenario.name == "volume":
-        reason = _volume_unavailable()
-        if reason is not None:
-            pytest.skip(reason)
+        needs.require(_volume_unavailable())
     job_id = f"timeline-{scenario.name}-{uuid.uuid4().hex[:6]}"
     for part in ("services", "prometheus", "job"):
         (tmp_path / part).mkdir()

@@ -348,10 +348,8 @@ print(json.dumps([discover_nic(dict(pair.split("=", 1) for pair in case)) for ca
 
 
 @pytest.mark.netns
-def test_nic_routes_to_master_addr_over_a_veth(tmp_path: Path) -> None:
+def test_nic_routes_to_master_addr_over_a_veth(tmp_path: Path, namespaces: None) -> None:
     """A real non-loopback route: a namespace with a veth pair, discovery run inside."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 for a network namespace")
     namespace = f"skt-topo-{uuid.uuid4().hex[:8]}"
 
     def ip(*args: str) -> None:
