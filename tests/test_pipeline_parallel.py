@@ -67,6 +67,17 @@ def test_messages_join_pairwise_and_the_slow_stage_is_blamed(
             if e["name"] == semconv.EVENT_STRAGGLER
         }
 
+    def root_causes(step: int) -> dict[int, str]:
+        return {
+            int(e["attributes"][semconv.RANK]): str(e["attributes"][semconv.STRAGGLER_CAUSE])
+            for e in summaries[step].events
+            if e["name"] == semconv.EVENT_ROOT_CAUSE
+        }
+
+    # Per analyzed step, not on the machine's speed: every slow step's replay names the slow
+    # stage's compute (its 50 ms are inside its forward, whatever else the machine runs).
+    slow_steps = [(step, root_causes(step)) for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS)]
+    assert all(causes == {1: semconv.CAUSE_COMPUTE} for _, causes in slow_steps), slow_steps
     for step in range(PIPELINE_STEPS):
         assert set(flags(step)) <= {1}, (step, flags(step))
     assert flags(PIPELINE_STEPS - 1) == {1: semconv.CAUSE_COMPUTE}, [
