@@ -421,6 +421,11 @@ def order_changes(changes: Iterable[ComponentChange], tie_s: float) -> list[Comp
     return [replace(c, order=i) for i, c in enumerate(ordered)]
 
 
+LINK_INTERVALS = 4
+"""A component is on the job's path through a wait (a disk through a rank's loader wait) only
+when the two changes are dated within this many sampling intervals (plus one telemetry
+interval of sampling lag) of each other."""
+
 MAX_STEP_RISES = 16
 """At most this many step-time rises are told apart in one window."""
 
@@ -579,7 +584,14 @@ def first_change(
         series.labels.get(sig.HOST, "") for series in per_rank if _rank_of(series.labels) in ranks
     }
     diagnosis = read_diagnosis(source, job, not_before, end)
-    path = JobPath.of(changes, regressed_hosts, diagnosis, switch_of)
+    path = JobPath.of(
+        changes,
+        regressed_hosts,
+        diagnosis,
+        switch_of,
+        step_change.after - step_change.before,
+        link_s=LINK_INTERVALS * tie_s + cfg.telemetry_interval_s,
+    )
     on_path: list[ComponentChange] = []
     also: list[ComponentChange] = []
     for candidate in changes:

@@ -7,16 +7,26 @@ cluster a checkpoint, a log rotation or a neighbour's job changes some disk or l
 minutes; without this rule the earliest of those is named first.
 
 - a block device (or volume) of a host: a rank on that host waited longer for its batches
-  (its ``training.dataloader.wait`` rose) or moved more or less data itself
-  (``process.io``), or the Collector flags a rank of that host for its data;
+  (its ``training.dataloader.wait`` rose) or moved more data itself (``process.io`` rose),
+  at about the same time (:data:`~skewtrace.timeline.first_change.LINK_INTERVALS` sampling
+  intervals), or the Collector flags a rank of that host for its data;
 - a rank's own I/O: that rank's data-loader wait rose, or the Collector flags it for its data;
-- a NIC, a host's TCP stack, a switch: the transfers of the job's collectives rose (the
-  collectives cross the regressed ranks' links), or the Collector suspects that NIC, host,
-  switch or uplink, or flags a rank behind it for its network;
+- a NIC, a host's TCP stack, a switch: the Collector suspects that NIC, host, switch or
+  uplink (or the switch or uplink its host is behind), or flags a rank behind it for its
+  network; where the Collector located nothing in the network, the transfers of the job's
+  collectives rose (the collectives cross the regressed ranks' links). Where it did locate the
+  slow transfers, the other hosts' NICs are not on the path: their counters move because the
+  job's traffic changed shape (a ring waits for its slowest link), not because they slowed it;
 - a GPU: its host holds a regressed rank, or the Collector flags a rank there for compute;
 - the job's own waits (data loader, collective transfer) and the step: always.
 
 Changes elsewhere are listed apart ("also changed") and never lead the order of causes.
+
+A flag counts only when the replay says it cost a material share of the regression
+(:data:`MATERIAL_SHARE` of the step-time rise): a rank flagged for 6 ms per step while the
+step rose by 180 ms cannot be what the job waited on, and its host's counters are no cause.
+Likewise a suspect counts only when it was suspected for a material share of the samples of
+the most persistent suspect.
 
 The diagnosis is read from the same store: ``training_straggler_ratio`` (flagged ranks with
 their host and cause) and ``training_fabric_suspect_ratio`` (suspected NICs, hosts, uplinks,
@@ -28,8 +38,9 @@ and shows both where not.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skewtrace import semconv
@@ -41,6 +52,10 @@ SUSPECTS = Query(semconv.PROM_FABRIC_SUSPECT, Form.GAUGE)
 RANK_COSTS = Query(semconv.PROM_RANK_COST, Form.GAUGE)
 IMBALANCES = Query(semconv.PROM_IMBALANCE, Form.GAUGE)
 SLOWDOWN = Query(semconv.PROM_JOB_SLOWDOWN, Form.GAUGE)
+
+MATERIAL_SHARE = 0.25
+"""A flagged rank puts its host on the job's path only when its replayed cost per step is at
+least this share of the step-time rise (or its cost was not read)."""
 
 _NETWORK_KINDS = (semconv.COMPONENT_NIC, semconv.COMPONENT_HOST, semconv.COMPONENT_SWITCH)
 _SUSPECT_KIND = sig.label(semconv.SUSPECT_KIND)
@@ -68,6 +83,8 @@ class Suspect:
     kind: str
     name: str
     host: str
+    samples: int = field(default=0, compare=False)
+    """At how many samples of the window the Collector suspected it (0: not read)."""
 
     @property
     def key(self) -> str:
@@ -150,16 +167,16 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
                     costs.get(rank, 0.0),
                 )
             )
-    suspects: set[Suspect] = set()
+    suspects: dict[Suspect, int] = {}
     for series in source.series(SUSPECTS, job, start, end):
-        if any(v >= 1 for v in series.values):
-            suspects.add(
-                Suspect(
-                    series.labels.get(_SUSPECT_KIND, ""),
-                    series.labels.get(_SUSPECT_NAME, ""),
-                    series.labels.get(sig.HOST, ""),
-                )
+        samples = sum(1 for v in series.values if v >= 1)
+        if samples:
+            suspect = Suspect(
+                series.labels.get(_SUSPECT_KIND, ""),
+                series.labels.get(_SUSPECT_NAME, ""),
+                series.labels.get(sig.HOST, ""),
             )
+            suspects[suspect] = max(suspects.get(suspect, 0), samples)
     imbalances = {
         (series.labels.get(_CAUSE, ""), series.labels.get(_STAGE, ""))
         for series in source.series(IMBALANCES, job, start, end)
@@ -167,7 +184,7 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
     }
     return Diagnosis(
         tuple(sorted(flags, key=lambda f: (f.rank, f.cause))),
-        tuple(sorted(suspects, key=lambda s: s.key)),
+        tuple(sorted((replace(s, samples=n) for s, n in suspects.items()), key=lambda s: s.key)),
         max(slowdowns) if slowdowns else None,
         tuple(sorted(imbalances)),
     )
@@ -182,15 +199,20 @@ def host_of(component: str) -> str:
 class JobPath:
     """The evidence that the job waited on something, and the rule per kind of component."""
 
-    loader_ranks: frozenset[str]
-    """``<host>/rank<r>`` of the ranks whose data-loader wait rose."""
-    io_hosts: frozenset[str]
-    """Hosts whose ranks' own I/O changed."""
+    loader_ranks: Mapping[str, float]
+    """``<host>/rank<r>`` of the ranks whose data-loader wait rose, with when it rose."""
+    io_hosts: Mapping[str, tuple[float, ...]]
+    """Hosts whose ranks' own I/O rose, with when."""
     transfers: bool
     """A process group's collective transfer rose."""
     regressed_hosts: frozenset[str]
     diagnosis: Diagnosis
     switch_of: Mapping[str, str]
+    step_rise_s: float = 0.0
+    """How much the step time rose (0: unknown; then every flag counts)."""
+    link_s: float = math.inf
+    """How far apart a component's change and the wait it explains may be dated: a disk that
+    changed 10 s before a rank's loader wait rose did not make it rise."""
 
     @classmethod
     def of(
@@ -199,28 +221,76 @@ class JobPath:
         regressed_hosts: Iterable[str],
         diagnosis: Diagnosis,
         switch_of: Mapping[str, str],
+        step_rise_s: float = 0.0,
+        link_s: float = math.inf,
     ) -> JobPath:
-        loader, io, transfers = set(), set(), False
+        loader: dict[str, float] = {}
+        io: dict[str, list[float]] = {}
+        transfers = False
         for c in changes:
+            at = c.onset - c.lag_s
             if c.kind == semconv.COMPONENT_DATALOADER and not c.effect:
-                loader.add(c.component)
-            elif c.kind == semconv.COMPONENT_DISK and c.signal.startswith(
-                semconv.METRIC_PROCESS_IO
+                loader[c.component] = at
+            elif (
+                c.kind == semconv.COMPONENT_DISK
+                and c.signal.startswith(semconv.METRIC_PROCESS_IO)
+                and c.after > c.before
             ):
-                io.add(host_of(c.component))
+                # Only a rank that reads or writes more puts its host's disk on the path: one
+                # that reads less because its steps slowed (or its volume was throttled, which
+                # its loader wait shows) adds nothing to the disk's load.
+                io.setdefault(host_of(c.component), []).append(at)
             elif c.kind == semconv.COMPONENT_COLLECTIVE and not c.effect:
                 transfers = True
         return cls(
-            frozenset(loader),
-            frozenset(io),
+            loader,
+            {h: tuple(v) for h, v in io.items()},
             transfers,
             frozenset(regressed_hosts),
             diagnosis,
             dict(switch_of),
+            max(step_rise_s, 0.0),
+            link_s,
         )
 
+    def _linked(self, change: Any, at: float) -> bool:
+        return abs(change.onset - change.lag_s - at) <= self.link_s
+
+    def material(self, flag: Flag) -> bool:
+        """Whether the flag's replayed cost is a material share of the step-time rise."""
+        if flag.cost_s <= 0 or self.step_rise_s <= 0:
+            return True
+        return flag.cost_s >= MATERIAL_SHARE * self.step_rise_s
+
     def _flagged_on(self, host: str, *causes: str) -> bool:
-        return any(f.host == host and f.cause in causes for f in self.diagnosis.flags)
+        return any(
+            f.host == host and f.cause in causes and self.material(f) for f in self.diagnosis.flags
+        )
+
+    def suspects(self) -> list[Suspect]:
+        """The suspects that count: held for a material share of the window (suspected at no
+        fewer than MATERIAL_SHARE as many samples as the most persistent one), and, for a NIC
+        or host, with a material flag on that host where the ranks flagged there have a cost
+        (a link suspected for a moment, or one whose ranks cost 4 ms of a 180 ms rise, is not
+        where the job waited)."""
+        most = max((s.samples for s in self.diagnosis.suspects), default=0)
+        kept = []
+        for s in self.diagnosis.suspects:
+            if s.samples < MATERIAL_SHARE * most:
+                continue
+            if s.kind in ("nic", "host"):
+                there = [f for f in self.diagnosis.flags if f.host == (s.host or s.name)]
+                if there and not any(self.material(f) for f in there):
+                    continue
+            kept.append(s)
+        return kept
+
+    def _network_located(self) -> bool:
+        """Whether the Collector located the slow transfers: a suspect that counts, or a
+        material flag for the network."""
+        return bool(self.suspects()) or any(
+            f.cause == semconv.CAUSE_NETWORK and self.material(f) for f in self.diagnosis.flags
+        )
 
     def why(self, change: Any) -> str | None:
         """Why the job could have waited on ``change``'s component, or None."""
@@ -234,12 +304,19 @@ class JobPath:
             return "the job's own wait"
         if kind == semconv.COMPONENT_DISK:
             own_io = change.signal.startswith(semconv.METRIC_PROCESS_IO)
-            if own_io and component in self.loader_ranks:
+            if (
+                own_io
+                and component in self.loader_ranks
+                and self._linked(change, self.loader_ranks[component])
+            ):
                 return "its rank's data-loader wait rose"
-            if not own_io and any(host_of(r) == host for r in self.loader_ranks):
+            if not own_io and any(
+                host_of(r) == host and self._linked(change, at)
+                for r, at in self.loader_ranks.items()
+            ):
                 return "a rank on its host waited longer for its batches"
-            if not own_io and host in self.io_hosts:
-                return "a rank on its host changed how much it reads or writes"
+            if not own_io and any(self._linked(change, at) for at in self.io_hosts.get(host, ())):
+                return "a rank on its host reads or writes more"
             if self._flagged_on(host, semconv.CAUSE_DATA):
                 return "the Collector flags a rank on its host for its data"
             return None
@@ -247,14 +324,16 @@ class JobPath:
             hosts = {host_of(m) for m in change.members} or {host}
             if kind == semconv.COMPONENT_SWITCH:
                 hosts |= {h for h, s in self.switch_of.items() if s == component}
-            for s in self.diagnosis.suspects:
-                if (s.kind in ("switch", "uplink") and s.name == component) or (
-                    s.kind in ("nic", "host") and (s.host or s.name) in hosts
+            for s in self.suspects():
+                if s.kind in ("switch", "uplink") and (
+                    s.name == component or any(self.switch_of.get(h) == s.name for h in hosts)
                 ):
+                    return f"the Collector suspects {s.key}"
+                if s.kind in ("nic", "host") and (s.host or s.name) in hosts:
                     return f"the Collector suspects {s.key}"
             if any(self._flagged_on(h, semconv.CAUSE_NETWORK) for h in hosts):
                 return "the Collector flags a rank behind it for its network"
-            if self.transfers:
+            if self.transfers and not self._network_located():
                 return "the job's collective transfers rose"
             return None
         if kind == semconv.COMPONENT_GPU:
