@@ -38,40 +38,46 @@ func pipelineBenchJob(b *testing.B, ranks int) []pipelineStep {
 	}
 	var out []pipelineStep
 	for s := range pipelineBenchSteps {
-		var st pipelineStep
-		for _, batch := range p.Step(s) {
-			rss := batch.Traces.ResourceSpans()
-			for i := range rss.Len() {
-				res := spanio.ParseResource(rss.At(i).Resource(), 256)
-				spans := rss.At(i).ScopeSpans().At(0).Spans()
-				for k := range spans.Len() {
-					span := spans.At(k)
-					kind, phase := spanio.Classify(span.Name())
-					switch kind {
-					case spanio.KindPhase:
-						if ph, ok := spanio.ParsePhase(span, &res, phase); ok {
-							st.phases = append(st.phases, ph)
-						}
-					case spanio.KindCollective:
-						var a join.Arrival[int]
-						if reason := spanio.ParseCollective(span, &res, &a); reason != "" {
-							b.Fatalf("fixture span %s: %s", span.Name(), reason)
-						}
-						st.arrivals = append(st.arrivals, a)
+		out = append(out, parseStep(b, p.Step(s)))
+	}
+	return out
+}
+
+// parseStep parses one step's batches into phases and collective arrivals in a collector's
+// order (each collective's members together).
+func parseStep(b *testing.B, batches []*fixture.Batch) pipelineStep {
+	var st pipelineStep
+	for _, batch := range batches {
+		rss := batch.Traces.ResourceSpans()
+		for i := range rss.Len() {
+			res := spanio.ParseResource(rss.At(i).Resource(), 256)
+			spans := rss.At(i).ScopeSpans().At(0).Spans()
+			for k := range spans.Len() {
+				span := spans.At(k)
+				kind, phase := spanio.Classify(span.Name())
+				switch kind {
+				case spanio.KindPhase:
+					if ph, ok := spanio.ParsePhase(span, &res, phase); ok {
+						st.phases = append(st.phases, ph)
 					}
+				case spanio.KindCollective:
+					var a join.Arrival[int]
+					if reason := spanio.ParseCollective(span, &res, &a); reason != "" {
+						b.Fatalf("fixture span %s: %s", span.Name(), reason)
+					}
+					st.arrivals = append(st.arrivals, a)
 				}
 			}
 		}
-		sort.SliceStable(st.arrivals, func(x, y int) bool {
-			ax, ay := &st.arrivals[x], &st.arrivals[y]
-			if ax.PG != ay.PG {
-				return ax.PG < ay.PG
-			}
-			return ax.Seq < ay.Seq
-		})
-		out = append(out, st)
 	}
-	return out
+	sort.SliceStable(st.arrivals, func(x, y int) bool {
+		ax, ay := &st.arrivals[x], &st.arrivals[y]
+		if ax.PG != ay.PG {
+			return ax.PG < ay.PG
+		}
+		return ax.Seq < ay.Seq
+	})
+	return st
 }
 
 // BenchmarkPipelineReplay is the join engine and the step analysis (the replay with stages,
@@ -84,34 +90,9 @@ func BenchmarkPipelineReplay(b *testing.B) {
 			for _, st := range steps {
 				perLap += len(st.arrivals)
 			}
-			cfg := join.DefaultConfig()
-			clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-			e := join.New[int](cfg, clock)
-			out := make([]*join.Released[int], 0, 4)
 			b.ReportAllocs()
 			b.ResetTimer()
-			spans, analyzed, lap := 0, 0, int64(0)
-			for spans < b.N {
-				for s, st := range steps {
-					step := lap*pipelineBenchSteps + int64(s)
-					for _, ph := range st.phases {
-						ph.Step = step
-						e.AddPhase(ph)
-					}
-					for _, a := range st.arrivals {
-						a.Step = step
-						a.Seq += lap * 1_000_000
-						_, out = e.Add(&a, out[:0])
-						for _, r := range out {
-							e.Recycle(r)
-						}
-						spans++
-					}
-					clock.now = clock.now.Add(cfg.AnalysisDelay + time.Millisecond)
-					analyzed += len(e.Analyze(false))
-				}
-				lap++
-			}
+			spans, analyzed, _ := replay(b, steps)
 			b.StopTimer()
 			perSecond := float64(spans) / b.Elapsed().Seconds()
 			b.ReportMetric(perSecond, "spans/s")
@@ -123,6 +104,76 @@ func BenchmarkPipelineReplay(b *testing.B) {
 				"GOMAXPROCS=%d: %.0f spans/s; target >= %d (%.2fx); %d steps analyzed",
 				ranks, float64(perLap)/float64(pipelineBenchSteps*ranks), runtime.GOMAXPROCS(0),
 				perSecond, targetSpansPerSecond, perSecond/targetSpansPerSecond, analyzed)
+		})
+	}
+}
+
+// replay runs the steps through a join engine with analysis, in laps (renumbered steps and
+// sequence numbers), until b.N collective spans were added. It returns the spans added, the
+// steps analyzed and how many of those located a suspect link.
+func replay(b *testing.B, steps []pipelineStep) (spans, analyzed, located int) {
+	cfg := join.DefaultConfig()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	e := join.New[int](cfg, clock)
+	out := make([]*join.Released[int], 0, 4)
+	for lap := int64(0); spans < b.N; lap++ {
+		for s, st := range steps {
+			step := lap*int64(len(steps)) + int64(s)
+			for _, ph := range st.phases {
+				ph.Step = step
+				e.AddPhase(ph)
+			}
+			for _, a := range st.arrivals {
+				a.Step = step
+				a.Seq += lap * 1_000_000
+				_, out = e.Add(&a, out[:0])
+				for _, r := range out {
+					e.Recycle(r)
+				}
+				spans++
+			}
+			clock.now = clock.now.Add(cfg.AnalysisDelay + time.Millisecond)
+			for _, r := range e.Analyze(false) {
+				analyzed++
+				if len(r.Suspects) > 0 {
+					located++
+				}
+			}
+		}
+	}
+	return spans, analyzed, located
+}
+
+// slowLinkBenchSteps are the steps the slow-link benchmark's fixture holds.
+const slowLinkBenchSteps = 8
+
+// BenchmarkSlowLinkReplay is the join engine and the step analysis on a leaf-spine job
+// (intra-switch, cross-switch and world all-reduces) whose one NIC is 3x slow: every step
+// judges transfers and locates the link (transfers, locate).
+func BenchmarkSlowLinkReplay(b *testing.B) {
+	for _, ranks := range []int{16, 256} {
+		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) {
+			job := fixture.NewJob(fixture.LeafSpine(ranks, 2, 2), fixture.IntraCrossWorld(ranks, 4), 3)
+			job.SlowLink = func(_ int, members []fixture.Rank) float64 {
+				for _, m := range members {
+					if m.Host == "node3" {
+						return 3
+					}
+				}
+				return 1
+			}
+			steps := make([]pipelineStep, slowLinkBenchSteps)
+			for s := range steps {
+				steps[s] = parseStep(b, job.Step(s))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			spans, analyzed, located := replay(b, steps)
+			b.StopTimer()
+			b.ReportMetric(float64(spans)/b.Elapsed().Seconds(), "spans/s")
+			if analyzed > slowLinkBenchSteps && located == 0 {
+				b.Fatalf("%d steps analyzed, none located the slow NIC", analyzed)
+			}
 		})
 	}
 }

@@ -288,7 +288,33 @@ func (m *model) element(name Suspect) int32 {
 // specific on a tie. Weighing by the time lost, not by the number of groups, keeps a link
 // that slows many transfers a lot ahead of a NIC that shares a few of them with transfers
 // slowed a little by a busy host. It returns each suspect with the collectives it explains.
+//
+// It runs on what transfers judged, in four phases: judgeGroups folds the transfers into
+// slow and healthy groups; markElements counts, per element of the fabric, the slow and
+// healthy groups that use it; cover chooses the suspects; explainedCollectives attaches
+// their slow collectives.
 func (m *model) locate(j *jobState, sd *stepData) []located {
+	if !m.judgeGroups(sd) {
+		return nil
+	}
+	// Set logic needs healthy groups to tell elements apart: with none (a job of one group,
+	// or every group slow), every element the slow groups share would qualify, so nothing
+	// is named.
+	if !m.links.anyHealthyGroup() {
+		return nil
+	}
+	slowGroups := m.markElements(j, sd)
+	out := m.links.cover(slowGroups)
+	m.explainedCollectives(sd, out)
+	sort.Slice(out, func(x, y int) bool { return out[x].suspect.ID() < out[y].suspect.ID() })
+	return out
+}
+
+// judgeGroups folds the step's judged transfers into its groups (by pg id): a group is slow
+// when one of its transfers was slow (groupExcess sums what they lost), and healthy evidence
+// when one of its transfers large enough to show the slow links was healthy and none of
+// those was in between (neither healthy nor slow). It reports whether any group is slow.
+func (m *model) judgeGroups(sd *stepData) bool {
 	l := &m.links
 	nGroups := len(m.pgIDs)
 	l.groupSlow = grow(l.groupSlow, nGroups)
@@ -309,8 +335,6 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 			slowBytes = min(slowBytes, sd.colls[c].bytes)
 		}
 	}
-	// A group is healthy evidence when one of its transfers large enough to show the slow
-	// links was healthy and none of those was in between (neither healthy nor slow).
 	for c := range sd.colls {
 		if !l.hasRef[c] {
 			continue
@@ -333,22 +357,28 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 	for g := range nGroups {
 		l.groupHealthy[g] = l.groupHealthy[g] && !l.groupDoubt[g]
 	}
-	if !anySlow {
-		return nil
-	}
-	// Set logic needs healthy groups to tell elements apart: with none (a job of one group,
-	// or every group slow), every element the slow groups share would qualify, so nothing
-	// is named.
-	anyHealthy := false
-	for g := range nGroups {
-		if l.groupSeen[g] && l.groupHealthy[g] && !l.groupSlow[g] {
-			anyHealthy = true
-			break
+	return anySlow
+}
+
+// healthyGroup reports whether group g is healthy evidence (seen, healthy and not slow).
+func (l *linkScratch) healthyGroup(g int) bool {
+	return l.groupSeen[g] && l.groupHealthy[g] && !l.groupSlow[g]
+}
+
+// anyHealthyGroup reports whether some group of the step is healthy evidence.
+func (l *linkScratch) anyHealthyGroup() bool {
+	for g := range l.groupSeen {
+		if l.healthyGroup(g) {
+			return true
 		}
 	}
-	if !anyHealthy {
-		return nil
-	}
+	return false
+}
+
+// markElements resets the element tables and marks, for every slow and every healthy group,
+// the elements its members use (see markGroup). It returns the slow groups.
+func (m *model) markElements(j *jobState, sd *stepData) []int32 {
+	l := &m.links
 	if l.elements == nil {
 		l.elements = make(map[string]int32)
 	}
@@ -362,91 +392,92 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 	}
 	l.elemGroups = l.elemGroups[:0]
 	var slowGroups []int32
-	for g := range nGroups {
-		slow, healthy := l.groupSlow[g], l.groupSeen[g] && l.groupHealthy[g] && !l.groupSlow[g]
+	for g := range l.groupSlow {
+		slow, healthy := l.groupSlow[g], l.healthyGroup(g)
 		if !slow && !healthy {
 			continue
 		}
 		if slow {
 			slowGroups = append(slowGroups, int32(g))
 		}
-		rec := &sd.colls[l.groupColl[g]]
-		switches := make(map[string]struct{})
-		hosts := make(map[string]struct{})
-		for i := rec.first; i < rec.first+rec.n; i++ {
-			t := j.topology[sd.ops[i].rank]
-			if knownName(t.Switch) {
-				switches[t.Switch] = struct{}{}
-			}
-			hosts[t.Host] = struct{}{}
-		}
-		// A group inside one host does not use the host's NICs (NVLink, PCIe, shared
-		// memory): it says nothing about them.
-		usesNICs := len(hosts) > 1
-		mark := func(s Suspect) {
-			e := m.element(s)
-			if l.elemMark[e] == int32(g) {
-				return
-			}
-			l.elemMark[e] = int32(g)
-			if slow {
-				l.elemSlow[e]++
-				l.elemGroups[e] = append(l.elemGroups[e], int32(g))
-			} else {
-				l.elemHealthy[e]++
-			}
-		}
-		for i := rec.first; i < rec.first+rec.n; i++ {
-			t := j.topology[sd.ops[i].rank]
-			if !knownName(t.Host) {
-				continue
-			}
-			if knownName(t.NIC) && usesNICs {
-				mark(Suspect{Kind: SuspectNIC, Name: t.NIC, Host: t.Host})
-			}
-			mark(Suspect{Kind: SuspectHost, Name: t.Host})
-		}
-		for s := range switches {
-			if len(switches) > 1 {
-				mark(Suspect{Kind: SuspectUplink, Name: s})
-			}
-			mark(Suspect{Kind: SuspectSwitch, Name: s})
-		}
+		m.markGroup(j, sd, int32(g), slow)
 	}
-	l.covered = grow(l.covered, nGroups)
+	return slowGroups
+}
+
+// markGroup marks the elements the members of group g use (from the topology of its
+// collective groupColl[g]): each member's host and, when the group spans hosts, its NIC;
+// each switch and, when the group spans switches, their uplinks. A slow group counts in
+// elemSlow and is listed in elemGroups, a healthy one counts in elemHealthy; each element
+// counts a group once.
+func (m *model) markGroup(j *jobState, sd *stepData, g int32, slow bool) {
+	l := &m.links
+	rec := &sd.colls[l.groupColl[g]]
+	switches := make(map[string]struct{})
+	hosts := make(map[string]struct{})
+	for i := rec.first; i < rec.first+rec.n; i++ {
+		t := j.topology[sd.ops[i].rank]
+		if knownName(t.Switch) {
+			switches[t.Switch] = struct{}{}
+		}
+		hosts[t.Host] = struct{}{}
+	}
+	// A group inside one host does not use the host's NICs (NVLink, PCIe, shared
+	// memory): it says nothing about them.
+	usesNICs := len(hosts) > 1
+	for i := rec.first; i < rec.first+rec.n; i++ {
+		t := j.topology[sd.ops[i].rank]
+		if !knownName(t.Host) {
+			continue
+		}
+		if knownName(t.NIC) && usesNICs {
+			m.markElement(Suspect{Kind: SuspectNIC, Name: t.NIC, Host: t.Host}, g, slow)
+		}
+		m.markElement(Suspect{Kind: SuspectHost, Name: t.Host}, g, slow)
+	}
+	for s := range switches {
+		if len(switches) > 1 {
+			m.markElement(Suspect{Kind: SuspectUplink, Name: s}, g, slow)
+		}
+		m.markElement(Suspect{Kind: SuspectSwitch, Name: s}, g, slow)
+	}
+}
+
+// markElement counts group g for element s, once per group.
+func (m *model) markElement(s Suspect, g int32, slow bool) {
+	l := &m.links
+	e := m.element(s)
+	if l.elemMark[e] == g {
+		return
+	}
+	l.elemMark[e] = g
+	if slow {
+		l.elemSlow[e]++
+		l.elemGroups[e] = append(l.elemGroups[e], g)
+	} else {
+		l.elemHealthy[e]++
+	}
+}
+
+// cover chooses the suspects that explain slowGroups, greedily: each round names the
+// elements of no healthy group whose uncovered slow groups lost the most time (see
+// bestElements), and covers their groups; at most maxCover rounds, and none once more
+// than maxAmbiguous elements tie. Each suspect comes with the groups it newly covered.
+func (l *linkScratch) cover(slowGroups []int32) []located {
+	l.covered = grow(l.covered, len(l.groupSlow))
 	clear(l.covered)
 	remaining := len(slowGroups)
 	var out []located
+	var tied []int32
 	for round := 0; round < maxCover && remaining > 0; round++ {
-		best, bestKind := 0.0, SuspectKind(255)
-		var tied []int32
-		for e := range l.elemName {
-			if l.elemHealthy[e] > 0 || l.elemSlow[e] == 0 {
-				continue
-			}
-			cover, lost := 0, 0.0
-			for _, g := range l.elemGroups[e] {
-				if !l.covered[g] {
-					cover++
-					lost += max(l.groupExcess[g], 1e-12)
-				}
-			}
-			kind := l.elemName[e].Kind
-			same := math.Abs(lost-best) <= 1e-9*max(lost, best)
-			switch {
-			case cover == 0:
-			case (lost > best && !same) || (same && kind < bestKind):
-				best, bestKind = lost, kind
-				tied = append(tied[:0], int32(e))
-			case same && kind == bestKind:
-				tied = append(tied, int32(e))
-			}
-		}
+		var best float64
+		best, tied = l.bestElements(tied[:0])
 		if best <= 0 {
 			break
 		}
 		// A NIC and its host explain the same groups; when every NIC of the host is
-		// implicated the host is the better name (NIC and host tie: the NIC wins above).
+		// implicated the host is the better name (NIC and host tie: the NIC wins in
+		// bestElements).
 		if len(tied) > maxAmbiguous {
 			break
 		}
@@ -468,6 +499,44 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 			}
 		}
 	}
+	return out
+}
+
+// bestElements scores each element in no healthy group by the time its uncovered slow
+// groups lost, and appends to tied the elements of the best score (equal within a relative
+// 1e-9) of the most specific kind among those. It returns the best score (0 when no
+// element covers an uncovered group) and tied.
+func (l *linkScratch) bestElements(tied []int32) (float64, []int32) {
+	best, bestKind := 0.0, SuspectKind(255)
+	for e := range l.elemName {
+		if l.elemHealthy[e] > 0 || l.elemSlow[e] == 0 {
+			continue
+		}
+		cover, lost := 0, 0.0
+		for _, g := range l.elemGroups[e] {
+			if !l.covered[g] {
+				cover++
+				lost += max(l.groupExcess[g], 1e-12)
+			}
+		}
+		kind := l.elemName[e].Kind
+		same := math.Abs(lost-best) <= 1e-9*max(lost, best)
+		switch {
+		case cover == 0:
+		case (lost > best && !same) || (same && kind < bestKind):
+			best, bestKind = lost, kind
+			tied = append(tied[:0], int32(e))
+		case same && kind == bestKind:
+			tied = append(tied, int32(e))
+		}
+	}
+	return best, tied
+}
+
+// explainedCollectives attaches to each located suspect the slow collectives of the groups
+// it explains.
+func (m *model) explainedCollectives(sd *stepData, out []located) {
+	l := &m.links
 	for i := range out {
 		for c := range sd.colls {
 			if l.slow[c] && containsInt32(out[i].groups, m.pgID[c]) {
@@ -475,8 +544,6 @@ func (m *model) locate(j *jobState, sd *stepData) []located {
 			}
 		}
 	}
-	sort.Slice(out, func(x, y int) bool { return out[x].suspect.ID() < out[y].suspect.ID() })
-	return out
 }
 
 // located is a suspect with the slow groups and collectives it explains.

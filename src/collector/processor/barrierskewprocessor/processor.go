@@ -1,19 +1,18 @@
 package barrierskewprocessor // import "github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor"
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
 	"time"
 
-	"github.com/klauspost/compress/s2"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
 
+	"github.com/skewtrace/skewtrace/src/collector/internal/heldbatch"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
@@ -37,105 +36,6 @@ const reasonHoldLost = "hold_decode_failed"
 // its export): at 8192 spans a chunk that was ~45 MB of a 4096-rank job's heap.
 const forwardChunk = 2048
 
-// heldBatch is the collective spans one incoming batch handed to the engine, moved out of it
-// under copies of their resources and scopes. From the end of that batch until the last of
-// its collectives is released it is held encoded (OTLP protobuf, S2-compressed): bytes take
-// a fraction of the memory of decoded pdata and the GC does not scan them, and at thousands
-// of ranks the processor holds about one step of every rank's collective spans. The spans of
-// one batch repeat their attribute keys and most values, so S2 takes the protobuf to about a
-// tenth of its size (28 MB -> 2.5 MB for a 4096-rank step; docs/performance.md).
-type heldBatch struct {
-	// traces: the spans while the batch is being taken, or when it needs no encoding (every
-	// collective released by the batch that took them).
-	traces ptrace.Traces
-	data   []byte
-	// at: where the spans of the incoming batch's (resource, scope) went in traces.
-	at      map[[2]int]ptrace.SpanSlice
-	spans   int
-	pending int
-	// notes: each span's annotations by its index (the order in which the batch took them),
-	// written as its collective is released.
-	notes []spanio.Note
-	// order: the index of each span in data when some of the batch's spans left before it
-	// was encoded (nil: data holds every span, in index order).
-	order []int32
-	// written: the spans in traces are annotated already.
-	written bool
-	// sealed: the incoming batch is done; the held batch is forwarded once pending is 0.
-	sealed bool
-}
-
-// stepKey is a (job, step): the unit a held batch holds.
-type stepKey struct {
-	job  string
-	step int64
-}
-
-// inFlight tracks the batches forwarding what they released, so that the release ticker
-// can wait for those that began before it analyzed a step, and only for those: waiting
-// behind a lock would stop every batch that arrives meanwhile (a 4096-rank step takes
-// seconds to forward), and with them the receiver. begin and mark are called under the
-// processor's lock, so an id orders a batch's release against the ticker's analysis.
-type inFlight struct {
-	mu       sync.Mutex
-	cond     sync.Cond
-	next     uint64
-	inFlight map[uint64]struct{}
-}
-
-func (f *inFlight) init() {
-	f.inFlight = make(map[uint64]struct{})
-	f.cond.L = &f.mu
-}
-
-func (f *inFlight) begin() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := f.next
-	f.next++
-	f.inFlight[id] = struct{}{}
-	return id
-}
-
-func (f *inFlight) end(id uint64) {
-	f.mu.Lock()
-	delete(f.inFlight, id)
-	f.mu.Unlock()
-	f.cond.Broadcast()
-}
-
-// mark returns the id the next batch will get: waitBefore(mark()) waits for every batch
-// that began before.
-func (f *inFlight) mark() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.next
-}
-
-func (f *inFlight) waitBefore(mark uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for {
-		earlier := false
-		for id := range f.inFlight {
-			if id < mark {
-				earlier = true
-				break
-			}
-		}
-		if !earlier {
-			return
-		}
-		f.cond.Wait()
-	}
-}
-
-// member is how a held collective span is found: its batch and its index in it.
-type member struct {
-	batch *heldBatch
-	index int
-}
-
 // barrierSkewProcessor joins collective spans across ranks and annotates them.
 //
 //	ConsumeTraces(batch)
@@ -156,19 +56,14 @@ type barrierSkewProcessor struct {
 
 	mu sync.Mutex
 	// forwards orders what leaves the processor: a step's summary never overtakes the spans
-	// released before it (see inFlight).
-	forwards  inFlight
-	engine    *join.Engine[member]
-	scratch   []*join.Released[member]
+	// released before it (see heldbatch.InFlight).
+	forwards  heldbatch.InFlight
+	engine    *join.Engine[heldbatch.Member]
+	scratch   []*join.Released[heldbatch.Member]
 	resources []spanio.Resource
-	// taking: the held batches of the incoming batch being taken, one per (job, step): a
-	// rank's batch often ends one step and begins the next, and the spans of the step that
-	// completes first must not wait for the next one's.
-	taking map[stepKey]*heldBatch
-	// ready: held batches whose every collective was released, to forward.
-	ready []*heldBatch
-	// encoded is seal's compression buffer.
-	encoded       []byte
+	// held: the collective spans taken out of incoming batches until their collectives are
+	// released.
+	held          heldbatch.Store
 	malformed     map[string]int64
 	passedThrough int64
 
@@ -184,11 +79,9 @@ func newProcessor(
 		cfg:       cfg,
 		next:      next,
 		clock:     clock,
-		engine:    join.New[member](cfg.Config, clock),
+		engine:    join.New[heldbatch.Member](cfg.Config, clock),
 		malformed: make(map[string]int64),
-		taking:    make(map[stepKey]*heldBatch),
 	}
-	p.forwards.init()
 	tb, err := newTelemetry(set.TelemetrySettings, p.snapshot)
 	if err != nil {
 		return nil, err
@@ -211,10 +104,10 @@ func (p *barrierSkewProcessor) releaseExpired(ctx context.Context) {
 	p.scratch = p.engine.Expire(p.scratch[:0])
 	p.noteReleased()
 	p.appendSummaries(out, false)
-	ready := p.takeReady()
-	before := p.forwards.mark()
+	ready := p.held.TakeReady()
+	before := p.forwards.Mark()
 	p.mu.Unlock()
-	p.forwards.waitBefore(before)
+	p.forwards.WaitBefore(before)
 	if err := p.forwardHeld(ctx, out, ready); err != nil {
 		p.logger.Warn("forwarding released collective spans failed", zap.Error(err))
 	}
@@ -229,19 +122,12 @@ func (p *barrierSkewProcessor) appendSummaries(td ptrace.Traces, drain bool) {
 	}
 }
 
-// takeReady hands over the held batches that are ready to forward.
-func (p *barrierSkewProcessor) takeReady() []*heldBatch {
-	ready := p.ready
-	p.ready = nil
-	return ready
-}
-
 // forwardHeld forwards the ready held batches, decoded and annotated, then td (when not
 // empty), in calls of at most forwardChunk spans (a held batch larger than that goes whole).
 // Released collectives go first: a late rank's batch completes its collectives and carries
 // its train.step, and what is behind (traceshape) keeps that step for the late member it
 // learns of from the collectives.
-func (p *barrierSkewProcessor) forwardHeld(ctx context.Context, td ptrace.Traces, ready []*heldBatch) error {
+func (p *barrierSkewProcessor) forwardHeld(ctx context.Context, td ptrace.Traces, ready []*heldbatch.Batch) error {
 	var errs []error
 	out, n := ptrace.NewTraces(), 0
 	send := func() {
@@ -254,20 +140,20 @@ func (p *barrierSkewProcessor) forwardHeld(ctx context.Context, td ptrace.Traces
 	}
 	for i, hb := range ready {
 		ready[i] = nil
-		spans, ok := hb.decode()
+		spans, ok := hb.Decode()
 		if !ok {
 			p.mu.Lock()
-			p.malformed[reasonHoldLost] += int64(hb.spans)
+			p.malformed[reasonHoldLost] += int64(hb.Spans())
 			p.mu.Unlock()
 			p.logger.Error("a held batch of collective spans could not be decoded",
-				zap.Int("spans", hb.spans))
+				zap.Int("spans", hb.Spans()))
 			continue
 		}
-		if n > 0 && n+hb.spans > forwardChunk {
+		if n > 0 && n+hb.Spans() > forwardChunk {
 			send()
 		}
 		spans.ResourceSpans().MoveAndAppendTo(out.ResourceSpans())
-		n += hb.spans
+		n += hb.Spans()
 	}
 	if rest := td.SpanCount(); rest > 0 {
 		if n > 0 && n+rest > forwardChunk {
@@ -287,10 +173,10 @@ func (p *barrierSkewProcessor) Shutdown(ctx context.Context) error {
 	p.scratch = p.engine.Drain(p.scratch[:0])
 	p.noteReleased()
 	p.appendSummaries(out, true)
-	ready := p.takeReady()
-	before := p.forwards.mark()
+	ready := p.held.TakeReady()
+	before := p.forwards.Mark()
 	p.mu.Unlock()
-	p.forwards.waitBefore(before)
+	p.forwards.WaitBefore(before)
 	err := p.forwardHeld(ctx, out, ready)
 	if p.telemetry != nil {
 		p.telemetry.Shutdown()
@@ -332,7 +218,6 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		}
 	}
 	p.scratch = p.scratch[:0]
-	clear(p.taking)
 	moved := false
 	for i := range rss.Len() {
 		rs := rss.At(i)
@@ -354,14 +239,14 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 		})
 	}
 	p.noteReleased()
-	for _, hb := range p.taking {
-		p.seal(hb)
+	for _, err := range p.held.Seal() {
+		// Held decoded instead: more memory, nothing lost.
+		p.logger.Warn("encoding held collective spans failed", zap.Error(err))
 	}
-	clear(p.taking)
-	ready := p.takeReady()
-	id := p.forwards.begin()
+	ready := p.held.TakeReady()
+	id := p.forwards.Begin()
 	p.mu.Unlock()
-	defer p.forwards.end(id)
+	defer p.forwards.End(id)
 	return p.forwardHeld(ctx, td, ready)
 }
 
@@ -384,14 +269,13 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 	// Annotations are this processor's to write: whatever a span claims on arrival is
 	// dropped, and the span is joined like any other.
 	spanio.StripAnnotations(span)
-	var a join.Arrival[member]
+	var a join.Arrival[heldbatch.Member]
 	if reason := spanio.ParseCollective(span, res, &a); reason != "" {
 		p.malformed[reason]++
 		spanio.MarkUnjoined(span, reason)
 		return false
 	}
-	hb := p.takingFor(a.Job, a.Step)
-	a.Ref = member{batch: hb, index: hb.spans}
+	a.Ref = p.held.Next(a.Job, a.Step)
 	var outcome join.Outcome
 	outcome, p.scratch = p.engine.Add(&a, p.scratch)
 	if outcome != join.Accepted {
@@ -399,9 +283,7 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 		spanio.MarkUnjoined(span, outcome.Reason())
 		return false
 	}
-	span.MoveTo(hb.slice(rs, ss, at).AppendEmpty())
-	hb.spans++
-	hb.pending++
+	a.Ref.Take(rs, ss, at, span)
 	if len(p.scratch) > 0 {
 		// Annotate and recycle what this member released now, not at the end of the batch:
 		// the last rank's batch of a 4096-rank step releases all its collectives, and their
@@ -411,175 +293,12 @@ func (p *barrierSkewProcessor) take(rs ptrace.ResourceSpans, ss ptrace.ScopeSpan
 	return true
 }
 
-// takingFor returns the held batch of the incoming batch for (job, step).
-func (p *barrierSkewProcessor) takingFor(job string, step int64) *heldBatch {
-	k := stepKey{job: job, step: step}
-	hb, ok := p.taking[k]
-	if !ok {
-		hb = &heldBatch{}
-		p.taking[k] = hb
-	}
-	return hb
-}
-
-// slice returns where the held batch keeps the spans of the incoming batch's (resource,
-// scope) at, copying the resource and scope the first time. The spans are taken in the
-// incoming batch's order, so each (resource, scope)'s are contiguous and the order of the
-// held batch's traces is the order of the spans' indexes.
-func (hb *heldBatch) slice(rs ptrace.ResourceSpans, ss ptrace.ScopeSpans, at [2]int) ptrace.SpanSlice {
-	if spans, ok := hb.at[at]; ok {
-		return spans
-	}
-	if hb.at == nil {
-		hb.traces = ptrace.NewTraces()
-		hb.at = make(map[[2]int]ptrace.SpanSlice)
-	}
-	out := hb.traces.ResourceSpans().AppendEmpty()
-	rs.Resource().CopyTo(out.Resource())
-	out.SetSchemaUrl(rs.SchemaUrl())
-	outSS := out.ScopeSpans().AppendEmpty()
-	ss.Scope().CopyTo(outSS.Scope())
-	outSS.SetSchemaUrl(ss.SchemaUrl())
-	hb.at[at] = outSS.Spans()
-	return outSS.Spans()
-}
-
-// seal ends the taking of a held batch. The spans whose collectives this very batch released
-// (a tensor-parallel group whose ranks share the batch, say) are ready at once; the others
-// are encoded until their collectives are released.
-func (p *barrierSkewProcessor) seal(hb *heldBatch) {
-	hb.at = nil
-	hb.sealed = true
-	switch {
-	case hb.spans == 0:
-		return
-	case hb.pending == 0:
-		p.ready = append(p.ready, hb)
-		return
-	case hb.pending < hb.spans:
-		p.ready = append(p.ready, hb.splitReleased())
-	}
-	data, err := (&ptrace.ProtoMarshaler{}).MarshalTraces(hb.traces)
-	if err != nil {
-		// Held decoded instead: more memory, nothing lost.
-		p.logger.Warn("encoding held collective spans failed", zap.Error(err))
-		return
-	}
-	// s2.Encode's output keeps the capacity of its worst case (more than the input): the held
-	// copy is exactly as long as the compressed bytes.
-	p.encoded = s2.Encode(p.encoded[:cap(p.encoded)], data)
-	hb.data, hb.traces = bytes.Clone(p.encoded), ptrace.Traces{}
-	if cap(p.encoded) > maxEncodeScratch {
-		p.encoded = nil
-	}
-}
-
-// maxEncodeScratch is the largest compression buffer the processor keeps between batches.
-const maxEncodeScratch = 4 << 20
-
-// splitReleased moves the spans whose notes are written out of the held batch into a batch
-// of their own, annotated, and records the original index of each span that stays.
-func (hb *heldBatch) splitReleased() *heldBatch {
-	done := &heldBatch{traces: ptrace.NewTraces(), written: true}
-	hb.order = make([]int32, 0, hb.pending)
-	i := 0
-	rss := hb.traces.ResourceSpans()
-	for r := range rss.Len() {
-		rs := rss.At(r)
-		sss := rs.ScopeSpans()
-		for s := range sss.Len() {
-			ss := sss.At(s)
-			var to ptrace.SpanSlice
-			moved := false
-			ss.Spans().RemoveIf(func(span ptrace.Span) bool {
-				index := i
-				i++
-				if index >= len(hb.notes) || hb.notes[index].CollectiveNote == nil {
-					hb.order = append(hb.order, int32(index))
-					return false
-				}
-				if !moved {
-					out := done.traces.ResourceSpans().AppendEmpty()
-					rs.Resource().CopyTo(out.Resource())
-					out.SetSchemaUrl(rs.SchemaUrl())
-					outSS := out.ScopeSpans().AppendEmpty()
-					ss.Scope().CopyTo(outSS.Scope())
-					outSS.SetSchemaUrl(ss.SchemaUrl())
-					to, moved = outSS.Spans(), true
-				}
-				hb.notes[index].Write(span)
-				hb.notes[index] = spanio.Note{}
-				span.MoveTo(to.AppendEmpty())
-				done.spans++
-				return true
-			})
-		}
-	}
-	return done
-}
-
-// decode returns the held batch's spans with their annotations written.
-func (hb *heldBatch) decode() (ptrace.Traces, bool) {
-	if hb.written {
-		return hb.traces, true
-	}
-	td := hb.traces
-	if hb.data != nil {
-		data, err := s2.Decode(nil, hb.data)
-		if err != nil {
-			return ptrace.Traces{}, false
-		}
-		td, err = (&ptrace.ProtoUnmarshaler{}).UnmarshalTraces(data)
-		if err != nil {
-			return ptrace.Traces{}, false
-		}
-		hb.data = nil
-	}
-	want := hb.spans
-	if hb.order != nil {
-		want = len(hb.order)
-	}
-	if td.SpanCount() != want {
-		return ptrace.Traces{}, false
-	}
-	i := 0
-	rss := td.ResourceSpans()
-	for r := range rss.Len() {
-		sss := rss.At(r).ScopeSpans()
-		for s := range sss.Len() {
-			spans := sss.At(s).Spans()
-			for k := range spans.Len() {
-				index := i
-				if hb.order != nil {
-					index = int(hb.order[i])
-				}
-				hb.notes[index].Write(spans.At(k))
-				i++
-			}
-		}
-	}
-	hb.notes, hb.order = nil, nil
-	return td, true
-}
-
 // noteReleased writes the engine's figures for the members of the collectives in p.scratch
-// into their held batches' notes, and queues every sealed batch that has no pending member
-// left.
+// into their held batches' notes (queuing every sealed batch that has no pending member
+// left), and recycles the collectives.
 func (p *barrierSkewProcessor) noteReleased() {
 	for _, r := range p.scratch {
-		c := spanio.NewCollectiveNote(r)
-		for i := range r.Members {
-			m := &r.Members[i]
-			hb := m.Ref.batch
-			if m.Ref.index >= len(hb.notes) {
-				hb.notes = append(hb.notes, make([]spanio.Note, max(m.Ref.index+1, hb.spans)-len(hb.notes))...)
-			}
-			hb.notes[m.Ref.index] = spanio.NewNote(c, m)
-			hb.pending--
-			if hb.pending == 0 && hb.sealed {
-				p.ready = append(p.ready, hb)
-			}
-		}
+		p.held.Release(r)
 		p.engine.Recycle(r)
 	}
 	p.scratch = p.scratch[:0]

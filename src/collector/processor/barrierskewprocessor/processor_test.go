@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
+	"github.com/skewtrace/skewtrace/src/collector/internal/heldbatch"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor/internal/metadata"
@@ -829,14 +830,13 @@ func TestManyReleasedBatchesAreForwardedInChunks(t *testing.T) {
 // forwarding before it analyzed, not for those that began after (waiting behind every
 // batch would stall the receiver while a large step is forwarded).
 func TestSummariesWaitOnlyForEarlierForwards(t *testing.T) {
-	var f inFlight
-	f.init()
-	early := f.begin()
-	mark := f.mark()
-	late := f.begin()
+	var f heldbatch.InFlight
+	early := f.Begin()
+	mark := f.Mark()
+	late := f.Begin()
 	done := make(chan struct{})
 	go func() {
-		f.waitBefore(mark)
+		f.WaitBefore(mark)
 		close(done)
 	}()
 	select {
@@ -844,13 +844,13 @@ func TestSummariesWaitOnlyForEarlierForwards(t *testing.T) {
 		t.Fatal("waitBefore returned while an earlier forward was in flight")
 	case <-time.After(50 * time.Millisecond):
 	}
-	f.end(early)
+	f.End(early)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("waitBefore kept waiting for a forward that began after the mark")
 	}
-	f.end(late)
+	f.End(late)
 }
 
 // TestABatchSpanningTwoStepsReleasesEachStepOnItsOwn: a rank's batch often ends one step and
