@@ -9,11 +9,30 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 )
 
-// Config is the barrierskew connector's configuration. The join keys (used only when the
-// spans were not already annotated by the barrierskew processor) are documented on
-// join.Config and in README.md.
+// JoinMode says which collective spans the connector reads as the barrierskew processor
+// annotated them and which it joins with its own engine (the `join` key).
+type JoinMode string
+
+const (
+	// JoinAuto reads the collective spans the processor annotated and joins the others
+	// with the own engine, span by span; a span the processor marked unjoined is neither.
+	JoinAuto JoinMode = "auto"
+	// JoinAnnotated only reads annotated collective spans: the others are skipped (counted in
+	// spans_malformed as not_annotated) and the own engine joins and analyzes nothing.
+	JoinAnnotated JoinMode = "annotated"
+	// JoinOwn joins every collective span with the own engine and analyzes its steps itself,
+	// ignoring whatever the processor wrote: annotations, unjoined marks and step summaries.
+	JoinOwn JoinMode = "own"
+)
+
+// Config is the barrierskew connector's configuration. The join keys (used for the spans
+// the connector joins itself, see Join) are documented on join.Config and in README.md.
 type Config struct {
 	join.Config `mapstructure:",squash"`
+
+	// Join chooses between reading the processor's annotations and joining with the own
+	// engine: auto, annotated or own (see JoinMode). Default auto.
+	Join JoinMode `mapstructure:"join"`
 
 	// MetricsFlushInterval is how often the cumulative metrics are emitted. Default 1s.
 	MetricsFlushInterval time.Duration `mapstructure:"metrics_flush_interval"`
@@ -49,6 +68,7 @@ type Config struct {
 func createDefaultConfig() *Config {
 	return &Config{
 		Config:                join.DefaultConfig(),
+		Join:                  JoinAuto,
 		MetricsFlushInterval:  time.Second,
 		MetricsResendInterval: time.Minute,
 		HistogramBuckets: []float64{
@@ -65,6 +85,12 @@ func createDefaultConfig() *Config {
 // Validate checks the configuration; each error names the YAML key.
 func (c *Config) Validate() error {
 	errs := []error{c.Config.Check()}
+	switch c.Join {
+	case JoinAuto, JoinAnnotated, JoinOwn:
+	default:
+		errs = append(errs, fmt.Errorf("join must be %s, %s or %s, got %q",
+			JoinAuto, JoinAnnotated, JoinOwn, c.Join))
+	}
 	if c.MetricsFlushInterval <= 0 {
 		errs = append(errs, fmt.Errorf("metrics_flush_interval must be > 0, got %s",
 			c.MetricsFlushInterval))

@@ -25,6 +25,8 @@ func TestConfigFromTestdata(t *testing.T) {
 	custom.ExemplarsPerPoint = 0
 	custom.DedupWindow = 1024
 	custom.SeriesIdleTimeout = time.Hour
+	joinAnnotated, joinOwn := createDefaultConfig(), createDefaultConfig()
+	joinAnnotated.Join, joinOwn.Join = JoinAnnotated, JoinOwn
 
 	cases := []struct {
 		id      string
@@ -43,6 +45,9 @@ func TestConfigFromTestdata(t *testing.T) {
 		{id: "barrierskew/zero_dedup_window", wantErr: "dedup_window"},
 		{id: "barrierskew/zero_series_idle_timeout", wantErr: "series_idle_timeout"},
 		{id: "barrierskew/bad_join_key", wantErr: "flag_k"},
+		{id: "barrierskew/join_annotated", want: joinAnnotated},
+		{id: "barrierskew/join_own", want: joinOwn},
+		{id: "barrierskew/bad_join", wantErr: "join"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.id, func(t *testing.T) {
@@ -66,6 +71,35 @@ func TestConfigFromTestdata(t *testing.T) {
 			}
 			if !reflect.DeepEqual(cfg, tc.want) {
 				t.Errorf("config %+v, want %+v", cfg, tc.want)
+			}
+		})
+	}
+}
+
+func TestJoinModeValidation(t *testing.T) {
+	if got := createDefaultConfig().Join; got != JoinAuto {
+		t.Fatalf("default join %q, want auto", got)
+	}
+	for _, tc := range []struct {
+		join    JoinMode
+		wantErr string
+	}{
+		{join: "auto"},
+		{join: "annotated"},
+		{join: "own"},
+		{join: "", wantErr: `join must be auto, annotated or own, got ""`},
+		{join: "Auto", wantErr: `join must be auto, annotated or own, got "Auto"`},
+		{join: "processor", wantErr: `join must be auto, annotated or own, got "processor"`},
+	} {
+		t.Run(string(tc.join), func(t *testing.T) {
+			cfg := createDefaultConfig()
+			cfg.Join = tc.join
+			err := cfg.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("join %q: %v", tc.join, err)
+			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+				t.Fatalf("join %q: error %v, want %q", tc.join, err, tc.wantErr)
 			}
 		})
 	}

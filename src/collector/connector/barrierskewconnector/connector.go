@@ -20,6 +20,10 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/ticker"
 )
 
+// reasonNotAnnotated counts, under join: annotated, the collective spans skipped because
+// the processor did not annotate them.
+const reasonNotAnnotated = "not_annotated"
+
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
@@ -37,6 +41,10 @@ type spanRef struct {
 //	train.step ──▶ step duration histogram; phase spans ──▶ own engine (causes)
 //	train.step.summary (the processor's step analysis) ──▶ flags, costs, suspects
 //	ticker (metrics_flush_interval): expire and analyze own engine, emit metrics ──▶ next
+//
+// The config's join key chooses the path: auto (above, span by span), annotated (only the
+// read path: unannotated collective spans are skipped, counted not_annotated, and no phase
+// is kept) or own (only the own engine: annotations, unjoined marks and summaries ignored).
 type barrierSkewConnector struct {
 	logger *zap.Logger
 	cfg    *Config
@@ -152,6 +160,11 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 	forEachSpan(rss, func(i int, span ptrace.Span) {
 		kind, phase := spanio.Classify(span.Name())
 		if kind == spanio.KindOther && spanio.IsSummary(span) {
+			if c.cfg.Join == JoinOwn {
+				// The own engine analyzes every step: the processor's analysis of the
+				// same steps would count twice.
+				return
+			}
 			// The processor analyzed this step: its verdicts become the flag metrics.
 			// A deferred summary's flags are decided by the job's verdict stage, whose
 			// summary comes back here (or to another instance) decided.
@@ -169,7 +182,7 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 		if !ok {
 			return
 		}
-		if _, joined := c.joinedJobs[ph.Job]; !joined {
+		if _, joined := c.joinedJobs[ph.Job]; !joined && c.cfg.Join != JoinAnnotated {
 			c.engine.AddPhase(ph)
 		}
 		if phase == diagnosis.PhaseStep {
@@ -182,7 +195,7 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 		if kind, _ := spanio.Classify(span.Name()); kind != spanio.KindCollective {
 			return
 		}
-		if spanio.Unjoined(span) {
+		if c.cfg.Join != JoinOwn && spanio.Unjoined(span) {
 			// The processor forwarded it without a join (malformed, duplicate, late): joining
 			// it here would open a collective that never completes.
 			c.passedThrough++
@@ -195,9 +208,13 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 			return
 		}
 		ref := spanRef{traceID: span.TraceID(), spanID: span.SpanID()}
-		if spanio.IsAnnotated(span) {
+		if c.cfg.Join != JoinOwn && spanio.IsAnnotated(span) {
 			c.passedThrough++
 			c.observeAnnotated(now, &a, spanio.ReadAnnotations(span), ref)
+			return
+		}
+		if c.cfg.Join == JoinAnnotated {
+			c.malformed[reasonNotAnnotated]++
 			return
 		}
 		c.noteJoined(a.Job, false)

@@ -18,8 +18,10 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/skewtrace/skewtrace/src/collector/connector/barrierskewconnector/internal/metadata"
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/fixture"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
+	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 	"github.com/skewtrace/skewtrace/src/collector/processor/barrierskewprocessor"
 )
 
@@ -787,5 +789,104 @@ func TestImbalanceAndReplayErrorGauges(t *testing.T) {
 	if errs.Len() != 1 || errs.At(0).DoubleValue() > 0.02 {
 		t.Errorf("replay error points %d, value %g; want one below 0.02", errs.Len(),
 			errs.At(0).DoubleValue())
+	}
+}
+
+// joinModeInput is what a connector behind the processor may see at once: 6 steps of a job
+// the processor joined (annotated spans and its step summaries), 2 steps of a job nobody
+// joined ("raw"), a span the processor marked unjoined, and a summary of a job
+// ("summarized") the connector has no span of.
+func joinModeInput(t *testing.T) []ptrace.Traces {
+	t.Helper()
+	procSink := new(consumertest.TracesSink)
+	procFactory := barrierskewprocessor.NewFactory()
+	proc, err := procFactory.CreateTraces(context.Background(),
+		processor.Settings(processortest.NewNopSettings(procFactory.Type())),
+		procFactory.CreateDefaultConfig(), procSink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	ranks := fixture.Ranks(4)
+	for step := range int64(6) {
+		if err := proc.ConsumeTraces(context.Background(),
+			stepBatch(ranks, step, 3, semconv.SpanForward, 25*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := proc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := procSink.AllTraces()
+	raw := make([]fixture.Rank, 4)
+	for i, r := range ranks {
+		r.Job = "raw"
+		raw[i] = r
+	}
+	for step := int64(0); step < 2; step++ {
+		out = append(out, stepBatch(raw, step, -1, "", 0))
+	}
+	b := fixture.NewBatch()
+	late := b.AddCollective(raw[3], fixture.Collective{PGSize: 4, Seq: 9, Step: 2,
+		TrueEnd: trueEnd, Duration: time.Millisecond})
+	late.Attributes().PutStr(semconv.AttrBarrierUnjoined, "late_arrival")
+	out = append(out, b.Traces)
+	summary := ptrace.NewTraces()
+	spanio.AppendSummary(summary, &diagnosis.StepResult{Job: "summarized", Step: 1, Slowdown: 1.5,
+		Flagged: []diagnosis.RankFlag{{Rank: 2, Cause: semconv.CauseCompute, Cost: 0.1}}})
+	return append(out, summary)
+}
+
+// The join key chooses the path of every collective span: auto reads annotated spans and
+// joins the others, annotated only reads (the others skipped, counted not_annotated), own
+// joins every span and ignores what the processor wrote (annotations, unjoined marks,
+// summaries).
+func TestJoinModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode JoinMode
+		// accepted: spans the own engine joined; read: annotated spans read (plus the unjoined
+		// one, counted as passed through); skipped: spans counted not_annotated.
+		accepted, read, skipped int64
+		// collectives: skew observations (annotated once per collective, joined once).
+		collectives uint64
+		// summaries: whether the processor's summary of "summarized" was read.
+		summaries bool
+		// phases: whether the own engine keeps the raw job's phases.
+		phases bool
+	}{
+		{mode: JoinAuto, accepted: 8, read: 25, collectives: 8, summaries: true, phases: true},
+		{mode: JoinAnnotated, read: 25, skipped: 8, collectives: 6, summaries: true},
+		{mode: JoinOwn, accepted: 33, collectives: 8, phases: true},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Join = tc.mode })
+			for _, td := range joinModeInput(t) {
+				h.consume(t, td)
+			}
+			snap := h.conn.snapshot()
+			if got := snap.Engine.Accepted; got != tc.accepted {
+				t.Errorf("own engine joined %d spans, want %d", got, tc.accepted)
+			}
+			if got := snap.PassedThrough; got != tc.read {
+				t.Errorf("%d spans passed through, want %d", got, tc.read)
+			}
+			if got := snap.Malformed[reasonNotAnnotated]; got != tc.skipped {
+				t.Errorf("%d spans skipped as not annotated, want %d", got, tc.skipped)
+			}
+			phases := snap.Engine.Analysis.PhaseEntries > 0
+			if phases != tc.phases {
+				t.Errorf("own engine keeps phases: %v, want %v", phases, tc.phases)
+			}
+			_, summarized := h.conn.agg.jobs[jobName("summarized")]
+			if summarized != tc.summaries {
+				t.Errorf("the processor's summary read: %v, want %v", summarized, tc.summaries)
+			}
+			md := h.flush(t)
+			if got := histogramTotals(findMetric(t, md, semconv.MetricBarrierSkew)).count; got != tc.collectives {
+				t.Errorf("%d collectives observed, want %d", got, tc.collectives)
+			}
+		})
 	}
 }
