@@ -327,11 +327,8 @@ def together_section(args: argparse.Namespace) -> list[str]:
 
 def model_section() -> list[str]:
     import hetero_model as model
-    from skewtrace.pacer.policies import PolicyConfig, build_policy
-    from skewtrace.pacer.policy import PolicyParams
-    from skewtrace.pacer.rebalance import RebalanceParams
+    from skewtrace.controller.policies import build_policy
 
-    config = PolicyConfig(PolicyParams(), RebalanceParams())
     lines = [
         "at scale: a closed-loop MODEL (tests/hetero_model.py) driving the real policy object; "
         "not a measurement",
@@ -345,8 +342,8 @@ def model_section() -> list[str]:
         job = model.HeteroJob(
             [speeds[r] for r in range(count)], batch_work_s=0.1 * count, global_batch=32 * count
         )
-        on = model.run(job, build_policy("rebalance", config), 120.0)
-        off = model.run(job, build_policy("pacing", config), 120.0)
+        on = model.run(job, build_policy("rebalance"), 120.0)
+        off = model.run(job, build_policy("pacing"), 120.0)
         ideal = model.ideal_throughput(job)
         tp_on, tp_off = on.throughput(start=60.0), off.throughput(start=60.0)
         # The most rebalancing can gain: from everyone at the slowest speed to the ideal.

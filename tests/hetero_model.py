@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skewtrace.pacer.controller import ControllerPolicy, Outcome
-from skewtrace.pacer.policy import JobWindow, RankWindow
+from skewtrace.controller.policies.base import ControllerPolicy, Outcome
+from skewtrace.controller.window import JobWindow, RankWindow
 from skewtrace.rebalance import batch_sizes
 
 

@@ -18,9 +18,9 @@ from skewtrace import _options
 from skewtrace._options import FieldError, HostPort
 from skewtrace.cli import _PACER_OPTIONS, ConsoleOptions, build_pacer_config, build_parser
 from skewtrace.config import Settings, env_var
-from skewtrace.pacer.policy import PolicyParams
-from skewtrace.pacer.rebalance import RebalanceParams
-from skewtrace.pacer.service import PacerConfig
+from skewtrace.controller.policies import POLICIES
+from skewtrace.controller.policies.pacing import PolicyParams
+from skewtrace.controller.service import PacerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,11 +40,9 @@ def _config(*argv: str, env: dict[str, str] | None = None) -> tuple[PacerConfig,
 
 
 def test_every_config_field_is_a_flag_with_help() -> None:
+    classes = (PacerConfig, *(spec.params_type for spec in POLICIES), ConsoleOptions)
     fields = {
-        f.name
-        for cls in (PacerConfig, PolicyParams, RebalanceParams, ConsoleOptions)
-        for f in dataclasses.fields(cls)
-        if f.name not in ("policy", "rebalance")
+        f.name for cls in classes for f in dataclasses.fields(cls) if f.name != "policy_params"
     }
     assert {flag.field for flag in _PACER_OPTIONS} == fields
     for flag in _PACER_OPTIONS:
@@ -88,10 +86,10 @@ def test_flags_and_variables_reach_the_fields_in_milliseconds() -> None:
     )
     assert config.window_s == pytest.approx(2.5)
     assert config.http == HostPort("0.0.0.0", 9000)
-    assert config.policy.max_delay_s == pytest.approx(0.020)
-    assert config.policy.margin_s == pytest.approx(0.0015)
-    assert config.policy.gain == 0.25
-    assert config.policy.min_ranks == 3
+    assert config.params_for(PolicyParams).max_delay_s == pytest.approx(0.020)
+    assert config.params_for(PolicyParams).margin_s == pytest.approx(0.0015)
+    assert config.params_for(PolicyParams).gain == 0.25
+    assert config.params_for(PolicyParams).min_ranks == 3
     assert log_level == "debug"
 
 
@@ -100,8 +98,8 @@ def test_deprecated_names_take_seconds_and_warn_once(caplog: pytest.LogCaptureFi
     env = {"SKEWTRACE_PACER_WINDOW_S": "3", "SKEWTRACE_PACER_MAX_DELAY": "0.01"}
     config, _ = _config("--margin-s", "0.004", env=env)
     assert config.window_s == pytest.approx(3.0)
-    assert config.policy.max_delay_s == pytest.approx(0.01)
-    assert config.policy.margin_s == pytest.approx(0.004)
+    assert config.params_for(PolicyParams).max_delay_s == pytest.approx(0.01)
+    assert config.params_for(PolicyParams).margin_s == pytest.approx(0.004)
     _config(env=env)  # a second read does not warn again
     messages = [r.getMessage() for r in caplog.records]
     assert sorted(messages) == [

@@ -1,5 +1,6 @@
-"""The controller's measurement of its own effect (skewtrace.pacer.effect): pacing is kept
-only while alternating paced and unpaced phases show a real gain in the job's step time.
+"""The controller's measurement of its own effect (skewtrace.controller.policies.effect):
+pacing is kept only while alternating paced and unpaced phases show a real gain in the job's
+step time.
 
 Synthetic jobs whose true effect is known: the step time in a phase is ``base * (1 - effect)``
 while delays are published and ``base`` while they are withheld, with noise; the window at a
@@ -13,14 +14,15 @@ from typing import Any
 
 import pytest
 
-from skewtrace.pacer.controller import Outcome
-from skewtrace.pacer.effect import (
+from skewtrace.controller.policies.base import Outcome
+from skewtrace.controller.policies.effect import (
     REASON_MEASURING,
     REASON_NO_GAIN,
     EffectGuard,
     estimate,
 )
-from skewtrace.pacer.policy import JobWindow, PolicyParams, RankWindow
+from skewtrace.controller.policies.pacing import PolicyParams
+from skewtrace.controller.window import JobWindow, RankWindow
 
 TICK_S = 0.5
 BASE_STEP_S = 0.100

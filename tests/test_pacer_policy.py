@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from skewtrace.pacer.policy import (
+from skewtrace.controller.policies.pacing import (
     REASON_INSUFFICIENT_RANKS,
     REASON_NO_STEP_TIME,
-    JobWindow,
     PolicyParams,
     PolicyState,
-    RankWindow,
     decide,
 )
+from skewtrace.controller.window import JobWindow, RankWindow
 
 BASE_STEP_S = 0.100
 STEPS_PER_TICK = 5  # 0.5 s ticks at ~100 ms steps

@@ -21,22 +21,17 @@ import hetero_model as model
 from skewtrace import semconv
 from skewtrace._options import FieldError
 from skewtrace.cli import build_pacer_config, build_parser
-from skewtrace.pacer.client import parse_decision, parse_shares
-from skewtrace.pacer.policies import (
-    REASON_REBALANCING,
-    ComposedPolicy,
-    PolicyConfig,
-    build_policy,
-    policy_names,
-)
-from skewtrace.pacer.policy import JobWindow, PacingPolicy, PolicyParams, RankWindow
-from skewtrace.pacer.rebalance import (
+from skewtrace.controller.decision import BODY_VERSION
+from skewtrace.controller.policies import ComposedPolicy, build_policy, policy_names
+from skewtrace.controller.policies.pacing import PacingPolicy, PolicyParams
+from skewtrace.controller.policies.rebalance import (
     REASON_BALANCED,
     REASON_IMBALANCED,
     REASON_INCOMPLETE,
     REASON_NO_COMPUTE_TIME,
     REASON_RANKS_CHANGED,
     REASON_REBALANCED,
+    REASON_REBALANCING,
     REASON_SETTLING,
     RebalanceParams,
     RebalancePolicy,
@@ -45,6 +40,8 @@ from skewtrace.pacer.rebalance import (
     decide,
     floored_shares,
 )
+from skewtrace.controller.window import JobWindow, RankWindow
+from skewtrace.pacer.client import parse_decision, parse_shares
 from test_pacer_service import CUMULATIVE, FakeClock, _points, _start, get, histogram, request
 
 PARAMS = RebalanceParams()
@@ -283,10 +280,9 @@ def test_policy_names_are_canonical_and_checked() -> None:
         policy_names("pacing,magic")
     with pytest.raises(ValueError):
         policy_names(" , ")
-    config = PolicyConfig(PolicyParams(), RebalanceParams())
-    assert isinstance(build_policy("rebalance", config), RebalancePolicy)
-    assert isinstance(build_policy("pacing,rebalance", config), ComposedPolicy)
-    assert build_policy("pacing", config).name == "pacing"
+    assert isinstance(build_policy("rebalance"), RebalancePolicy)
+    assert isinstance(build_policy("pacing,rebalance"), ComposedPolicy)
+    assert build_policy("pacing").name == "pacing"
 
 
 def _config(*argv: str, env: dict[str, str] | None = None) -> Any:
@@ -299,12 +295,12 @@ def test_cli_policy_flag_and_variable() -> None:
     assert _config().policy_names == "pacing"
     config = _config("--policy", "rebalance,pacing", "--rebalance-floor", "0.5")
     assert config.policy_names == "pacing,rebalance"
-    assert config.rebalance.rebalance_floor == 0.5
+    assert config.params_for(RebalanceParams).rebalance_floor == 0.5
     config = _config(env={"SKEWTRACE_PACER_POLICY": "rebalance"})
     assert config.policy_names == "rebalance"
     config = _config("--rebalance-settle-millis", "15000", "--rebalance-hold-millis", "500")
-    assert config.rebalance.rebalance_settle_s == 15.0
-    assert config.rebalance.rebalance_hold_s == 0.5
+    assert config.params_for(RebalanceParams).rebalance_settle_s == 15.0
+    assert config.params_for(RebalanceParams).rebalance_hold_s == 0.5
 
 
 @pytest.mark.parametrize(
@@ -412,6 +408,7 @@ def test_unknown_job_and_pacing_only_bodies_have_no_shares() -> None:
             "version": 0,
             "active": False,
             "delays": {},
+            "body_version": BODY_VERSION,
         }
         assert parse_shares(body) == (None, 0)
     finally:
@@ -462,7 +459,7 @@ def _histogram_of(values: list[float]) -> list[int]:
     ],
 )
 def test_top_sum_finds_the_wait_a_step_idled(waits_per_step: list[float], expected: float) -> None:
-    from skewtrace.pacer.state import top_sum
+    from skewtrace.controller.state import top_sum
 
     steps = 40
     values = waits_per_step * steps
@@ -472,7 +469,7 @@ def test_top_sum_finds_the_wait_a_step_idled(waits_per_step: list[float], expect
 
 
 def test_window_gives_rebalancing_the_top_waits_and_pacing_its_conservative_sum() -> None:
-    from skewtrace.pacer.state import JobWindows
+    from skewtrace.controller.state import JobWindows
     from test_pacer_service import DELTA
 
     windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
@@ -504,7 +501,7 @@ def test_window_gives_rebalancing_the_top_waits_and_pacing_its_conservative_sum(
 def test_bucket_layouts_are_bounded() -> None:
     """Clients cannot grow the pacer's memory with new bucket layouts or huge bucket lists:
     past the caps a wait series keeps no buckets and the estimate falls back."""
-    from skewtrace.pacer import state
+    from skewtrace.controller import state
     from test_pacer_service import DELTA
 
     windows = state.JobWindows(window_s=4.0, job_timeout_s=60.0)
@@ -520,3 +517,28 @@ def test_bucket_layouts_are_bounded() -> None:
     assert len(windows._layouts) == state._MAX_LAYOUTS
     kept = [d.buckets is not None for ds in windows._jobs["j"].deltas.values() for d in ds]
     assert kept.count(True) == state._MAX_LAYOUTS and kept.count(False) == 10
+
+
+def test_a_composition_publishes_every_policys_blocks() -> None:
+    """pacing's ``effect`` block reaches a composed job's body as it does a lone policy's
+    (the composition once kept only the blocks of the policies after the first, so a
+    ``pacing,rebalance`` job never had an effect gauge)."""
+    from skewtrace.controller.policies.base import Outcome
+
+    class Fixed:
+        def __init__(self, name: str, info: dict[str, Any]) -> None:
+            self.name, self.info = name, info
+
+        def initial_state(self) -> None:
+            return None
+
+        def decide(self, window: JobWindow, previous: None) -> Outcome:
+            return Outcome(reason=self.name, state=None, info=self.info)
+
+    effect = {"state": "measuring", "gain": 0.01}
+    composed = ComposedPolicy(
+        Fixed("pacing", {"effect": effect}), Fixed("rebalance", {"rebalance": {"changes": 1}})
+    )
+    outcome = composed.decide(JobWindow(now=0.0, ranks={}), composed.initial_state())
+    assert outcome.info == {"effect": effect, "rebalance": {"changes": 1}}
+    assert outcome.reason == "pacing"

@@ -35,10 +35,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from skewtrace import semconv
 from skewtrace._options import FieldError
 from skewtrace.cli import build_pacer_config, build_parser
-from skewtrace.pacer._auth import BearerToken, bearer_credentials
-from skewtrace.pacer._limits import LogBudget, loggable
-from skewtrace.pacer.service import PacerConfig, PacerService
-from skewtrace.pacer.state import JobWindows
+from skewtrace.controller._auth import BearerToken, bearer_credentials
+from skewtrace.controller._limits import LogBudget, loggable
+from skewtrace.controller.service import PacerConfig, PacerService
+from skewtrace.controller.state import JobWindows
 from test_pacer_service import (
     CUMULATIVE,
     DELTA,
@@ -353,13 +353,13 @@ def test_refused_requests_are_in_the_own_metrics(clock: FakeClock) -> None:
 
 
 def _pacer_log(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name.startswith("skewtrace.pacer")]
+    return [r for r in caplog.records if r.name.startswith("skewtrace.controller")]
 
 
 def test_one_mib_job_id_over_otlp_is_rejected_counted_and_not_logged(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="skewtrace.pacer")
+    caplog.set_level(logging.DEBUG, logger="skewtrace.controller")
     svc = _start(clock, job_timeout_s=5.0)
     channel, stub = _stub(svc)
     try:
@@ -429,7 +429,7 @@ def test_memory_of_many_series_is_bounded() -> None:
         point.attributes.add(key="padding").value.string_value = "p" * 2000
     # Only what the pacer's own code allocated: a background thread another test left running
     # (an exporter retrying, say) allocates meanwhile too, and once made this 524 B a series.
-    pacer_only = [tracemalloc.Filter(True, "*/skewtrace/pacer/*")]
+    pacer_only = [tracemalloc.Filter(True, "*/skewtrace/controller/*")]
 
     def held(snapshot: tracemalloc.Snapshot) -> int:
         return sum(s.size for s in snapshot.filter_traces(pacer_only).statistics("filename"))
@@ -474,7 +474,7 @@ def test_deltas_per_rank_are_bounded_however_often_points_arrive() -> None:
 def test_log_lines_with_client_text_are_bounded(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="skewtrace.pacer")
+    caplog.set_level(logging.INFO, logger="skewtrace.controller")
     svc = _start(clock, job_timeout_s=5.0)
     try:
         for i in range(300):
@@ -502,7 +502,7 @@ def test_log_budget_reports_what_it_held_back(caplog: pytest.LogCaptureFixture) 
     caplog.set_level(logging.INFO)
     clock = FakeClock()
     budget = LogBudget(burst=3, interval_s=60.0, clock=clock)
-    log = logging.getLogger("skewtrace.pacer.test")
+    log = logging.getLogger("skewtrace.controller.test")
     passed = [budget.log(log, logging.INFO, "job %s gone", loggable(str(i))) for i in range(10)]
     assert passed == [True] * 3 + [False] * 7
     clock.now += 61.0
@@ -540,7 +540,7 @@ def test_half_sent_requests_are_closed_within_the_read_timeout(
     clock: FakeClock, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Slowloris: more half-sent requests than connections allowed, two of them dripping."""
-    caplog.set_level(logging.DEBUG, logger="skewtrace.pacer")
+    caplog.set_level(logging.DEBUG, logger="skewtrace.controller")
     svc = _start(clock, http_read_timeout_s=1.0, http_max_connections=8)
     threads_before = threading.active_count()
     partial = b"GET /v1/pacing?job=x HTTP/1.1\r\nHost: pacer\r\n"
@@ -605,7 +605,7 @@ def test_aborted_requests_log_one_short_line_and_no_traceback(
 ) -> None:
     import struct
 
-    caplog.set_level(logging.DEBUG, logger="skewtrace.pacer")
+    caplog.set_level(logging.DEBUG, logger="skewtrace.controller")
     svc = _start(clock)
     aborts = 0
     try:

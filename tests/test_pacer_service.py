@@ -33,9 +33,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from conftest import free_port
 from skewtrace import semconv
 from skewtrace._options import HostPort
-from skewtrace.pacer.policy import PolicyParams
-from skewtrace.pacer.service import PacerConfig, PacerService
-from skewtrace.pacer.state import JobWindows
+from skewtrace.controller.decision import BODY_VERSION
+from skewtrace.controller.policies.pacing import PolicyParams
+from skewtrace.controller.service import PacerConfig, PacerService
+from skewtrace.controller.state import JobWindows
 
 ANY_PORT = HostPort("127.0.0.1", 0)
 CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -268,7 +269,13 @@ def test_straggler_job_is_paced_over_grpc_and_http(
     """The same 30 ms per step whether one collective absorbs it or three overlap on it."""
     job = SimulatedJob("job-a", overlapping=overlapping)
     status, body = get(service, "/v1/pacing?job=job-a")
-    assert status == 200 and body == {"job": "job-a", "version": 0, "active": False, "delays": {}}
+    assert status == 200 and body == {
+        "job": "job-a",
+        "version": 0,
+        "active": False,
+        "delays": {},
+        "body_version": BODY_VERSION,
+    }
 
     drive(service, stub, clock, [job], 10.0, temporality)
     status, body = get(service, "/v1/pacing?job=job-a")
@@ -419,7 +426,13 @@ def test_jobs_are_independent_and_forgotten_after_timeout(
         service.tick()
     assert get(service, "/v1/jobs")[1]["jobs"] == ["stable"]
     body = get(service, "/v1/pacing?job=unstable")[1]
-    assert body == {"job": "unstable", "version": 0, "active": False, "delays": {}}
+    assert body == {
+        "job": "unstable",
+        "version": 0,
+        "active": False,
+        "delays": {},
+        "body_version": BODY_VERSION,
+    }
 
 
 def test_pacing_turns_off_when_the_straggler_recovers(
@@ -664,7 +677,7 @@ def test_cli_serves_and_stops_on_sigterm() -> None:
 
 
 def test_policy_params_reach_the_service(clock: FakeClock) -> None:
-    svc = _start(clock, policy=PolicyParams(max_delay_s=0.004))
+    svc = _start(clock, policy_params=(PolicyParams(max_delay_s=0.004),))
     channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
     try:
         drive(
@@ -838,7 +851,7 @@ def test_pacing_is_kept_where_it_pays_and_backs_off_where_it_does_not(
         clock,
         reader,
         job_timeout_s=120.0,
-        policy=PolicyParams(effect_pairs=3, effect_phase_s=5.0, effect_backoff_s=300.0),
+        policy_params=(PolicyParams(effect_pairs=3, effect_phase_s=5.0, effect_backoff_s=300.0),),
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
     try:

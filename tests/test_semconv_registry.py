@@ -18,7 +18,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
-from skewtrace.pacer.state import JobWindows
+from skewtrace.controller.state import JobWindows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # A literal that looks like a training telemetry name must be registered. (`skewtrace.` also

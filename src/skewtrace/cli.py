@@ -12,9 +12,9 @@ Subcommands:
   instrumentation's spans to a Collector, or analysed locally into the HTML report
   (:mod:`skewtrace.importer`, ``docs/import.md``).
 
-The ``pacer`` flags are the fields of :class:`~skewtrace.pacer.service.PacerConfig`,
-:class:`~skewtrace.pacer.policy.PolicyParams` and
-:class:`~skewtrace.pacer.rebalance.RebalanceParams`, with the docstring under each field as its help
+The ``pacer`` flags are the fields of :class:`~skewtrace.controller.service.PacerConfig` and
+of every registered policy's parameters (:data:`skewtrace.controller.policies.POLICIES`, one
+section of ``--help`` each), with the docstring under each field as its help
 (see :mod:`skewtrace._options`): a field ``window_s`` holding seconds is ``--window-millis``,
 given in milliseconds. Every flag can also come from ``SKEWTRACE_PACER_<FLAG>`` (upper case,
 dashes as underscores: ``SKEWTRACE_PACER_WINDOW_MILLIS``); a flag on the command line wins.
@@ -51,10 +51,8 @@ from skewtrace._options import (
     warn_deprecated,
     word,
 )
-from skewtrace.pacer.policies import policy_names
-from skewtrace.pacer.policy import PolicyParams
-from skewtrace.pacer.rebalance import RebalanceParams
-from skewtrace.pacer.service import PacerConfig
+from skewtrace.controller.policies import POLICIES, policy_names
+from skewtrace.controller.service import PacerConfig
 from skewtrace.report import command as report_command
 from skewtrace.timeline import command as timeline_command
 
@@ -72,11 +70,11 @@ class ConsoleOptions:
         check_fields(self)
 
 
-# Each class's option fields, in the order --help lists them, under these headings.
+# Each class's option fields, in the order --help lists them, under these headings: the
+# service, every registered policy's parameters (in registry order), the console.
 _SECTIONS: tuple[tuple[type, str], ...] = (
     (PacerConfig, "service"),
-    (PolicyParams, "pacing policy (docs/pacing.md, 'The policy')"),
-    (RebalanceParams, "rebalancing policy (docs/rebalancing.md)"),
+    *((spec.params_type, spec.title) for spec in POLICIES),
     (ConsoleOptions, "console"),
 )
 
@@ -125,6 +123,9 @@ def _help(pacer_flag: PacerFlag) -> str:
     described = re.sub(
         r"``(\w+)``", lambda m: _flag_of(m[1]), pacer_flag.setting.help or pacer_flag.field
     ).rstrip(".")
+    if pacer_flag.setting.option.parse == policy_names:
+        known = ", ".join(f"{spec.name} ({spec.summary})" for spec in POLICIES)
+        described = f"{described}: {known}"
     default = pacer_flag.setting.show(pacer_flag.setting.default)
     return f"{described} (default {default}) [env {pacer_flag.env}]".replace("%", "%%")
 
@@ -207,9 +208,8 @@ def build_pacer_config(
             parser.error(f"{found.source}={found.raw!r}: {exc}")
         given[pacer_flag.field] = found
     try:
-        policy = PolicyParams(**values[PolicyParams])
-        rebalance = RebalanceParams(**values[RebalanceParams])
-        config = PacerConfig(policy=policy, rebalance=rebalance, **values[PacerConfig])
+        policy_params = tuple(spec.params_type(**values[spec.params_type]) for spec in POLICIES)
+        config = PacerConfig(policy_params=policy_params, **values[PacerConfig])
         console = ConsoleOptions(**values[ConsoleOptions])
     except FieldError as exc:
         bad = given.get(exc.field)
@@ -223,7 +223,7 @@ def build_pacer_config(
 
 
 def _run_pacer(args: argparse.Namespace) -> int:
-    from skewtrace.pacer.service import PacerService
+    from skewtrace.controller.service import PacerService
 
     config, log_level = build_pacer_config(args.parser, args, os.environ)
     logging.basicConfig(

@@ -1,13 +1,14 @@
-"""Pacing: a controller that delays ranks which persistently arrive early at the barrier.
+"""The rank side of the controller: what the training process imports to be paced.
 
-- :mod:`skewtrace.pacer.policy`: the pure policy (window of observations in, delays out).
-- :mod:`skewtrace.pacer.state`: per-job windows from OTLP histograms (cumulative or delta).
-- :mod:`skewtrace.pacer.otlp_receiver` / :mod:`skewtrace.pacer.http_api`: the two servers.
-- :mod:`skewtrace.pacer.service`: the wiring behind ``skewtrace pacer``.
-- :mod:`skewtrace.pacer.client`: the rank side (:class:`PacingClient`, :func:`apply_delay`).
+- :class:`PacingClient`: polls ``GET /v1/pacing?job=ID`` in the background and hands the step
+  its delay (and, with ``--policy rebalance``, the shares of the global batch).
+- :func:`apply_delay`: applies a delay before the step (a sleep on CPU, a spin kernel on the
+  current CUDA stream).
 
-Only the client is imported here: the training process needs nothing of grpc or the server.
-See ``docs/pacing.md``.
+The controller itself (``skewtrace pacer``: the service, its servers, the window and the
+policies) is :mod:`skewtrace.controller`. Only the client is imported here, and the client
+imports only the decision body (:mod:`skewtrace.controller.decision`): the training process
+needs nothing of grpc or the servers. See ``docs/pacing.md``.
 """
 
 from __future__ import annotations

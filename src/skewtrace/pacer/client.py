@@ -14,9 +14,14 @@ The same answer carries the rebalancing policy's ``shares`` (``--policy rebalanc
 :meth:`PacingClient.current_shares` returns them for :class:`skewtrace.rebalance.ShareSampler`,
 which applies them on every rank at the same step (``docs/rebalancing.md``).
 
+The answer is a :class:`~skewtrace.controller.decision.DecisionBody` (read with its tolerant
+``from_json``: unknown fields ignored, missing informational ones defaulted); importing it
+brings in nothing of the controller's servers, grpc or the OTel SDK.
+
 Fail open. ``current_delay`` only reads an immutable tuple the poller replaced; it never does
 I/O, never blocks on a lock and never raises. Whenever the pacer is unreachable, answers an
-error, sends something that is not a valid decision, or has not been heard from for
+error, sends something that is not a valid decision (a
+:class:`~skewtrace.controller.decision.DecisionError`), or has not been heard from for
 ``stale_after_s`` (three poll intervals by default), the delay is 0. An outage is logged once
 when it starts and once when it ends; the poller retries with exponential backoff, capped at
 ``max_backoff_s``. The rank's own ``max_delay_s`` (``SKEWTRACE_PACER_RANK_MAX_DELAY_MILLIS``)
@@ -36,6 +41,13 @@ import urllib.request
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
+
+from skewtrace.controller.decision import (
+    DecisionBody,
+    normalise_shares,
+    read_shares,
+    read_shares_version,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -137,16 +149,17 @@ class PacingClient:
         backoff = self.poll_interval_s
         while not self._stop.is_set():
             try:
-                body = self._poll_once()
-                delay, version = parse_decision(body, self.rank, self.max_delay_s)
+                decision = DecisionBody.from_json(self._poll_once())
+                delay = decision.delay_for(self.rank, self.max_delay_s)
+                shares = decision.normalised_shares(), decision.shares_version or 0
             except Exception as exc:
                 self._on_failure(exc)
                 wait = backoff
                 backoff = min(backoff * 2, self.max_backoff_s)
             else:
                 answered = time.monotonic()
-                self._latest = (delay, version, answered)
-                self._latest_shares = (*parse_shares(body), answered)
+                self._latest = (delay, decision.version, answered)
+                self._latest_shares = (*shares, answered)
                 self.polls_ok += 1
                 if self._failing:
                     self._failing = False
@@ -180,24 +193,10 @@ class PacingClient:
 
 
 def parse_decision(body: Any, rank: int, max_delay_s: float) -> tuple[float, int]:
-    """This rank's (delay, version) from a decision body; raises ValueError when malformed."""
-    if not isinstance(body, dict):
-        raise ValueError("pacer answer is not a JSON object")
-    version = body.get("version")
-    active = body.get("active")
-    delays = body.get("delays")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise ValueError("pacer answer has no integer 'version'")
-    if not isinstance(active, bool):
-        raise ValueError("pacer answer has no boolean 'active'")
-    if not isinstance(delays, dict):
-        raise ValueError("pacer answer has no 'delays' object")
-    if not active:
-        return 0.0, version
-    raw = delays.get(str(rank), 0.0)
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-        raise ValueError(f"pacer delay for rank {rank} is not a finite number: {raw!r}")
-    return min(max(float(raw), 0.0), max_delay_s), version
+    """This rank's (delay, version) from a decision body; raises ValueError
+    (:class:`~skewtrace.controller.decision.DecisionError`) when malformed."""
+    decision = DecisionBody.from_json(body)
+    return decision.delay_for(rank, max_delay_s), decision.version
 
 
 def parse_shares(body: Any) -> tuple[dict[int, float] | None, int]:
@@ -205,29 +204,13 @@ def parse_shares(body: Any) -> tuple[dict[int, float] | None, int]:
 
     Usable: an object of non-negative rank numbers to finite non-negative numbers with a
     positive sum (normalised here to 1). Whether they cover the ranks of this job is the
-    sampler's check (:mod:`skewtrace.rebalance`), which knows the world size.
+    sampler's check (:mod:`skewtrace.rebalance`), which knows the world size. Reads only
+    ``shares`` and ``shares_version``, whatever else the body holds.
     """
     if not isinstance(body, dict):
         return None, 0
-    version = body.get("shares_version", 0)
-    if isinstance(version, bool) or not isinstance(version, int):
-        version = 0
-    raw = body.get("shares")
-    if not isinstance(raw, dict) or not raw:
-        return None, version
-    shares: dict[int, float] = {}
-    for key, value in raw.items():
-        if not (isinstance(key, str) and key.isdigit()):
-            return None, version
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None, version
-        if not (math.isfinite(value) and value >= 0):
-            return None, version
-        shares[int(key)] = float(value)
-    total = sum(shares.values())
-    if not total > 0:
-        return None, version
-    return {rank: share / total for rank, share in sorted(shares.items())}, version
+    version = read_shares_version(body.get("shares_version", 0))
+    return normalise_shares(read_shares(body.get("shares"))), version
 
 
 # ---------------------------------------------------------------------- applying a delay

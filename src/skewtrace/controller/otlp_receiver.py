@@ -16,7 +16,7 @@ Points the pacer cannot use are reported back to the exporter in
 ``partial_success.rejected_data_points`` (OTLP's way to say "dropped, do not retry").
 
 With TLS files configured the server speaks TLS, and with a client CA it requires a client
-certificate that CA signed (mTLS); see :func:`skewtrace.pacer._auth.grpc_server_credentials`.
+certificate that CA signed (mTLS); see :func:`skewtrace.controller._auth.grpc_server_credentials`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 
-from skewtrace.pacer._auth import BearerToken
-from skewtrace.pacer._limits import LogBudget, ReasonCounts
+from skewtrace.controller._auth import BearerToken
+from skewtrace.controller._limits import LogBudget, ReasonCounts
 
 _log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class OtlpMetricsServer:
     """The gRPC server; ``port`` is the bound port (useful with port 0).
 
     ``token``: calls must carry ``authorization: Bearer <token>``. ``credentials``: serve TLS
-    (see :func:`skewtrace.pacer._auth.grpc_server_credentials`) instead of plaintext.
+    (see :func:`skewtrace.controller._auth.grpc_server_credentials`) instead of plaintext.
     """
 
     def __init__(

@@ -1,10 +1,12 @@
 """The decisions over HTTP: ``GET /v1/pacing?job=ID``, ``GET /v1/jobs``, ``GET /healthz``.
 
-``/v1/pacing`` answers ``{"job", "version", "active", "delays": {"<rank>": seconds}}`` plus
-informational fields (``spread``, ``reason``). A job the pacer has not heard of (yet, or any
-more) is answered ``200`` with ``{"job": ID, "version": 0, "active": false, "delays": {}}``
-rather than 404: ranks usually start polling before their first metrics reach the pacer, and
-"no decision" means "no delay" either way, so an inactive answer keeps their logs clean.
+``/v1/pacing`` answers a :class:`~skewtrace.controller.decision.DecisionBody`:
+``{"job", "version", "active", "delays": {"<rank>": seconds}}`` plus informational fields
+(``spread``, ``reason``, ..., ``body_version``). A job the pacer has not heard of (yet, or any
+more) is answered ``200`` with ``{"job": ID, "version": 0, "active": false, "delays": {},
+"body_version": 1}`` rather than 404: ranks usually start polling before their first metrics
+reach the pacer, and "no decision" means "no delay" either way, so an inactive answer keeps
+their logs clean.
 
 With a token configured every path but ``/healthz`` needs ``Authorization: Bearer <token>``
 (the scheme in any case; 401 otherwise); ``/healthz`` stays open for liveness probes and
@@ -34,8 +36,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from skewtrace.pacer._auth import BearerToken
-from skewtrace.pacer._limits import MAX_VALUE_LENGTH, LogBudget, ReasonCounts
+from skewtrace.controller._auth import BearerToken
+from skewtrace.controller._limits import MAX_VALUE_LENGTH, LogBudget, ReasonCounts
+from skewtrace.controller.decision import DecisionBody
 
 _log = logging.getLogger(__name__)
 
@@ -69,7 +72,8 @@ DecisionLookup = Callable[[str], Mapping[str, Any] | None]
 
 
 def inactive_answer(job_id: str) -> dict[str, Any]:
-    return {"job": job_id, "version": 0, "active": False, "delays": {}}
+    """The answer for a job without a decision: version 0, inactive, no delays."""
+    return DecisionBody(job_id).to_json()
 
 
 class PacingHttpServer:

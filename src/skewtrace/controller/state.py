@@ -1,4 +1,5 @@
-"""Per-job windows of barrier observations, built from OTLP histogram data points.
+"""Per-job windows of barrier observations (:mod:`skewtrace.controller.window`), built from OTLP
+histogram data points.
 
 The Collector's connector sends cumulative histograms by default (delta when configured).
 Every series (metric name + job + the data point's attributes) keeps its last cumulative
@@ -13,11 +14,11 @@ every tick, series and jobs that stop reporting are forgotten after ``job_timeou
 points beyond ``max_jobs`` jobs, ``max_ranks_per_job`` ranks or ``max_series_per_job`` series
 in a job, or ``max_series`` series in all, are counted and dropped. A series costs a fixed
 size whatever its attributes (it is keyed by a digest of them), the only client text kept is
-the job id (at most :data:`~skewtrace.pacer._limits.MAX_VALUE_LENGTH` characters; longer ones
+the job id (at most :data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH` characters; longer ones
 are refused, as over HTTP), and deltas of one rank received within ``window_s / 16`` of each
 other are merged, so a rank holds a bounded number of them however often points arrive.
 
-Not thread-safe by itself; :class:`skewtrace.pacer.service.PacerService` holds a lock around
+Not thread-safe by itself; :class:`skewtrace.controller.service.PacerService` holds a lock around
 it.
 """
 
@@ -35,8 +36,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
-from skewtrace.pacer._limits import MAX_VALUE_LENGTH
-from skewtrace.pacer.policy import JobWindow, RankWindow
+from skewtrace.controller._limits import MAX_VALUE_LENGTH
+from skewtrace.controller.window import JobWindow, RankWindow
 
 AGGREGATION_TEMPORALITY_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
 AGGREGATION_TEMPORALITY_CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE

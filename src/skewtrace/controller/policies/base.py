@@ -1,23 +1,23 @@
 """What a controller policy is to the service: a job's window in, an :class:`Outcome` out.
 
-Every policy (``pacing`` in :mod:`skewtrace.pacer.policy`, ``rebalance`` in
-:mod:`skewtrace.pacer.rebalance`, and their composition in :mod:`skewtrace.pacer.policies`)
-is an object with a ``name``, an ``initial_state()`` and a pure ``decide(window, previous)``:
-no I/O, no clock reads, no randomness; the state it returns is handed back on the next tick
-and is opaque to the service. The service turns an :class:`Outcome` into the decision body
-served at ``GET /v1/pacing?job=ID`` (``docs/pacing.md``, "The API"), so a new policy is a
-new module and one entry in :data:`skewtrace.pacer.policies.POLICIES`; the service, the HTTP
-API and the rank client keep their shape.
+Every policy (``pacing`` in :mod:`~skewtrace.controller.policies.pacing`, ``rebalance`` in
+:mod:`~skewtrace.controller.policies.rebalance`, and their composition in
+:mod:`~skewtrace.controller.policies.compose`) is an object with a ``name``, an
+``initial_state()`` and a pure ``decide(window, previous)``: no I/O, no clock reads, no
+randomness; the state it returns is handed back on the next tick and is opaque to the
+service. The service turns an :class:`Outcome` into the decision body served at
+``GET /v1/pacing?job=ID`` (:mod:`skewtrace.controller.decision`), so a new policy is a new
+module in this package and one entry in :data:`skewtrace.controller.policies.POLICIES`; the
+service, the HTTP API and the rank client keep their shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from skewtrace.pacer.policy import JobWindow
+from skewtrace.controller.window import JobWindow
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,22 @@ class Outcome:
 
     info: Mapping[str, Any] = field(default_factory=dict)
     """Further informational fields for the body, JSON-serialisable, keyed by field name."""
+
+    hold: str | None = None
+    """Set while what this decision changed for the ranks is still settling (rebalancing's
+    new shares): in a composition the other policies are held off this tick (no delays,
+    their state reset), with this as their reason; their windows mix steps from before and
+    after the change. Not on the body."""
+
+
+class ServiceSettings(Protocol):
+    """What a policy's parameters may be checked against (:attr:`PolicySpec.check
+    <skewtrace.controller.policies.PolicySpec.check>`): the service's settings
+    (:class:`~skewtrace.controller.service.PacerConfig`)."""
+
+    @property
+    def window_s(self) -> float:
+        """How far back each decision looks at the metrics received."""
 
 
 class ControllerPolicy(Protocol):

@@ -1,11 +1,12 @@
-"""The rebalancing policy: each rank's share of the global batch, in proportion to its speed.
+"""The rebalancing policy (``--policy rebalance``): each rank's share of the global batch, in
+proportion to its speed.
 
 Pacing cannot help a rank that is persistently slower (an older GPU, a CPU-bound node, a
 throttled part): in synchronous training everyone runs at its speed, and with one rank at
 half speed the others idle half of every step. Giving each rank work in proportion to its
 speed keeps synchronous semantics and lets the ranks finish together (LB-BSP, Cannikin).
 
-Pure: no I/O, no clock reads. From the same :class:`~skewtrace.pacer.policy.JobWindow` the
+Pure: no I/O, no clock reads. From the same :class:`~skewtrace.controller.window.JobWindow` the
 pacing policy reads, a rank's own work per step is
 
     compute = step time - wait at barriers - pacing delay      (per step, over the window)
@@ -42,8 +43,8 @@ from skewtrace._options import (
     option,
     positive,
 )
-from skewtrace.pacer.controller import Outcome
-from skewtrace.pacer.policy import JobWindow, RankWindow, declined
+from skewtrace.controller.policies.base import Outcome, ServiceSettings
+from skewtrace.controller.window import JobWindow, RankWindow, declined
 
 REASON_INSUFFICIENT_RANKS = "insufficient_ranks"
 REASON_INCOMPLETE = "incomplete"
@@ -54,8 +55,11 @@ REASON_REBALANCED = "rebalanced"
 REASON_SETTLING = "settling"
 REASON_RANKS_CHANGED = "ranks_changed"
 
-# Shares are published with 6 decimals; smaller moves are not changes.
-SHARE_RESOLUTION = 1e-6
+REASON_REBALANCING = "rebalancing"
+"""What the other policies of a composition say while they are held off: the shares changed
+less than a settle time ago (:attr:`~skewtrace.controller.policies.base.Outcome.hold`)."""
+
+_UNSETTLED = (REASON_REBALANCED, REASON_SETTLING, REASON_RANKS_CHANGED)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,13 @@ class RebalanceParams:
         check_fields(self)
         if self.rebalance_threshold >= 1:
             raise FieldError("rebalance_threshold", "must be below 1")
+
+
+def check_with_service(params: RebalanceParams, service: ServiceSettings) -> None:
+    """With ``--policy rebalance``: the settle time must outlast the window (a window after a
+    change must hold only steps run with the new shares)."""
+    if not params.rebalance_settle_s > service.window_s:
+        raise FieldError("rebalance_settle_s", "must exceed {0} (and the ranks' lag)", "window_s")
 
 
 @dataclass(frozen=True)
@@ -258,6 +269,7 @@ class RebalancePolicy:
             state=decision.state,
             shares=decision.shares,
             ranks=len(decision.compute),
+            hold=REASON_REBALANCING if decision.reason in _UNSETTLED else None,
             info={
                 "rebalance": {
                     "reason": decision.reason,

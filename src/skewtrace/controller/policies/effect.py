@@ -28,8 +28,9 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from skewtrace.pacer.controller import ControllerPolicy, Outcome
-from skewtrace.pacer.policy import JobWindow, PolicyParams
+from skewtrace.controller.policies.base import ControllerPolicy, Outcome
+from skewtrace.controller.policies.pacing import PolicyParams
+from skewtrace.controller.window import JobWindow
 
 REASON_MEASURING = "measuring"
 """Pacing withheld for one phase of the experiment (its delays are not published)."""

@@ -1,4 +1,5 @@
-"""The pacer service: OTLP metrics in, a decision per job on every tick, decisions served over HTTP.
+"""The controller service behind ``skewtrace pacer``: OTLP metrics in, a decision per job on
+every tick, decisions served over HTTP.
 
 ::
 
@@ -9,7 +10,8 @@
                                        | every decision_interval_s: expire, window(), decide()
                                        v
                                   decisions[job] --> PacingHttpServer  GET /v1/pacing?job=ID
-                                       |             (delays, and shares with --policy rebalance)
+                                       |             (a DecisionBody: delays, and shares with
+                                       |              --policy rebalance)
                                        |
                                        +--> own metrics (skewtrace.pacing.*) via the OTel SDK
 
@@ -19,7 +21,7 @@ in or read out, the ticker to run the policy (microseconds per job).
 Both inputs are authenticated with the same ``token`` when one is set (``docs/security.md``);
 what either server refuses, and every data point dropped, is counted by reason at ``/healthz``
 and in the pacer's own metrics. Log lines that carry client-supplied text (job ids) go
-through one :class:`~skewtrace.pacer._limits.LogBudget`.
+through one :class:`~skewtrace.controller._limits.LogBudget`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
@@ -46,50 +48,52 @@ from skewtrace._options import (
     positive,
     text,
 )
-from skewtrace.pacer._auth import grpc_server_credentials
-from skewtrace.pacer._limits import LogBudget, loggable
-from skewtrace.pacer.controller import ControllerPolicy, Outcome
-from skewtrace.pacer.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
-from skewtrace.pacer.http_api import PacingHttpServer
-from skewtrace.pacer.otlp_receiver import (
+from skewtrace.controller._auth import grpc_server_credentials
+from skewtrace.controller._limits import LogBudget, loggable
+from skewtrace.controller.decision import DecisionBody, Effect, RebalanceStatus
+from skewtrace.controller.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
+from skewtrace.controller.http_api import PacingHttpServer
+from skewtrace.controller.otlp_receiver import (
     REFUSED_INGEST_FAILED,
     REFUSED_UNAUTHENTICATED,
     REFUSED_UNDECODABLE,
     ExportRequest,
     OtlpMetricsServer,
 )
-from skewtrace.pacer.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
-from skewtrace.pacer.policies import (
-    PACING,
-    REBALANCE,
-    PolicyConfig,
+from skewtrace.controller.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
+from skewtrace.controller.policies import (
     build_policy,
+    check_params,
+    complete_params,
     known_policies,
     policy_names,
 )
-from skewtrace.pacer.policy import PolicyParams
-from skewtrace.pacer.rebalance import SHARE_RESOLUTION, RebalanceParams
-from skewtrace.pacer.state import JobWindows
+from skewtrace.controller.policies.base import ControllerPolicy, Outcome
+from skewtrace.controller.policies.pacing import PacingPolicy
+from skewtrace.controller.state import JobWindows
 
 _log = logging.getLogger(__name__)
 
 # Two decisions whose delays differ by less than this are the same decision (no new version).
 _DELAY_RESOLUTION_S = 1e-4
+# Shares are published with 6 decimals; smaller moves are not changes.
+_SHARE_RESOLUTION = 1e-6
+
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
 class PacerConfig:
     """Everything ``skewtrace pacer`` can be told; see ``docs/pacing.md``.
 
-    Every field but ``policy`` and ``rebalance`` is a ``skewtrace pacer`` flag
-    (``skewtrace.cli``), and so are the fields of :class:`PolicyParams` and
-    :class:`RebalanceParams`; the docstrings are their help.
+    Every field but ``policy_params`` is a ``skewtrace pacer`` flag (``skewtrace.cli``), and
+    so is every field of each registered policy's parameters
+    (:data:`~skewtrace.controller.policies.POLICIES`); the docstrings are their help.
     """
 
     policy_names: str = option("pacing", parse=policy_names, check=known_policies, name="policy")
-    """Controller policies for every job, comma-separated: pacing (delay ranks that arrive
-    early), rebalance (size each rank's share of the global batch to its speed), or
-    pacing,rebalance (both; see docs/rebalancing.md)."""
+    """Controller policies for every job, comma-separated; several are composed (see
+    docs/pacing.md, 'Policies')."""
 
     otlp_grpc: HostPort = option(HostPort("127.0.0.1", 4321), parse=HostPort.parse, check=address)
     """Where the Collector pushes OTLP/gRPC metrics (port 0: any free port)."""
@@ -153,9 +157,9 @@ class PacerConfig:
     max_series: int = option(1048576, parse=integer, check=at_least(3))
     """Series tracked in all jobs together; likewise."""
 
-    policy: PolicyParams = field(default_factory=PolicyParams)
-
-    rebalance: RebalanceParams = field(default_factory=RebalanceParams)
+    policy_params: tuple[Any, ...] = ()
+    """Every registered policy's parameters, in registry order (an instance of each one's
+    ``params_type``); those not given are completed with their defaults."""
 
     metrics_endpoint: str | None = option(None, parse=text, check=not_blank)
     """OTLP/gRPC endpoint for the pacer's own metrics; none keeps them in the process."""
@@ -167,12 +171,8 @@ class PacerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if REBALANCE in self.policy_names.split(",") and not (
-            self.rebalance.rebalance_settle_s > self.window_s
-        ):
-            raise FieldError(
-                "rebalance_settle_s", "must exceed {0} (and the ranks' lag)", "window_s"
-            )
+        object.__setattr__(self, "policy_params", complete_params(self.policy_params))
+        check_params(self.policy_names, self.policy_params, self)
         if not self.max_window_s >= self.window_s:
             raise FieldError("max_window_s", "must be at least {0}", "window_s")
         if (self.otlp_tls_cert_file is None) != (self.otlp_tls_key_file is None):
@@ -190,12 +190,22 @@ class PacerConfig:
                 "otlp_tls_key_file",
             )
 
+    def params_for(self, params_type: type[P]) -> P:
+        """The parameters of the registered policy whose ``params_type`` this is."""
+        for params in self.policy_params:
+            if type(params) is params_type:
+                found: P = params
+                return found
+        raise KeyError(params_type.__name__)
+
 
 @dataclass
 class _JobDecision:
     state: Any
     version: int
-    body: dict[str, Any]
+    body: DecisionBody
+    json: dict[str, Any]
+    """``body.to_json()``, made once per decision: what every poll is served."""
     shares_version: int = 0
 
 
@@ -226,9 +236,7 @@ class PacerService:
             max_window_s=config.max_window_s,
         )
         self._log_budget = LogBudget(clock=clock)
-        self._policy: ControllerPolicy = build_policy(
-            config.policy_names, PolicyConfig(config.policy, config.rebalance)
-        )
+        self._policy: ControllerPolicy = build_policy(config.policy_names, config.policy_params)
         self._decisions: dict[str, _JobDecision] = {}
         self._requests = 0
         self._stop = threading.Event()
@@ -360,25 +368,25 @@ class PacerService:
     def _publish(
         self, job_id: str, decision: Outcome, previous: _JobDecision | None, now: float
     ) -> None:
-        delays = {str(r): round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
+        delays = {r: round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
         shares = (
             None
             if decision.shares is None
-            else {str(r): round(s, 6) for r, s in sorted(decision.shares.items())}
+            else {r: round(s, 6) for r, s in sorted(decision.shares.items())}
         )
         version = previous.version if previous else 0
-        changed = previous is None or previous.body["active"] != decision.active
+        changed = previous is None or previous.body.active != decision.active
         if previous is not None and not changed:
-            old = previous.body["delays"]
+            old = previous.body.delays
             changed = old.keys() != delays.keys() or any(
                 abs(old[k] - delays[k]) >= _DELAY_RESOLUTION_S for k in delays
             )
         shares_version = previous.shares_version if previous else 0
-        old_shares = previous.body.get("shares") if previous else None
+        old_shares = previous.body.shares if previous else None
         if shares and (
             old_shares is None
             or old_shares.keys() != shares.keys()
-            or any(abs(old_shares[k] - shares[k]) >= SHARE_RESOLUTION for k in shares)
+            or any(abs(old_shares[k] - shares[k]) >= _SHARE_RESOLUTION for k in shares)
         ):
             shares_version += 1
         elif not shares and old_shares:
@@ -386,7 +394,7 @@ class PacerService:
         changed = changed or shares_version != (previous.shares_version if previous else 0)
         if changed:
             version += 1
-            if previous is None or previous.body["active"] != decision.active:
+            if previous is None or previous.body.active != decision.active:
                 self._log_budget.log(
                     _log,
                     logging.INFO,
@@ -396,43 +404,48 @@ class PacerService:
                     decision.reason,
                     decision.spread or 0.0,
                 )
-        body = {
-            "job": job_id,
-            "version": version,
-            "active": decision.active,
-            "delays": delays if changed or previous is None else previous.body["delays"],
-            "spread": None if decision.spread is None else round(decision.spread, 6),
-            "reason": decision.reason,
-            "ranks": decision.ranks,
-            "policy": self._policy.name,
-            "updated_unix": self._wall_clock(),
-        }
-        if shares is not None:
+        if shares is not None and shares_version != (previous.shares_version if previous else 0):
+            self._log_budget.log(
+                _log,
+                logging.INFO,
+                "job %s: shares version %d over %d ranks, %.4f..%.4f",
+                loggable(job_id),
+                shares_version,
+                len(shares),
+                min(shares.values(), default=0.0),
+                max(shares.values(), default=0.0),
+            )
+        info = dict(decision.info)
+        effect = info.pop("effect", None)
+        rebalance = info.pop("rebalance", None)
+        body = DecisionBody(
+            job=job_id,
+            version=version,
+            active=decision.active,
+            delays=delays if changed or previous is None else previous.body.delays,
+            spread=None if decision.spread is None else round(decision.spread, 6),
+            reason=decision.reason,
+            ranks=decision.ranks,
+            policy=self._policy.name,
+            updated_unix=self._wall_clock(),
             # Absent while every rank has an equal share (nothing decided yet, or back to
             # equal): a rank that reads no shares uses equal ones.
-            if shares:
-                body["shares"] = shares
-            body["shares_version"] = shares_version
-            if shares_version != (previous.shares_version if previous else 0):
-                self._log_budget.log(
-                    _log,
-                    logging.INFO,
-                    "job %s: shares version %d over %d ranks, %.4f..%.4f",
-                    loggable(job_id),
-                    shares_version,
-                    len(shares),
-                    min(shares.values(), default=0.0),
-                    max(shares.values(), default=0.0),
-                )
-        body.update(decision.info)
-        self._decisions[job_id] = _JobDecision(decision.state, version, body, shares_version)
+            shares=shares or None,
+            shares_version=None if shares is None else shares_version,
+            effect=None if effect is None else Effect(**effect),
+            rebalance=None if rebalance is None else RebalanceStatus(**rebalance),
+            extra=info,
+        )
+        self._decisions[job_id] = _JobDecision(
+            decision.state, version, body, body.to_json(), shares_version
+        )
 
     # ------------------------------------------------------------------ read side
 
     def decision_body(self, job_id: str) -> Mapping[str, Any] | None:
         with self._lock:
             found = self._decisions.get(job_id)
-            return dict(found.body) if found else None
+            return dict(found.json) if found else None
 
     def job_ids(self) -> list[str]:
         with self._lock:
@@ -475,9 +488,9 @@ class PacerService:
         with self._lock:
             return self._windows.counters.rejected()
 
-    def _decisions_snapshot(self) -> dict[str, dict[str, Any]]:
+    def _decisions_snapshot(self) -> dict[str, DecisionBody]:
         with self._lock:
-            return {job: dict(d.body) for job, d in self._decisions.items()}
+            return {job: d.body for job, d in self._decisions.items()}
 
     # ------------------------------------------------------------------ own metrics
 
@@ -536,34 +549,32 @@ class PacerService:
 
     def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
         return [
-            Observation(1 if body["active"] else 0, {semconv.JOB_ID: job})
+            Observation(1 if body.active else 0, {semconv.JOB_ID: job})
             for job, body in self._decisions_snapshot().items()
         ]
 
     def _observe_delays(self, options: CallbackOptions) -> Iterable[Observation]:
         observations = []
         for job, body in self._decisions_snapshot().items():
-            for rank, delay in body["delays"].items():
-                observations.append(
-                    Observation(delay, {semconv.JOB_ID: job, semconv.RANK: int(rank)})
-                )
+            for rank, delay in body.delays.items():
+                observations.append(Observation(delay, {semconv.JOB_ID: job, semconv.RANK: rank}))
         return observations
 
     def _observe_effect(self, options: CallbackOptions) -> Iterable[Observation]:
         return [
             Observation(
-                body["effect"]["gain"],
-                {semconv.JOB_ID: job, semconv.CONTROLLER_POLICY: PACING},
+                body.effect.gain,
+                {semconv.JOB_ID: job, semconv.CONTROLLER_POLICY: PacingPolicy.name},
             )
             for job, body in self._decisions_snapshot().items()
-            if body.get("effect", {}).get("pairs")
+            if body.effect is not None and body.effect.pairs
         ]
 
     def _observe_shares(self, options: CallbackOptions) -> Iterable[Observation]:
         return [
-            Observation(share, {semconv.JOB_ID: job, semconv.RANK: int(rank)})
+            Observation(share, {semconv.JOB_ID: job, semconv.RANK: rank})
             for job, body in self._decisions_snapshot().items()
-            for rank, share in body.get("shares", {}).items()
+            for rank, share in (body.shares or {}).items()
         ]
 
 

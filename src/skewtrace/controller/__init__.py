@@ -1,0 +1,19 @@
+"""The controller behind ``skewtrace pacer``: barrierskew metrics in, per-job decisions out.
+
+- :mod:`~skewtrace.controller.service`: :class:`PacerConfig` and :class:`PacerService`, the
+  wiring (servers, windows, the decision loop, the pacer's own metrics).
+- :mod:`~skewtrace.controller.otlp_receiver` / :mod:`~skewtrace.controller.http_api`: the two
+  servers (OTLP/gRPC metrics in; ``GET /v1/pacing?job=ID``, ``/v1/jobs``, ``/healthz``), with
+  :mod:`~skewtrace.controller._auth` (token, TLS) and :mod:`~skewtrace.controller._limits`.
+- :mod:`~skewtrace.controller.state`: per-job windows from OTLP histograms (cumulative or
+  delta), bounded.
+- :mod:`~skewtrace.controller.window`: the window every policy reads (:class:`JobWindow`,
+  :class:`RankWindow`, the reasons they decline a job).
+- :mod:`~skewtrace.controller.policies`: the registry of policies (``--policy``), one module
+  each (``pacing``, ``rebalance``), the effect guard, the composition; all pure.
+- :mod:`~skewtrace.controller.decision`: the decision body served to the ranks, typed; the
+  rank client (:mod:`skewtrace.pacer`) reads it with the same module.
+
+Nothing is imported here: the training process imports :mod:`skewtrace.controller.decision`
+(through the rank client) without the servers, grpc or the OTel SDK. See ``docs/pacing.md``.
+"""

@@ -1,0 +1,331 @@
+"""The decision body: what ``GET /v1/pacing?job=ID`` answers, typed, for the server and the ranks.
+
+::
+
+    {"job": "run-42", "version": 17, "active": true, "delays": {"0": 0.0101, "2": 0.0102},
+     "spread": 0.231, "reason": "active", "ranks": 4, "policy": "pacing",
+     "updated_unix": 1764424000.1, "body_version": 1}
+
+The service (:mod:`skewtrace.controller.service`) builds a :class:`DecisionBody` per job from
+its policy's outcome and serves :meth:`DecisionBody.to_json`; the rank client
+(:mod:`skewtrace.pacer.client`) reads an answer with :meth:`DecisionBody.from_json`.
+
+Compatibility. Fields are only ever added. A rank client reads ``version``, ``active`` and
+``delays`` (and ``shares`` / ``shares_version`` for rebalancing) and ignores the rest, so a
+client of any release reads the body of any other. ``body_version`` (:data:`BODY_VERSION`)
+says which fields a body may have; a body without it (a pacer from before it) is version 1,
+the same fields. ``version`` is the decision's own counter (it changes with ``active``, the
+delays or the shares), not the format's.
+
+Reading is tolerant the way the rank has always read: unknown fields are ignored; an
+informational field that is missing or of the wrong type is left at its default (None); a
+malformed ``shares`` costs the shares only (equal shares), never the delay. What a rank needs
+to apply a delay must be right: ``version`` an integer, ``active`` a boolean, ``delays`` an
+object, ``body_version`` (when present) an integer, and, while active, the rank's own delay a
+finite number. Otherwise :class:`DecisionError`: the client counts and logs the poll as failed
+and applies no delay (fail open).
+
+Standard library only: the training process imports this module through the rank client, and
+must not import grpc, protobuf, the OTel SDK or the controller's servers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+BODY_VERSION = 1
+"""The format of the bodies this release serves: the fields below. Absent on a body: 1."""
+
+
+class DecisionError(ValueError):
+    """An answer that is not a usable decision: no delay (the client counts a failed poll)."""
+
+
+def _number(value: Any) -> float | None:
+    """A finite JSON number as a float, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _integer(value: Any) -> int | None:
+    return None if isinstance(value, bool) or not isinstance(value, int) else value
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _rank_key(key: Any) -> int | None:
+    """A rank written as JSON object keys are: decimal digits (``"0"``, ``"12"``), else None."""
+    if isinstance(key, str) and key.isascii() and key.isdigit():
+        return int(key)
+    return None
+
+
+def read_shares(raw: Any) -> dict[int, float] | None:
+    """A body's ``shares`` as {rank: share}, as sent; None when absent or not usable.
+
+    Usable: an object of non-negative rank numbers to finite non-negative numbers with a
+    positive sum. Whether they cover the ranks of the job is the rank side's check
+    (:mod:`skewtrace.rebalance`), which knows the world size.
+    """
+    if not isinstance(raw, dict) or not raw:
+        return None
+    shares: dict[int, float] = {}
+    for key, value in raw.items():
+        rank, share = _rank_key(key), _number(value)
+        if rank is None or share is None or share < 0:
+            return None
+        shares[rank] = share
+    if not sum(shares.values()) > 0:
+        return None
+    return dict(sorted(shares.items()))
+
+
+def read_shares_version(value: Any) -> int:
+    """A body's ``shares_version``: 0 when absent or not an integer."""
+    found = _integer(value)
+    return 0 if found is None else found
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The body's ``effect``: what the controller measured its pacing does to the step time
+    (:mod:`skewtrace.controller.policies.effect`)."""
+
+    state: str
+    """``measuring``, ``kept`` or ``no_gain``."""
+
+    gain: float
+    """Mean gain in step time over the measured pairs, a fraction (positive: faster)."""
+
+    low: float | None = None
+    """One-sided 90% lower bound of the gain; None below two pairs."""
+
+    high: float | None = None
+    """One-sided 90% upper bound; None below two pairs."""
+
+    pairs: int = 0
+    """Paced/unpaced pairs measured."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "gain": self.gain,
+            "low": self.low,
+            "high": self.high,
+            "pairs": self.pairs,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Effect | None:
+        """None when absent or malformed (it is informational)."""
+        if not isinstance(raw, dict):
+            return None
+        state, gain, pairs = (
+            _text(raw.get("state")),
+            _number(raw.get("gain")),
+            _integer(raw.get("pairs")),
+        )
+        if state is None or gain is None or pairs is None:
+            return None
+        return cls(state, gain, _number(raw.get("low")), _number(raw.get("high")), pairs)
+
+
+@dataclass(frozen=True)
+class RebalanceStatus:
+    """The body's ``rebalance``: the rebalancing policy's own view (``--policy rebalance``)."""
+
+    reason: str
+    """Rebalancing's reason (``balanced``, ``rebalanced``, ``settling``, ...); with
+    ``pacing,rebalance`` the body's top-level ``reason`` is pacing's."""
+
+    gain: float | None = None
+    """Predicted fraction of the step's compute the target shares would save."""
+
+    changes: int = 0
+    """How many times the shares changed."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "gain": self.gain, "changes": self.changes}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RebalanceStatus | None:
+        """None when absent or malformed (it is informational)."""
+        if not isinstance(raw, dict):
+            return None
+        reason, changes = _text(raw.get("reason")), _integer(raw.get("changes"))
+        if reason is None or changes is None:
+            return None
+        return cls(reason, _number(raw.get("gain")), changes)
+
+
+@dataclass(frozen=True)
+class DecisionBody:
+    """One job's decision as served; see the module docstring.
+
+    A job the pacer does not know (yet, or any more) is answered ``DecisionBody(job)``:
+    version 0, inactive, no delays, nothing else but ``body_version``.
+    """
+
+    job: str
+    version: int = 0
+    """The decision's version: changes whenever ``active``, a delay (by 0.1 ms or more) or the
+    shares change. Ranks put it on their ``pacing.delay`` spans."""
+
+    active: bool = False
+    """Pacing is on; while it is off no rank applies a delay."""
+
+    delays: Mapping[int, float] = field(default_factory=dict)
+    """Delay per rank in seconds, only ranks with one above 0 (a rank not listed gets none)."""
+
+    spread: float | None = None
+    """Pacing's natural arrival spread over the mean step time (null without an estimate).
+    Served with ``reason``: absent from the answer for an unknown job."""
+
+    reason: str | None = None
+    """Why the decision is what it is (``active``, ``below_threshold``, ``measuring``, ...)."""
+
+    ranks: int | None = None
+    """Ranks the decision judged."""
+
+    policy: str | None = None
+    """The canonical ``--policy``."""
+
+    updated_unix: float | None = None
+    """When the decision was made (the pacer's wall clock, seconds since the epoch)."""
+
+    shares: Mapping[int, float] | None = None
+    """Each rank's fraction of the global batch (6 decimals as served; the rank side
+    normalises); None: equal shares (absent from the body)."""
+
+    shares_version: int | None = None
+    """Changes exactly when the shares do; None: the policy does not decide shares (absent)."""
+
+    effect: Effect | None = None
+    rebalance: RebalanceStatus | None = None
+
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Further informational blocks a policy adds (server side; :meth:`from_json` ignores
+    fields it does not know)."""
+
+    body_version: int = BODY_VERSION
+
+    malformed_delays: Mapping[int, str] = field(default_factory=dict)
+    """Client side: ranks whose delay was not a finite number, with the value's repr. Only the
+    rank itself minds (:meth:`delay_for`), as a rank always has."""
+
+    # ------------------------------------------------------------------ server side
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object served (key order kept: the fields of before, then the new ones)."""
+        body: dict[str, Any] = {
+            "job": self.job,
+            "version": self.version,
+            "active": self.active,
+            "delays": {str(rank): delay for rank, delay in self.delays.items()},
+        }
+        if self.reason is not None:
+            body["spread"] = self.spread
+            body["reason"] = self.reason
+            body["ranks"] = self.ranks
+            body["policy"] = self.policy
+            body["updated_unix"] = self.updated_unix
+        if self.shares_version is not None:
+            if self.shares:
+                body["shares"] = {str(rank): share for rank, share in self.shares.items()}
+            body["shares_version"] = self.shares_version
+        if self.effect is not None:
+            body["effect"] = self.effect.to_json()
+        if self.rebalance is not None:
+            body["rebalance"] = self.rebalance.to_json()
+        body.update(self.extra)
+        body["body_version"] = self.body_version
+        return body
+
+    # ------------------------------------------------------------------ client side
+
+    @classmethod
+    def from_json(cls, obj: Any) -> DecisionBody:
+        """A parsed JSON answer as a body; :class:`DecisionError` when a rank cannot use it."""
+        if not isinstance(obj, dict):
+            raise DecisionError("pacer answer is not a JSON object")
+        version, active, raw_delays = (
+            _integer(obj.get("version")),
+            obj.get("active"),
+            obj.get("delays"),
+        )
+        if version is None:
+            raise DecisionError("pacer answer has no integer 'version'")
+        if not isinstance(active, bool):
+            raise DecisionError("pacer answer has no boolean 'active'")
+        if not isinstance(raw_delays, dict):
+            raise DecisionError("pacer answer has no 'delays' object")
+        raw_body_version = obj.get("body_version", 1)
+        body_version = _integer(raw_body_version)
+        if body_version is None:
+            raise DecisionError(
+                f"pacer answer's 'body_version' is not an integer: {raw_body_version!r}"
+            )
+        delays: dict[int, float] = {}
+        malformed: dict[int, str] = {}
+        for key, value in raw_delays.items():
+            rank = _rank_key(key)
+            if rank is None or str(rank) != key:
+                continue  # no rank would look it up
+            delay = _number(value)
+            if delay is None:
+                malformed[rank] = repr(value)
+            else:
+                delays[rank] = delay
+        shares_version = obj.get("shares_version")
+        return cls(
+            job=_text(obj.get("job")) or "",
+            version=version,
+            active=active,
+            delays=delays,
+            spread=_number(obj.get("spread")),
+            reason=_text(obj.get("reason")),
+            ranks=_integer(obj.get("ranks")),
+            policy=_text(obj.get("policy")),
+            updated_unix=_number(obj.get("updated_unix")),
+            shares=read_shares(obj.get("shares")),
+            shares_version=None if shares_version is None else read_shares_version(shares_version),
+            effect=Effect.from_json(obj.get("effect")),
+            rebalance=RebalanceStatus.from_json(obj.get("rebalance")),
+            body_version=body_version,
+            malformed_delays=malformed,
+        )
+
+    def delay_for(self, rank: int, max_delay_s: float) -> float:
+        """This rank's delay in [0, max_delay_s] (0 while inactive); :class:`DecisionError`
+        when its own delay is not a finite number."""
+        if not self.active:
+            return 0.0
+        if rank in self.malformed_delays:
+            raise DecisionError(
+                f"pacer delay for rank {rank} is not a finite number: {self.malformed_delays[rank]}"
+            )
+        return min(max(self.delays.get(rank, 0.0), 0.0), max_delay_s)
+
+    def normalised_shares(self) -> dict[int, float] | None:
+        """The shares scaled to sum to 1 (None: equal shares)."""
+        return normalise_shares(self.shares)
+
+
+def normalise_shares(shares: Mapping[int, float] | None) -> dict[int, float] | None:
+    """Shares scaled to sum to 1, by rank; None for none (equal shares) or a sum of 0."""
+    if not shares:
+        return None
+    total = sum(shares.values())
+    if not total > 0:
+        return None
+    return {rank: share / total for rank, share in sorted(shares.items())}

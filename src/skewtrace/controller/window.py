@@ -1,0 +1,101 @@
+"""The window over received metrics: what every controller policy reads about a job.
+
+:class:`JobWindow` holds each rank's observations (:class:`RankWindow`: sums of the delta
+histograms over the last ``window_s`` seconds, or a stretched window for a job with long
+steps) and what the Collector flags in the job that no delay or share fixes (``declines``).
+:class:`skewtrace.controller.state.JobWindows` builds one per job and tick from OTLP points;
+every policy in :mod:`skewtrace.controller.policies` gets it and the previous state it
+returned, and :func:`declined` is the one rule they share for staying out of a job.
+
+Pure data, standard library only; imports no policy (the policies import it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from skewtrace import semconv
+
+REASON_STAGE_IMBALANCE = semconv.CAUSE_STAGE_IMBALANCE
+"""Declined: a pipeline stage does more work than the others on every replica. Its ranks
+arrive last because of the partition; a delay on the other stages' ranks only moves their
+wait, and the fix is a partition of the layers (the verdict's ``training.imbalance.fix``)."""
+REASON_DATA_IMBALANCE = semconv.CAUSE_DATA_IMBALANCE
+"""Declined: the slowest replica changes from step to step with the data; no rank is early
+persistently, and a balanced split of each global batch (by tokens) is the fix."""
+REASON_FABRIC_FAULT = "fabric_fault"
+"""Declined: the Collector flags a rank for its network, or suspects a NIC, host, uplink or
+switch. The late rank waits on a slow link; delaying the others does not make it faster (the
+demo's throttled NIC lost 7.5% of throughput to pacing)."""
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    """One rank's observations over the window (sums of the delta histograms)."""
+
+    steps: int
+    """``training.step.duration`` count: steps the rank finished in the window."""
+
+    step_time_sum_s: float
+    """``training.step.duration`` sum."""
+
+    wait_sum_s: float
+    """Time the rank idled at barriers for later ranks (``training.rank.wait``), with
+    collectives that waited at the same time (overlapping DDP buckets) counted once."""
+
+    lateness_sum_s: float
+    """Time the rank arrived after the earliest (``training.rank.lateness``), the same way."""
+
+    applied_delay_s: float = 0.0
+    """Mean delay per step the controller asked of this rank during the window."""
+
+    wait_top_sum_s: float | None = None
+    """The sum of the window's ``steps`` largest waits (``training.rank.wait``, estimated from
+    its buckets): the rank's idle time when each step idles at one collective or at several
+    at once, without counting small waits as steps. None without buckets. The rebalancing
+    policy reads it; pacing keeps ``wait_sum_s``, which errs low, toward smaller delays."""
+
+    wait_typical_s: float | None = None
+    """The rank's typical barrier wait per step: the median over the window's parts (a
+    quarter each) of the part's wait per step. A random stall of another rank makes every
+    rank wait once, which lifts the mean of a slow rank's waits but not this. None with too
+    few parts."""
+
+    @property
+    def wait_per_step_s(self) -> float:
+        return self.wait_sum_s / self.steps if self.steps else 0.0
+
+    @property
+    def lateness_per_step_s(self) -> float:
+        return self.lateness_sum_s / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class JobWindow:
+    """All ranks of one job over the window ending at ``now``."""
+
+    now: float
+    """The decision time in seconds (any monotonic origin; only differences are used)."""
+
+    ranks: Mapping[int, RankWindow]
+
+    stretch_s: float = 0.0
+    """How much longer than the configured window this one is (a job with long steps gets a
+    window that holds several of them); a policy that waits for a window of settled steps
+    waits this much longer."""
+
+    declines: tuple[str, ...] = ()
+    """What the Collector flags in the job that no delay or share fixes: ``stage_imbalance``,
+    ``data_imbalance`` (its ``training.imbalance`` gauge), ``fabric_fault`` (a rank flagged for
+    its network, or a suspected part of the fabric). The policies decline while one is
+    flagged, and say so."""
+
+
+def declined(window: JobWindow) -> str | None:
+    """The reason a controller policy stays out of a job whose delay it cannot fix (a flagged
+    imbalance, stage first; a fault of the fabric), or None."""
+    for reason in (REASON_STAGE_IMBALANCE, REASON_DATA_IMBALANCE, REASON_FABRIC_FAULT):
+        if reason in window.declines:
+            return reason
+    return None

@@ -1,0 +1,349 @@
+"""The decision body (skewtrace.controller.decision): one type for the server and the ranks.
+
+The server's JSON keeps the bytes of before for every field (``body_version`` is appended);
+the new client reads the bodies of before; and a deployed client of before (a frozen copy of
+its parse code, below) reads the new server's bodies as it read the old ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from skewtrace.controller.decision import (
+    BODY_VERSION,
+    DecisionBody,
+    DecisionError,
+    Effect,
+    RebalanceStatus,
+)
+from skewtrace.controller.policies.pacing import PolicyParams
+from skewtrace.controller.policies.rebalance import RebalanceParams
+from skewtrace.pacer.client import PacingClient, parse_decision, parse_shares
+from test_pacer_client import ScriptedServer, answer, make_client, wait_for
+from test_pacer_rebalance import _export
+from test_pacer_service import CUMULATIVE, FakeClock, SimulatedJob, _start, get
+
+# ------------------------------------------------------------------ the deployed client
+# A frozen copy of the rank client's parse code before the typed body (parse_decision and
+# parse_shares of src/skewtrace/pacer/client.py): what ranks already running read answers with.
+# Do not update it with the client.
+
+
+def deployed_parse_decision(body: Any, rank: int, max_delay_s: float) -> tuple[float, int]:
+    """This rank's (delay, version) from a decision body; raises ValueError when malformed."""
+    if not isinstance(body, dict):
+        raise ValueError("pacer answer is not a JSON object")
+    version = body.get("version")
+    active = body.get("active")
+    delays = body.get("delays")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError("pacer answer has no integer 'version'")
+    if not isinstance(active, bool):
+        raise ValueError("pacer answer has no boolean 'active'")
+    if not isinstance(delays, dict):
+        raise ValueError("pacer answer has no 'delays' object")
+    if not active:
+        return 0.0, version
+    raw = delays.get(str(rank), 0.0)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ValueError(f"pacer delay for rank {rank} is not a finite number: {raw!r}")
+    return min(max(float(raw), 0.0), max_delay_s), version
+
+
+def deployed_parse_shares(body: Any) -> tuple[dict[int, float] | None, int]:
+    """(shares, shares version) from a decision body; None when it has no usable shares."""
+    if not isinstance(body, dict):
+        return None, 0
+    version = body.get("shares_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        version = 0
+    raw = body.get("shares")
+    if not isinstance(raw, dict) or not raw:
+        return None, version
+    shares: dict[int, float] = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            return None, version
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None, version
+        if not (math.isfinite(value) and value >= 0):
+            return None, version
+        shares[int(key)] = float(value)
+    total = sum(shares.values())
+    if not total > 0:
+        return None, version
+    return {rank: share / total for rank, share in sorted(shares.items())}, version
+
+
+# ------------------------------------------------------------------ bodies
+
+
+def wire(body: dict[str, Any]) -> dict[str, Any]:
+    """What a rank gets: the body through JSON as the HTTP server writes it."""
+    loaded: dict[str, Any] = json.loads(json.dumps(body, separators=(",", ":")))
+    return loaded
+
+
+FULL = DecisionBody(
+    job="run-42",
+    version=17,
+    active=True,
+    delays={0: 0.0101, 2: 0.0102},
+    spread=0.231,
+    reason="active",
+    ranks=4,
+    policy="pacing,rebalance",
+    updated_unix=1764424000.1,
+    shares={0: 0.148, 1: 0.2816, 2: 0.284, 3: 0.2863},
+    shares_version=3,
+    effect=Effect("kept", 0.031, 0.012, 0.05, 3),
+    rebalance=RebalanceStatus("balanced", 0.021, 3),
+)
+
+
+def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None:
+    pacing = DecisionBody(
+        job="run-42",
+        version=17,
+        active=True,
+        delays={0: 0.0101, 1: 0.0099, 2: 0.0102},
+        spread=0.231,
+        reason="active",
+        ranks=4,
+        policy="pacing",
+        updated_unix=1764424000.1,
+    )
+    assert json.dumps(pacing.to_json(), separators=(",", ":")) == (
+        '{"job":"run-42","version":17,"active":true,'
+        '"delays":{"0":0.0101,"1":0.0099,"2":0.0102},"spread":0.231,"reason":"active",'
+        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":1}'
+    )
+    rebalance = DecisionBody(
+        job="run-42",
+        version=6,
+        reason="balanced",
+        ranks=4,
+        policy="rebalance",
+        updated_unix=1764424000.1,
+        shares={0: 0.148, 1: 0.2816},
+        shares_version=3,
+        rebalance=RebalanceStatus("balanced", 0.021, 3),
+    )
+    assert json.dumps(rebalance.to_json(), separators=(",", ":")) == (
+        '{"job":"run-42","version":6,"active":false,"delays":{},"spread":null,'
+        '"reason":"balanced","ranks":4,"policy":"rebalance","updated_unix":1764424000.1,'
+        '"shares":{"0":0.148,"1":0.2816},"shares_version":3,'
+        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":1}'
+    )
+    # Equal shares: no "shares", still a "shares_version".
+    equal = DecisionBody(job="j", reason="balanced", policy="rebalance", shares_version=4)
+    assert "shares" not in equal.to_json() and equal.to_json()["shares_version"] == 4
+    unknown = DecisionBody("nobody").to_json()
+    assert json.dumps(unknown, separators=(",", ":")) == (
+        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":1}'
+    )
+
+
+def test_round_trip_server_to_client() -> None:
+    assert DecisionBody.from_json(wire(FULL.to_json())) == FULL
+    assert DecisionBody.from_json(wire(DecisionBody("nobody").to_json())) == DecisionBody("nobody")
+    measuring = DecisionBody(
+        job="j",
+        version=2,
+        reason="measuring",
+        policy="pacing",
+        ranks=4,
+        updated_unix=1.5,
+        effect=Effect("measuring", 0.0, None, None, 1),
+    )
+    assert DecisionBody.from_json(wire(measuring.to_json())) == measuring
+
+
+def test_an_old_body_without_body_version_reads_as_version_1() -> None:
+    old = {
+        "job": "run-42",
+        "version": 17,
+        "active": True,
+        "delays": {"0": 0.0101, "2": 0.0102},
+        "spread": 0.231,
+        "reason": "active",
+        "ranks": 4,
+        "policy": "pacing",
+        "updated_unix": 1764424000.1,
+    }
+    body = DecisionBody.from_json(old)
+    assert body.body_version == 1 == BODY_VERSION
+    assert (body.version, body.active, dict(body.delays)) == (17, True, {0: 0.0101, 2: 0.0102})
+    assert (body.spread, body.reason, body.ranks, body.policy) == (0.231, "active", 4, "pacing")
+    assert body.shares is None and body.shares_version is None and body.effect is None
+    assert parse_decision(old, 2, 0.05) == (0.0102, 17)
+    assert parse_decision(old, 1, 0.05) == (0.0, 17)
+    # Re-served, it is the old body plus body_version.
+    assert body.to_json() == {**old, "body_version": 1}
+    # The smallest body any pacer ever sent.
+    minimal = DecisionBody.from_json({"version": 3, "active": False, "delays": {}})
+    assert minimal == DecisionBody(job="", version=3)
+
+
+def _service_bodies() -> list[dict[str, Any]]:
+    """Bodies of the real service, every policy, pacing on and off, shares moving, the effect
+    measured: what the new server sends."""
+    bodies: list[dict[str, Any]] = []
+    for policy in ("pacing", "rebalance", "pacing,rebalance"):
+        clock = FakeClock()
+        service = _start(
+            clock,
+            policy_names=policy,
+            policy_params=(
+                PolicyParams(effect_pairs=2, effect_phase_s=3.0),
+                RebalanceParams(rebalance_settle_s=6.0),
+            ),
+        )
+        try:
+            job = SimulatedJob("strag", paced_effect=0.1)
+            previous, totals = job.snapshot(), {}
+            for half_second in range(60):
+                clock.now += 0.5
+                job.run_steps(4)
+                if half_second % 2 == 1:
+                    service.ingest(job.export(CUMULATIVE, previous))
+                    previous = job.snapshot()
+                    slow = {r: 0.1 if r == 0 else 0.05 for r in range(4)}
+                    service.ingest(_export("hetero", slow, 8, totals))
+                service.tick()
+                found = service.decision_body("strag") or {}
+                job.delays = {int(r): v for r, v in found.get("delays", {}).items()}
+                bodies += [get(service, f"/v1/pacing?job={j}")[1] for j in ("strag", "hetero")]
+            bodies.append(get(service, "/v1/pacing?job=nobody")[1])
+        finally:
+            service.stop()
+    return bodies
+
+
+@pytest.fixture(scope="module")
+def service_bodies() -> list[dict[str, Any]]:
+    return _service_bodies()
+
+
+def test_the_service_serves_every_kind_of_body(service_bodies: list[dict[str, Any]]) -> None:
+    reasons = {b.get("reason") for b in service_bodies}
+    assert {"active", "measuring", "rebalancing", "rebalanced", "settling", None} <= reasons
+    assert any(b["active"] and b["delays"] for b in service_bodies)
+    assert any("shares" in b for b in service_bodies)
+    assert any("effect" in b for b in service_bodies)
+    assert all(b["body_version"] == BODY_VERSION for b in service_bodies)
+    assert all(list(b)[-1] == "body_version" for b in service_bodies)
+
+
+def test_the_new_client_reads_every_body_the_server_sends(
+    service_bodies: list[dict[str, Any]],
+) -> None:
+    for raw in service_bodies:
+        body = DecisionBody.from_json(raw)
+        assert body.to_json() == raw  # nothing lost, nothing added
+        assert DecisionBody.from_json(wire(body.to_json())) == body
+
+
+def test_the_deployed_client_reads_the_new_server_as_before(
+    service_bodies: list[dict[str, Any]],
+) -> None:
+    for raw in service_bodies:
+        for rank in range(5):
+            assert deployed_parse_decision(raw, rank, 0.05) == parse_decision(raw, rank, 0.05)
+        assert deployed_parse_shares(raw) == parse_shares(raw)
+        # Without the new field the deployed client reads exactly the same.
+        old = {k: v for k, v in raw.items() if k != "body_version"}
+        assert deployed_parse_decision(old, 0, 0.05) == deployed_parse_decision(raw, 0, 0.05)
+
+
+# ------------------------------------------------------------------ tolerant reading
+
+
+def test_unknown_fields_are_ignored_and_bad_informational_ones_defaulted() -> None:
+    body = DecisionBody.from_json(
+        {
+            "version": 5,
+            "active": True,
+            "delays": {"1": 0.02, "x": "y", "01": 0.5},
+            "from_the_future": {"a": [1, 2]},
+            "spread": "wide",
+            "reason": 7,
+            "ranks": True,
+            "policy": None,
+            "updated_unix": "now",
+            "effect": {"state": "kept"},
+            "rebalance": [],
+            "shares_version": "3",
+            "body_version": BODY_VERSION + 1,
+        }
+    )
+    assert body == DecisionBody(
+        job="", version=5, active=True, delays={1: 0.02}, shares_version=0, body_version=2
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ([1, 2], "not a JSON object"),
+        ({"active": True, "delays": {}}, "integer 'version'"),
+        ({"version": True, "active": True, "delays": {}}, "integer 'version'"),
+        ({"version": 1, "active": 1, "delays": {}}, "boolean 'active'"),
+        ({"version": 1, "active": True, "delays": []}, "'delays' object"),
+        ({"version": 1, "active": True, "delays": {}, "body_version": "2"}, "body_version"),
+    ],
+)
+def test_what_a_rank_needs_must_be_right(raw: Any, needle: str) -> None:
+    with pytest.raises(DecisionError, match=needle):
+        DecisionBody.from_json(raw)
+    with pytest.raises(ValueError, match=needle):
+        parse_decision(raw, 0, 0.05)
+
+
+def test_a_bad_delay_costs_only_its_own_rank_and_only_while_active() -> None:
+    raw = {"version": 4, "active": True, "delays": {"0": 0.01, "1": "x", "2": math.nan}}
+    body = DecisionBody.from_json(raw)
+    assert body.delay_for(0, 0.05) == 0.01
+    for rank in (1, 2):
+        with pytest.raises(DecisionError, match=f"rank {rank} is not a finite number"):
+            body.delay_for(rank, 0.05)
+        with pytest.raises(ValueError):
+            deployed_parse_decision(raw, rank, 0.05)
+    assert parse_decision({**raw, "active": False}, 1, 0.05) == (0.0, 4)
+    assert parse_decision({"version": 1, "active": True, "delays": {"0": 10**400}}, 1, 0.05) == (
+        0.0,
+        1,
+    )
+
+
+@pytest.fixture
+def started() -> Any:
+    clients: list[PacingClient] = []
+    yield clients
+    for client in clients:
+        client.stop()
+
+
+def test_shares_that_the_old_client_choked_on_mean_equal_shares(
+    started: list[PacingClient],
+) -> None:
+    """A share keyed by a non-ASCII digit made the old client's int() raise in its poll
+    thread, after the decision was taken: the thread ended. Now: equal shares, delay kept."""
+    raw = {"version": 2, "active": True, "delays": {"1": 0.02}, "shares": {"\u00b2": 1.0}}
+    assert parse_shares(raw) == (None, 0)
+    with pytest.raises(ValueError):
+        deployed_parse_shares(raw)
+    server = ScriptedServer(answer(200, json.dumps(raw).encode()))
+    try:
+        client = make_client(server.url)
+        started.append(client)
+        client.start()
+        assert wait_for(lambda: client.polls_ok >= 2)
+        assert client.current_delay() == (0.02, 2)
+        assert client.current_shares() == (None, 0)
+    finally:
+        server.close()
