@@ -55,9 +55,13 @@ test-py: venv collector jaeger
 
 test: lint test-go test-py
 
-# The inner loop: the Go tests and the Python tests not marked slow (no lint, and none of the
-# multi-process, real-Collector pipeline, Prometheus or Jaeger runs). `make test` runs them all.
-test-fast: venv collector test-go
+# The inner loop: the Go tests (through Go's test cache: packages unchanged since their last
+# pass are not run again) and the Python tests not marked slow (no lint, and none of the
+# multi-process, real-Collector pipeline, Prometheus or Jaeger runs, nor unit tests of a second
+# or more). `make test` runs them all, uncached.
+test-fast: venv collector
+	cd src/collector && go test ./...
+	cd tools/loadgen && go test ./...
 	$(PY) -m pytest -q -m "not slow"
 
 demo: venv collector

@@ -183,6 +183,7 @@ def test_checkpoint_event_materializes_under_the_step() -> None:
 # ------------------------------------------------------------------ instrumented torch.save/load
 
 
+@pytest.mark.slow
 def test_save_and_load_spans_in_the_step(
     world_of_one: None,
     memory_provider: tuple[TracerProvider, InMemorySpanExporter],

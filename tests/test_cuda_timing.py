@@ -318,6 +318,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_gloo_group_gets_no_hook(port_factory: Any) -> None:
     """A real gloo group (in a child process, to keep this one's c10d state clean)."""
     result = subprocess.run(

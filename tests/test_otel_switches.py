@@ -335,6 +335,7 @@ def test_metrics_exporter_none_against_a_collector_without_metrics_pipeline(
         assert any("404" in r.getMessage() for r in exporter_lines), exporter_lines
 
 
+@pytest.mark.slow
 def test_log_limit_stays_through_the_final_flush(world_of_one: None, job: None) -> None:
     _train(1)
     session = skewtrace.SkewtraceInstrumentor().session

@@ -177,6 +177,7 @@ def test_bad_answers_fail_open(
     assert client.current_delay()[0] == 0.0, name
 
 
+@pytest.mark.slow
 def test_unreachable_pacer_logs_once_backs_off_and_recovers(
     caplog: pytest.LogCaptureFixture, started: list[PacingClient]
 ) -> None:

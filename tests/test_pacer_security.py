@@ -415,6 +415,7 @@ def test_series_per_job_and_in_all_are_capped() -> None:
     assert windows.ingest_request(_series_request("c", 5).resource_metrics, 101.0) == 0
 
 
+@pytest.mark.slow
 def test_memory_of_many_series_is_bounded() -> None:
     """Item 5's 100k-series attack, scaled: 20k series into one job capped at 5k series.
 
@@ -536,6 +537,7 @@ def _closed_by_server(sock: socket.socket, within_s: float) -> tuple[bool, bytes
         return True, received
 
 
+@pytest.mark.slow
 def test_half_sent_requests_are_closed_within_the_read_timeout(
     clock: FakeClock, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -572,6 +572,7 @@ def test_own_metrics(
     assert decisions == {"m": 19, "calm": 19}
 
 
+@pytest.mark.slow
 def test_unreachable_metrics_endpoint_does_not_hurt(clock: FakeClock) -> None:
     """Own metrics to a port nobody listens on: decisions are still served, stop is bounded."""
     config = PacerConfig(

@@ -1186,6 +1186,7 @@ def test_watch_survives_prometheus_down_and_logs_once(caplog: pytest.LogCaptureF
     assert "unreachable" in messages[0] and source.url in messages[0]
 
 
+@pytest.mark.slow
 def test_watch_cli_serves_metrics_and_outlives_prometheus_down() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     port = free_port()
