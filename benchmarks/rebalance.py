@@ -23,6 +23,8 @@ issue does not exist yet).
 
     python benchmarks/rebalance.py --steps 600
     python benchmarks/rebalance.py --sections model       # the model only (seconds)
+    python benchmarks/rebalance.py --quick --nprocs 2 --speeds 0.5 --steps 12 --warmup 2
+                                                          # a smoke run (about a minute)
 
 Figures are printed beside their targets: at least 80% of the ideal recovered where plain
 DDP gets about half; LB-BSP reports up to 54% faster, Cannikin up to 52% less training time.
@@ -116,6 +118,7 @@ def launch(
     slow: Sequence[str] = (),
     jitter: str | None = None,
     rebalance: bool,
+    nprocs: int = 4,
     extra_args: Sequence[str] = (),
 ) -> subprocess.Popen[str]:
     env = {
@@ -132,7 +135,7 @@ def launch(
         sys.executable,
         str(REPO_ROOT / "examples" / "train_rebalance.py"),
         "--nprocs",
-        "4",
+        str(nprocs),
         "--steps",
         str(steps),
         "--job-id",
@@ -158,6 +161,7 @@ def run_job(
     slow: Sequence[str] = (),
     jitter: str | None = None,
     rebalance: bool,
+    nprocs: int = 4,
     timeout_s: float = 900.0,
     extra_args: Sequence[str] = (),
 ) -> JobResult:
@@ -171,13 +175,14 @@ def run_job(
             slow=slow,
             jitter=jitter,
             rebalance=rebalance,
+            nprocs=nprocs,
             extra_args=extra_args,
         )
         stdout, stderr = proc.communicate(timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} ({job_id}) failed:\n{stderr[-3000:]}\n{stack.log_tail()}")
     ranks = parse_stats(stdout)
-    if sorted(ranks) != [0, 1, 2, 3]:
+    if sorted(ranks) != list(range(nprocs)):
         raise RuntimeError(f"{name}: stats of ranks {sorted(ranks)} only\n{stderr[-2000:]}")
     return JobResult(name, job_id, ranks, time.monotonic() - started, watcher.samples)
 
@@ -189,6 +194,7 @@ def real_section(args: argparse.Namespace) -> list[str]:
     lines: list[str] = []
     speeds = [float(s) for s in args.speeds.split(",")]
     job_args = ["--per-sample-millis", str(args.per_sample_millis)]
+    n = args.nprocs
     rows = []
     with harness.running_stack(
         args.otelcol, args.workdir / "rebalance", pacer_args=["--policy", "rebalance"]
@@ -197,23 +203,24 @@ def real_section(args: argparse.Namespace) -> list[str]:
             # The shared machine's load drifts: each speed gets its own homogeneous run, right
             # before its two runs.
             homogeneous = run_job(
-                stack, "homogeneous", steps=args.steps, rebalance=False, extra_args=job_args
-            )
+                stack, "homogeneous", steps=args.steps, rebalance=False, nprocs=n,
+                extra_args=job_args,
+            )  # fmt: skip
             h = homogeneous.throughput(args.warmup)
             slow = [f"0:{speed}"]
             off = run_job(
-                stack, f"off-{speed}", steps=args.steps, slow=slow, rebalance=False,
+                stack, f"off-{speed}", steps=args.steps, slow=slow, rebalance=False, nprocs=n,
                 extra_args=job_args,
             )  # fmt: skip
             on = run_job(
-                stack, f"on-{speed}", steps=args.steps, slow=slow, rebalance=True,
+                stack, f"on-{speed}", steps=args.steps, slow=slow, rebalance=True, nprocs=n,
                 extra_args=job_args,
             )  # fmt: skip
             steady_from = int(args.steps * (1 - args.steady_fraction))
             row = {
                 "speed": speed,
                 "homogeneous": h,
-                "ideal": h * (3 + speed) / 4,
+                "ideal": h * (n - 1 + speed) / n,
                 "off": off.throughput(args.warmup),
                 "on_steady": on.throughput(steady_from),
                 "on_whole": on.throughput(args.warmup),
@@ -228,7 +235,7 @@ def real_section(args: argparse.Namespace) -> list[str]:
                 flush=True,
             )
     lines.append(
-        "4 gloo ranks, rank 0 persistently slower, global batch 128, "
+        f"{n} gloo ranks, rank 0 persistently slower, global batch 128, "
         f"{args.per_sample_millis} ms of modelled device time per sample at full speed, "
         f"{args.steps} steps per run ({args.warmup} warm-up; steady: the last "
         f"{args.steady_fraction:.0%})"
@@ -248,9 +255,9 @@ def real_section(args: argparse.Namespace) -> list[str]:
             f"{row['changes']!s:>24}"
         )
     lines.append(
-        "ideal = homogeneous throughput x sum(speeds) / 4 (the sum of the ranks' individual "
+        f"ideal = homogeneous throughput x sum(speeds) / {n} (the sum of the ranks' individual "
         f"speeds); target: >= {TARGET_OF_IDEAL:.0%} of it rebalanced, plain DDP about "
-        f"speed x 4 / (speed + 3) of it; LB-BSP reports up to +{LB_BSP_SPEEDUP:.0%} on its "
+        f"speed x {n} / (speed + {n - 1}) of it; LB-BSP reports up to +{LB_BSP_SPEEDUP:.0%} on its "
         "own clusters"
     )
     return lines
@@ -260,12 +267,15 @@ def together_section(args: argparse.Namespace) -> list[str]:
     """One slow rank plus jitter on two others: rebalancing alone vs pacing and rebalancing.
 
     Runs in the order alone, both, both, alone (a fresh stack each, since the policy is the
-    pacer's), so that a linear drift of the machine's load hits both alike.
+    pacer's), so that a linear drift of the machine's load hits both alike; with --quick,
+    alone and both once each.
     """
     speed, jitter = 0.5, "1,3:0.04"
     steady_from = int(args.steps * (1 - args.steady_fraction))
     results: dict[str, list[JobResult]] = {"rebalance": [], "pacing,rebalance": []}
     order = ("rebalance", "pacing,rebalance", "pacing,rebalance", "rebalance")
+    if args.quick:
+        order = order[:2]
     for index, policy in enumerate(order):
         name = f"{policy.replace(',', '-')}-{index}"
         with harness.running_stack(
@@ -278,6 +288,7 @@ def together_section(args: argparse.Namespace) -> list[str]:
                 slow=[f"0:{speed}"],
                 jitter=jitter,
                 rebalance=True,
+                nprocs=args.nprocs,
                 extra_args=["--per-sample-millis", str(args.per_sample_millis)],
             )
         results[policy].append(result)
@@ -288,7 +299,7 @@ def together_section(args: argparse.Namespace) -> list[str]:
         )
     lines = [
         f"pacing and rebalancing together: rank 0 at {speed}, jitter 0..40 ms on ranks 1 and 3, "
-        "runs alone, both, both, alone",
+        "runs " + ", ".join("both" if "pacing" in p else "alone" for p in order),
         f"{'policy':>17} {'steady samples/s':>17} {'final sizes':>36} {'share changes':>14} "
         f"{'pacing on':>10}",
     ]
@@ -379,6 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="modelled device time per sample at full speed (train_rebalance.py)",
     )
     parser.add_argument("--sections", default="real,together,model")
+    parser.add_argument("--nprocs", type=int, default=4, help="gloo ranks of every real run")
+    parser.add_argument(
+        "--quick", action="store_true", help="'together': alone and both once each (a smoke run)"
+    )
     parser.add_argument(
         "--otelcol",
         type=Path,
