@@ -686,6 +686,22 @@ def test_a_compute_straggler_names_no_infrastructure_and_agrees_with_the_collect
     assert encoded["slowdown"] == 1.9
 
 
+def test_an_immaterial_flag_beside_a_compute_straggler_still_agrees() -> None:
+    """As the fabric's compute run once had it under load: the Collector flags rank 2 for
+    compute (450 ms a step) and, for a while, rank 1 for its network at 6 ms a step. No
+    component changed; the report agrees (rank 1's flag is no material share of the rise)."""
+    job = Job(seed=23)
+    job.healthy(step_at=110)
+    _flag(job, 2, semconv.CAUSE_COMPUTE, at=113)
+    job.add(semconv.PROM_RANK_COST, job.rank_labels(2), 0.0, 0.45, at=113)
+    _flag(job, 1, semconv.CAUSE_NETWORK, at=120)
+    job.add(semconv.PROM_RANK_COST, job.rank_labels(1), 0.0, 0.006, at=120)
+    report = job.report()
+    assert report.first_cause is None
+    assert report.agrees is True, report.agreement
+    assert "rank 1 network" in report.agreement  # shown, not weighed
+
+
 def test_the_collectors_suspect_puts_a_link_on_the_path_and_agrees() -> None:
     """The Collector suspects node1's NIC; its qdisc dropped first. Agreed, with the suspect
     named as the reason the NIC is on the job's path (even before any transfer series moved)."""

@@ -631,5 +631,5 @@ def first_change(
         also_changed=tuple(replace(c, order=-1) for c in sorted(also, key=lambda c: c.onset)),
         diagnosis=diagnosis,
     )
-    agrees, text = agreement(report.first_cause, diagnosis)
+    agrees, text = agreement(report.first_cause, diagnosis, step_change.after - step_change.before)
     return replace(report, agrees=agrees, agreement=text)

@@ -345,24 +345,29 @@ class JobPath:
         return None
 
 
-def agreement(first: Any | None, diagnosis: Diagnosis) -> tuple[bool | None, str]:
+def agreement(
+    first: Any | None, diagnosis: Diagnosis, step_rise_s: float = 0.0
+) -> tuple[bool | None, str]:
     """Whether the first cause on the job's path (None: none before the step) is what the
-    Collector concluded over the window, and why; None when the Collector concluded nothing."""
+    Collector concluded over the window, and why; None when the Collector concluded nothing.
+    Only flags of a material share of the step-time rise (``step_rise_s``) are weighed: a rank
+    flagged for its network at 6 ms a step beside a 100 ms compute straggler does not make the
+    Collector's conclusion the network."""
     if diagnosis.empty:
         return None, "the Collector flagged no rank and suspected no part of the fabric"
     said = f"the Collector flags {diagnosis.describe()}"
+    rule = JobPath({}, {}, False, frozenset(), diagnosis, {}, max(step_rise_s, 0.0))
+    material = [f for f in diagnosis.flags if rule.material(f)]
     if first is None:
-        own_work = all(
-            f.cause in (semconv.CAUSE_COMPUTE, semconv.CAUSE_DATA) for f in diagnosis.flags
-        )
-        if own_work and not diagnosis.suspects:
+        own_work = all(f.cause in (semconv.CAUSE_COMPUTE, semconv.CAUSE_DATA) for f in material)
+        if own_work and not rule.suspects():
             return True, (
                 f"agrees: no component on the job's path changed, and {said}: the ranks' own "
                 "work or its balance"
             )
         return False, f"differs: no component on the job's path changed, but {said}"
     kind, host = first.kind, host_of(first.component)
-    flagged = {(f.host, f.cause) for f in diagnosis.flags}
+    flagged = {(f.host, f.cause) for f in material}
     match = False
     if kind in _NETWORK_KINDS:
         names = {first.component, host} | {host_of(m) for m in first.members}
