@@ -31,6 +31,7 @@ shares); a malformed ``shares`` field costs only the shares, never the delay.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import math
@@ -88,6 +89,8 @@ class PacingClient:
         self.poll_interval_s = poll_interval_s
         self.stale_after_s = 3 * poll_interval_s if stale_after_s is None else stale_after_s
         self.max_backoff_s = max(max_backoff_s, poll_interval_s)
+        self.retry_waits: collections.deque[float] = collections.deque(maxlen=16)
+        """The waits before the last retries after failed polls, in seconds (the backoff)."""
         # Shorter than the poll interval so one hung request does not hold back the next
         # decision for long; the poll thread is the only one that waits on it.
         self.request_timeout_s = (
@@ -156,6 +159,7 @@ class PacingClient:
                 self._on_failure(exc)
                 wait = backoff
                 backoff = min(backoff * 2, self.max_backoff_s)
+                self.retry_waits.append(wait)
             else:
                 answered = time.monotonic()
                 self._latest = (delay, decision.version, answered)
