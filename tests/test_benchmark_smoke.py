@@ -8,10 +8,13 @@ one runs here at the least ranks, steps, rounds and seconds it accepts, and must
 print its headline figure beside its target. The figures themselves mean nothing at these
 sizes: the benchmarks measure, these tests only keep them running.
 
-Exit status: 0, except for scale.py, which exits 1 when a target is missed (every figure
-printed first) and at 64 ranks misses some by construction (the time to a verdict at one
-step per second is above its 2 s target; the throughput ratios are noise at 2,176 spans a
-step): there exit 1 is accepted only with its own closing "FAIL: a target was missed" line.
+Exit status: 0, except for the benchmarks that exit 1 when a target is missed, every figure
+printed first (collector_e2e.py, scale.py, soak.py): there exit 1 is accepted only with the
+script's own closing FAIL line. At these sizes and on a busy machine their targets are not
+what is checked: scale.py at 64 ranks misses some by construction (the time to a verdict at
+one step per second is above its 2 s target), collector_e2e.py's throughput ratio fell below
+its target beside a CPU hog, and soak.py's five seconds may end before the good job's rank
+is flagged.
 """
 
 from __future__ import annotations
@@ -96,9 +99,9 @@ COLLECTOR_SMOKES = [
             rf"^barrierskew end to end: +{NUMBER} spans/s +target >= {NUMBER}",
             rf"^ratio to baseline: +{NUMBER} +target >= 0\.5$",
             r"^held by barrierskew: ",
-            r"^PASS$",
         ),
         loadgen=True,
+        missed_target="FAIL: a target was missed",
     ),
     Smoke(
         "diagnosis_table",
@@ -164,9 +167,9 @@ COLLECTOR_SMOKES = [
         (
             rf"^peak RSS: +{NUMBER} MiB +target < 512 MiB",
             r"^good job verdict: +.* +target \[\('11', 'compute'\)\]$",
-            r"^PASS$",
         ),
         loadgen=True,
+        missed_target="FAIL",
     ),
     Smoke(
         "trace_shape",
