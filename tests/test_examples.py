@@ -40,7 +40,7 @@ import needs
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess, FileSpan
 from scenario_run import StepVerdict, read_verdicts
 from skewtrace import semconv
-from skewtrace.report.collect import parse_summary
+from verdict_checks import flags_follow_root_causes, root_causes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
@@ -48,10 +48,6 @@ BIN = Path(sys.executable).parent
 
 STEPS_2D = 30
 STRAGGLER_RANK, STRAGGLER_FROM = 4, 10
-# The Collector's flag hysteresis (diagnosis.Config's defaults, which otelcol.yaml keeps): a
-# rank named a root cause in FLAG_K of the last FLAG_WINDOW analyzed steps is flagged; the
-# first WARMUP_STEPS analyzed steps vote for nothing.
-FLAG_WINDOW, FLAG_K, WARMUP_STEPS = 8, 4, 2
 WORLD_2D, PP = 6, 3
 
 
@@ -210,23 +206,13 @@ def test_2d_compute_straggler_flagged_alone(run_2d: Run2D) -> None:
     # replay names its root causes; where rank 4 was one in flag_k of the last flag_window
     # analyzed steps (after the warm-up), the Collector's hysteresis must flag it, for
     # compute (its extra 50 ms are inside its forward, whatever else the machine runs).
-    summaries = {
-        s.step: s
-        for s in (
-            parse_summary(span) for span in run_2d.spans if span.name == semconv.SPAN_STEP_SUMMARY
-        )
-        if s is not None
-    }
-    named = {
-        step: {rc.rank: rc.cause for rc in summary.root_causes}
-        for step, summary in summaries.items()
-    }
+    named = root_causes(run_2d.spans)
     for step in range(STRAGGLER_FROM, STEPS_2D):
-        cause = named[step].get(STRAGGLER_RANK)
-        assert cause in (None, semconv.CAUSE_COMPUTE), (step, named[step])
-        recent = range(max(WARMUP_STEPS, step - FLAG_WINDOW + 1), step + 1)
-        if sum(STRAGGLER_RANK in named[s] for s in recent) >= FLAG_K:
-            assert flags[step] == {STRAGGLER_RANK: semconv.CAUSE_COMPUTE}, (step, flags, named)
+        assert named[step].get(STRAGGLER_RANK) in (None, semconv.CAUSE_COMPUTE), (step, named)
+    missed = flags_follow_root_causes(
+        named, flags, STRAGGLER_RANK, semconv.CAUSE_COMPUTE, range(STRAGGLER_FROM, STEPS_2D)
+    )
+    assert not missed, (missed, flags, named)
     # And the straggler was found.
     assert any(
         flags[step] == {STRAGGLER_RANK: semconv.CAUSE_COMPUTE}

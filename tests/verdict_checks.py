@@ -1,0 +1,124 @@
+"""Checks of the Collector's verdicts that hold on a busy machine: per analyzed step, against
+the job's own evidence (each step's replayed root causes) rather than a share of steps that
+depends on how much else the machine ran."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from collector_harness import FileSpan
+from skewtrace import semconv
+from skewtrace.report.collect import parse_summary
+
+# The Collector's flag hysteresis (diagnosis.Config's defaults, which otelcol.yaml keeps): a
+# rank named a root cause in FLAG_K of the last FLAG_WINDOW analyzed steps is flagged, and
+# stays flagged while one of the last CLEAR_STEPS names it; the first WARMUP_STEPS analyzed
+# steps vote for nothing.
+FLAG_WINDOW, FLAG_K, CLEAR_STEPS, WARMUP_STEPS = 8, 4, 3, 2
+
+
+def root_causes(spans: Iterable[FileSpan]) -> dict[int, dict[int, str]]:
+    """Per analyzed step, the ranks its replay named root causes, with their causes."""
+    out: dict[int, dict[int, str]] = {}
+    for span in spans:
+        if span.name != semconv.SPAN_STEP_SUMMARY:
+            continue
+        summary = parse_summary(span)
+        if summary is not None:
+            out[summary.step] = {rc.rank: rc.cause for rc in summary.root_causes}
+    return out
+
+
+def expected_flagged(named: Mapping[int, Mapping[int, str]], rank: int) -> dict[int, bool]:
+    """Per analyzed step (in step order), whether the Collector's hysteresis flags ``rank``
+    given the steps' root causes: the first WARMUP_STEPS vote for nothing; an unflagged rank
+    is flagged in a step that names it with FLAG_K of the last FLAG_WINDOW naming it; a flagged
+    one stays flagged while one of the last CLEAR_STEPS names it (diagnosis.flagRule)."""
+    hist, flagged, out = 0, False, {}
+    window, clear = (1 << FLAG_WINDOW) - 1, (1 << CLEAR_STEPS) - 1
+    for index, step in enumerate(sorted(named)):
+        hist = (hist << 1) & window
+        if index >= WARMUP_STEPS and rank in named[step]:
+            hist |= 1
+        stays = flagged and hist & clear != 0
+        flagged = stays or (hist & 1 != 0 and bin(hist).count("1") >= FLAG_K)
+        out[step] = flagged
+    return out
+
+
+def flags_follow_root_causes(
+    named: Mapping[int, Mapping[int, str]],
+    flags: Mapping[int, Mapping[int, str]],
+    rank: int,
+    cause: str,
+    steps: Iterable[int],
+) -> list[int]:
+    """The steps of ``steps`` in which the Collector's flag of ``rank`` is not what its
+    hysteresis makes of the steps' root causes (flagged, for ``cause``, or not flagged).
+    Steps without a summary are not judged."""
+    expected = expected_flagged(named, rank)
+    missed = []
+    for step in steps:
+        if step not in expected or step not in flags:
+            continue
+        if expected[step] != (flags[step].get(rank) == cause):
+            missed.append(step)
+    return missed
+
+
+# A rank's own work was a step's root cause when it added at least the larger of these to the
+# step (diagnosis.Config's min_cost and min_cost_fraction defaults).
+MIN_COST_S, MIN_COST_FRACTION = 0.005, 0.05
+
+_OWN_WORK = (semconv.SPAN_FORWARD, semconv.SPAN_BACKWARD, semconv.SPAN_OPTIMIZER_STEP)
+
+
+def own_work(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
+    """Per step, each rank's time in forward, backward and the optimizer step, in seconds."""
+    out: dict[int, dict[int, float]] = {}
+    for span in spans:
+        if span.name not in _OWN_WORK or semconv.RANK not in span.resource:
+            continue
+        step = span.attributes.get(semconv.STEP)
+        if not isinstance(step, int):
+            continue
+        by_rank = out.setdefault(step, {})
+        rank = int(span.resource[semconv.RANK])
+        by_rank[rank] = by_rank.get(rank, 0.0) + span.duration_s
+    return out
+
+
+def unexplained_flags(
+    spans: Iterable[FileSpan], flags: Mapping[int, Mapping[int, str]], injected: int | None
+) -> dict[int, list[int]]:
+    """Per step, the ranks flagged for compute (other than ``injected``, the fault's rank)
+    whose own measured work does not explain it: a rank whose forward, backward and optimizer
+    step ran longer than the step's median rank by the root-cause bound in fewer than FLAG_K
+    of the last FLAG_WINDOW steps. On a busy machine a descheduled rank really computes
+    longer, and then its flag is the job's own evidence, not a false one."""
+    spans = list(spans)
+    work = own_work(spans)
+    durations: dict[int, list[float]] = {}
+    for span in spans:
+        step = span.attributes.get(semconv.STEP)
+        if span.name == semconv.SPAN_STEP and isinstance(step, int):
+            durations.setdefault(step, []).append(span.duration_s)
+
+    def slow(step: int, rank: int) -> bool:
+        ranks = work.get(step, {})
+        if rank not in ranks or len(ranks) < 2 or step not in durations:
+            return False
+        others = sorted(v for r, v in ranks.items() if r != rank)
+        median = others[len(others) // 2]
+        step_s = sorted(durations[step])[len(durations[step]) // 2]
+        return ranks[rank] - median >= max(MIN_COST_S, MIN_COST_FRACTION * step_s)
+
+    out: dict[int, list[int]] = {}
+    for step, flagged in flags.items():
+        for rank, cause in flagged.items():
+            if rank == injected or cause != semconv.CAUSE_COMPUTE:
+                continue
+            recent = range(step - FLAG_WINDOW + 1, step + 1)
+            if sum(slow(s, rank) for s in recent) < FLAG_K:
+                out.setdefault(step, []).append(rank)
+    return out
