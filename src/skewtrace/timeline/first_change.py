@@ -584,12 +584,13 @@ def first_change(
         series.labels.get(sig.HOST, "") for series in per_rank if _rank_of(series.labels) in ranks
     }
     diagnosis = read_diagnosis(source, job, not_before, end)
+    rise_s = step_change.after - step_change.before
     path = JobPath.of(
         changes,
         regressed_hosts,
         diagnosis,
         switch_of,
-        step_change.after - step_change.before,
+        rise_s,
         link_s=LINK_INTERVALS * tie_s + cfg.telemetry_interval_s,
     )
     on_path: list[ComponentChange] = []
@@ -631,5 +632,5 @@ def first_change(
         also_changed=tuple(replace(c, order=-1) for c in sorted(also, key=lambda c: c.onset)),
         diagnosis=diagnosis,
     )
-    agrees, text = agreement(report.first_cause, diagnosis, step_change.after - step_change.before)
+    agrees, text = agreement(report.first_cause, diagnosis, rise_s)
     return replace(report, agrees=agrees, agreement=text)

@@ -108,6 +108,33 @@ class Diagnosis:
     def empty(self) -> bool:
         return not self.flags and not self.suspects and not self.imbalances
 
+    def material(self, step_rise_s: float) -> Diagnosis:
+        """The verdicts that count against a step-time rise of ``step_rise_s`` (0: unknown,
+        every flag counts): flags whose replayed cost is at least MATERIAL_SHARE of the rise
+        (or was not read), and suspects held for at least MATERIAL_SHARE as many samples as
+        the most persistent one and, for a NIC or host, with a material flag on that host
+        where the ranks flagged there have a cost (a link suspected for a moment, or one whose
+        ranks cost 4 ms of a 180 ms rise, is not where the job waited)."""
+
+        def counts(flag: Flag) -> bool:
+            if flag.cost_s <= 0 or step_rise_s <= 0:
+                return True
+            return flag.cost_s >= MATERIAL_SHARE * step_rise_s
+
+        most = max((s.samples for s in self.suspects), default=0)
+        suspects = []
+        for s in self.suspects:
+            if s.samples < MATERIAL_SHARE * most:
+                continue
+            if s.kind in ("nic", "host"):
+                there = [f for f in self.flags if f.host == (s.host or s.name)]
+                if there and not any(counts(f) for f in there):
+                    continue
+            suspects.append(s)
+        return replace(
+            self, flags=tuple(f for f in self.flags if counts(f)), suspects=tuple(suspects)
+        )
+
     def describe(self) -> str:
         parts = [
             f"rank {f.rank} {f.cause} (on {f.host}"
@@ -207,9 +234,9 @@ class JobPath:
     """A process group's collective transfer rose."""
     regressed_hosts: frozenset[str]
     diagnosis: Diagnosis
+    """The Collector's verdicts that count against the step-time rise
+    (:meth:`Diagnosis.material`)."""
     switch_of: Mapping[str, str]
-    step_rise_s: float = 0.0
-    """How much the step time rose (0: unknown; then every flag counts)."""
     link_s: float = math.inf
     """How far apart a component's change and the wait it explains may be dated: a disk that
     changed 10 s before a rank's loader wait rose did not make it rise."""
@@ -247,49 +274,22 @@ class JobPath:
             {h: tuple(v) for h, v in io.items()},
             transfers,
             frozenset(regressed_hosts),
-            diagnosis,
+            diagnosis.material(step_rise_s),
             dict(switch_of),
-            max(step_rise_s, 0.0),
             link_s,
         )
 
     def _linked(self, change: Any, at: float) -> bool:
         return abs(change.onset - change.lag_s - at) <= self.link_s
 
-    def material(self, flag: Flag) -> bool:
-        """Whether the flag's replayed cost is a material share of the step-time rise."""
-        if flag.cost_s <= 0 or self.step_rise_s <= 0:
-            return True
-        return flag.cost_s >= MATERIAL_SHARE * self.step_rise_s
-
     def _flagged_on(self, host: str, *causes: str) -> bool:
-        return any(
-            f.host == host and f.cause in causes and self.material(f) for f in self.diagnosis.flags
-        )
-
-    def suspects(self) -> list[Suspect]:
-        """The suspects that count: held for a material share of the window (suspected at no
-        fewer than MATERIAL_SHARE as many samples as the most persistent one), and, for a NIC
-        or host, with a material flag on that host where the ranks flagged there have a cost
-        (a link suspected for a moment, or one whose ranks cost 4 ms of a 180 ms rise, is not
-        where the job waited)."""
-        most = max((s.samples for s in self.diagnosis.suspects), default=0)
-        kept = []
-        for s in self.diagnosis.suspects:
-            if s.samples < MATERIAL_SHARE * most:
-                continue
-            if s.kind in ("nic", "host"):
-                there = [f for f in self.diagnosis.flags if f.host == (s.host or s.name)]
-                if there and not any(self.material(f) for f in there):
-                    continue
-            kept.append(s)
-        return kept
+        return any(f.host == host and f.cause in causes for f in self.diagnosis.flags)
 
     def _network_located(self) -> bool:
-        """Whether the Collector located the slow transfers: a suspect that counts, or a
-        material flag for the network."""
-        return bool(self.suspects()) or any(
-            f.cause == semconv.CAUSE_NETWORK and self.material(f) for f in self.diagnosis.flags
+        """Whether the Collector located the slow transfers: a suspect, or a flag for the
+        network (both of a material share)."""
+        return bool(self.diagnosis.suspects) or any(
+            f.cause == semconv.CAUSE_NETWORK for f in self.diagnosis.flags
         )
 
     def why(self, change: Any) -> str | None:
@@ -324,7 +324,7 @@ class JobPath:
             hosts = {host_of(m) for m in change.members} or {host}
             if kind == semconv.COMPONENT_SWITCH:
                 hosts |= {h for h, s in self.switch_of.items() if s == component}
-            for s in self.suspects():
+            for s in self.diagnosis.suspects:
                 if s.kind in ("switch", "uplink") and (
                     s.name == component or any(self.switch_of.get(h) == s.name for h in hosts)
                 ):
@@ -356,18 +356,19 @@ def agreement(
     if diagnosis.empty:
         return None, "the Collector flagged no rank and suspected no part of the fabric"
     said = f"the Collector flags {diagnosis.describe()}"
-    rule = JobPath({}, {}, False, frozenset(), diagnosis, {}, max(step_rise_s, 0.0))
-    material = [f for f in diagnosis.flags if rule.material(f)]
+    counted = diagnosis.material(step_rise_s)
     if first is None:
-        own_work = all(f.cause in (semconv.CAUSE_COMPUTE, semconv.CAUSE_DATA) for f in material)
-        if own_work and not rule.suspects():
+        own_work = all(
+            f.cause in (semconv.CAUSE_COMPUTE, semconv.CAUSE_DATA) for f in counted.flags
+        )
+        if own_work and not counted.suspects:
             return True, (
                 f"agrees: no component on the job's path changed, and {said}: the ranks' own "
                 "work or its balance"
             )
         return False, f"differs: no component on the job's path changed, but {said}"
     kind, host = first.kind, host_of(first.component)
-    flagged = {(f.host, f.cause) for f in material}
+    flagged = {(f.host, f.cause) for f in counted.flags}
     match = False
     if kind in _NETWORK_KINDS:
         names = {first.component, host} | {host_of(m) for m in first.members}
