@@ -19,6 +19,7 @@ import pytest
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess
 from skewtrace import semconv
 from test_instrumentation_multiproc import PIPELINE_SLOW_FROM, PIPELINE_STEPS, launch
+from verdict_checks import root_causes
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector]
 
@@ -67,16 +68,10 @@ def test_messages_join_pairwise_and_the_slow_stage_is_blamed(
             if e["name"] == semconv.EVENT_STRAGGLER
         }
 
-    def root_causes(step: int) -> dict[int, str]:
-        return {
-            int(e["attributes"][semconv.RANK]): str(e["attributes"][semconv.STRAGGLER_CAUSE])
-            for e in summaries[step].events
-            if e["name"] == semconv.EVENT_ROOT_CAUSE
-        }
-
     # Per analyzed step, not on the machine's speed: every slow step's replay names the slow
     # stage's compute (its 50 ms are inside its forward, whatever else the machine runs).
-    slow_steps = [(step, root_causes(step)) for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS)]
+    named = root_causes(spans)
+    slow_steps = [(step, named[step]) for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS)]
     assert all(causes == {1: semconv.CAUSE_COMPUTE} for _, causes in slow_steps), slow_steps
     for step in range(PIPELINE_STEPS):
         assert set(flags(step)) <= {1}, (step, flags(step))
