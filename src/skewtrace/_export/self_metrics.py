@@ -20,6 +20,7 @@ from skewtrace import semconv
 from skewtrace._export.exporters import metric_readers
 from skewtrace._export.thread import ExportStats
 from skewtrace._recorder import Recorder
+from skewtrace._registry_instruments import observable
 from skewtrace.version import __version__
 
 DEFAULT_METRIC_EXPORT_INTERVAL_MILLIS = 10_000
@@ -83,24 +84,9 @@ class SelfMetrics:
         def failed(_options: CallbackOptions) -> list[Observation]:
             return [Observation(self._stats.failed)]
 
-        meter.create_observable_counter(
-            semconv.METRIC_EVENTS_DROPPED,
-            [dropped],
-            unit=semconv.METRICS[semconv.METRIC_EVENTS_DROPPED].unit,
-            description=semconv.METRICS[semconv.METRIC_EVENTS_DROPPED].description,
-        )
-        meter.create_observable_counter(
-            semconv.METRIC_SPANS_EXPORTED,
-            [exported],
-            unit=semconv.METRICS[semconv.METRIC_SPANS_EXPORTED].unit,
-            description=semconv.METRICS[semconv.METRIC_SPANS_EXPORTED].description,
-        )
-        meter.create_observable_counter(
-            semconv.METRIC_SPANS_EXPORT_FAILED,
-            [failed],
-            unit=semconv.METRICS[semconv.METRIC_SPANS_EXPORT_FAILED].unit,
-            description=semconv.METRICS[semconv.METRIC_SPANS_EXPORT_FAILED].description,
-        )
+        observable(meter, semconv.METRIC_EVENTS_DROPPED, [dropped])
+        observable(meter, semconv.METRIC_SPANS_EXPORTED, [exported])
+        observable(meter, semconv.METRIC_SPANS_EXPORT_FAILED, [failed])
 
     def shutdown(self, timeout_millis: int) -> None:
         if self._own_provider is not None:

@@ -48,6 +48,7 @@ from skewtrace._options import (
     positive,
     text,
 )
+from skewtrace._registry_instruments import counter, observable
 from skewtrace.controller._auth import grpc_server_credentials
 from skewtrace.controller._limits import LogBudget, loggable
 from skewtrace.controller.decision import DecisionBody, Effect, RebalanceStatus
@@ -498,54 +499,18 @@ class PacerService:
         if meter_provider is None:
             meter_provider = self._owned_meter_provider = _build_meter_provider(self.config)
         meter = meter_provider.get_meter("skewtrace.pacer")
-        meter.create_observable_gauge(
-            semconv.METRIC_PACING_ACTIVE,
-            callbacks=[self._observe_active],
-            unit=semconv.METRICS[semconv.METRIC_PACING_ACTIVE].unit,
-            description=semconv.METRICS[semconv.METRIC_PACING_ACTIVE].description,
-        )
-        meter.create_observable_gauge(
-            semconv.METRIC_PACING_DELAY,
-            callbacks=[self._observe_delays],
-            unit=semconv.METRICS[semconv.METRIC_PACING_DELAY].unit,
-            description=semconv.METRICS[semconv.METRIC_PACING_DELAY].description,
-        )
-        meter.create_observable_gauge(
-            semconv.METRIC_REBALANCE_SHARE,
-            callbacks=[self._observe_shares],
-            unit=semconv.METRICS[semconv.METRIC_REBALANCE_SHARE].unit,
-            description=semconv.METRICS[semconv.METRIC_REBALANCE_SHARE].description,
-        )
-        meter.create_observable_gauge(
-            semconv.METRIC_CONTROLLER_EFFECT,
-            callbacks=[self._observe_effect],
-            unit=semconv.METRICS[semconv.METRIC_CONTROLLER_EFFECT].unit,
-            description=semconv.METRICS[semconv.METRIC_CONTROLLER_EFFECT].description,
-        )
-        self._decisions_counter = meter.create_counter(
-            semconv.METRIC_PACING_DECISIONS,
-            unit=semconv.METRICS[semconv.METRIC_PACING_DECISIONS].unit,
-            description=semconv.METRICS[semconv.METRIC_PACING_DECISIONS].description,
-        )
+        observable(meter, semconv.METRIC_PACING_ACTIVE, [self._observe_active])
+        observable(meter, semconv.METRIC_PACING_DELAY, [self._observe_delays])
+        observable(meter, semconv.METRIC_REBALANCE_SHARE, [self._observe_shares])
+        observable(meter, semconv.METRIC_CONTROLLER_EFFECT, [self._observe_effect])
+        self._decisions_counter = counter(meter, semconv.METRIC_PACING_DECISIONS)
         # The same numbers as /healthz, read when the metrics are collected.
-        meter.create_observable_counter(
-            semconv.METRIC_PACER_OTLP_REFUSED,
-            callbacks=[lambda options: _by_reason(self.otlp_refused())],
-            unit=semconv.METRICS[semconv.METRIC_PACER_OTLP_REFUSED].unit,
-            description=semconv.METRICS[semconv.METRIC_PACER_OTLP_REFUSED].description,
-        )
-        meter.create_observable_counter(
-            semconv.METRIC_PACER_POINTS_REJECTED,
-            callbacks=[lambda options: _by_reason(self.points_rejected())],
-            unit=semconv.METRICS[semconv.METRIC_PACER_POINTS_REJECTED].unit,
-            description=semconv.METRICS[semconv.METRIC_PACER_POINTS_REJECTED].description,
-        )
-        meter.create_observable_counter(
-            semconv.METRIC_PACER_HTTP_REFUSED,
-            callbacks=[lambda options: _by_reason(self.http_refused())],
-            unit=semconv.METRICS[semconv.METRIC_PACER_HTTP_REFUSED].unit,
-            description=semconv.METRICS[semconv.METRIC_PACER_HTTP_REFUSED].description,
-        )
+        for name, read in (
+            (semconv.METRIC_PACER_OTLP_REFUSED, self.otlp_refused),
+            (semconv.METRIC_PACER_POINTS_REJECTED, self.points_rejected),
+            (semconv.METRIC_PACER_HTTP_REFUSED, self.http_refused),
+        ):
+            observable(meter, name, [lambda options, read=read: _by_reason(read())])
 
     def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
         return [

@@ -26,6 +26,7 @@ from opentelemetry.sdk.resources import Resource
 
 from skewtrace import semconv
 from skewtrace._log_limit import RepeatLimitFilter
+from skewtrace._registry_instruments import observable
 from skewtrace.telemetry.dataloader import FetchCountingRecorder
 from skewtrace.telemetry.gpu import GpuSample, GpuSampler, load_nvml
 from skewtrace.telemetry.network import (
@@ -229,10 +230,7 @@ class NodeTelemetry:
     # ------------------------------------------------------------------ instruments
 
     def _register(self, meter: Any) -> None:
-        self._creators = {
-            "counter": meter.create_observable_counter,
-            "gauge": meter.create_observable_gauge,
-        }
+        self._meter = meter
         if self.samples_node:
             self._register_node()
         self._register_rank()
@@ -246,8 +244,6 @@ class NodeTelemetry:
         :data:`skewtrace.semconv.METRICS`), observed by ``observe``."""
         from opentelemetry.metrics import CallbackOptions, Observation
 
-        spec = semconv.METRICS[name]
-
         def callback(_options: CallbackOptions) -> list[Observation]:
             pass_number = self._passes.observe(name)
             try:
@@ -256,9 +252,7 @@ class NodeTelemetry:
                 self.health.failed(name, repr(error))
                 return []
 
-        self._creators[spec.instrument](
-            name, callbacks=[callback], unit=spec.unit, description=spec.description
-        )
+        observable(self._meter, name, [callback])
 
     def _register_node(self) -> None:
         health, root = self.health, self.root
