@@ -491,6 +491,23 @@ func TestFlushTickerEmits(t *testing.T) {
 	}
 }
 
+// startProcessor starts the real barrierskew processor with its default config, forwarding
+// to sink; the caller shuts it down (which releases what it still holds).
+func startProcessor(t *testing.T, sink *consumertest.TracesSink) processor.Traces {
+	t.Helper()
+	factory := barrierskewprocessor.NewFactory()
+	proc, err := factory.CreateTraces(context.Background(),
+		processor.Settings(processortest.NewNopSettings(factory.Type())),
+		factory.CreateDefaultConfig(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	return proc
+}
+
 // TestProcessorThenConnectorJoinsOnce runs the real processor in front of the connector, as
 // in the pipeline traces -> barrierskew processor -> barrierskew connector, and checks that
 // the connector reads the annotations (its own engine joins nothing) and reports the same
@@ -499,16 +516,7 @@ func TestProcessorThenConnectorJoinsOnce(t *testing.T) {
 	alone := newHarness(t, nil)
 	chained := newHarness(t, nil)
 	procSink := new(consumertest.TracesSink)
-	procFactory := barrierskewprocessor.NewFactory()
-	proc, err := procFactory.CreateTraces(context.Background(),
-		processor.Settings(processortest.NewNopSettings(procFactory.Type())),
-		procFactory.CreateDefaultConfig(), procSink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	proc := startProcessor(t, procSink)
 	defer func() { _ = proc.Shutdown(context.Background()) }()
 
 	ranks := fixture.Ranks(4)
@@ -799,16 +807,7 @@ func TestImbalanceAndReplayErrorGauges(t *testing.T) {
 func joinModeInput(t *testing.T) []ptrace.Traces {
 	t.Helper()
 	procSink := new(consumertest.TracesSink)
-	procFactory := barrierskewprocessor.NewFactory()
-	proc, err := procFactory.CreateTraces(context.Background(),
-		processor.Settings(processortest.NewNopSettings(procFactory.Type())),
-		procFactory.CreateDefaultConfig(), procSink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
+	proc := startProcessor(t, procSink)
 	ranks := fixture.Ranks(4)
 	for step := range int64(6) {
 		if err := proc.ConsumeTraces(context.Background(),
