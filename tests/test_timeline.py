@@ -723,11 +723,16 @@ def test_where_the_collector_located_the_slow_link_other_nics_are_not_on_the_pat
     traffic changed shape. node0's NIC is also changed, not first: the collectives' slow
     transfers were located on node2, rank 0's flag is no material share of the rise, and
     node0's NIC was suspected for a moment only."""
-    job = Job(seed=19)
-    job.healthy(step_at=106)
-    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 40.0, at=98)
-    job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node2"}, 0.0, 40.0, at=101)
-    job.transfers_rise(at=103)
+
+    def queues_fill() -> Job:
+        job = Job(seed=19)
+        job.healthy(step_at=106)
+        job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 40.0, at=98)
+        job.replace(semconv.PROM_QDISC_DROPS, {HOST: "node2"}, 0.0, 40.0, at=101)
+        job.transfers_rise(at=103)
+        return job
+
+    job = queues_fill()
     job.add(semconv.PROM_FABRIC_SUSPECT, {JOB: JOB_ID, SUSPECT_KIND: "nic", SUSPECT_NAME: "eth0",
             HOST: "node2"}, 0.0, 1.0, at=108)  # fmt: skip
     _flag(job, 2, semconv.CAUSE_NETWORK, at=108)
@@ -744,12 +749,7 @@ def test_where_the_collector_located_the_slow_link_other_nics_are_not_on_the_pat
 
     # Without the Collector's location, the job's rising transfers put every NIC on the path,
     # and node0's earlier change leads.
-    bare = Job(seed=19)
-    bare.healthy(step_at=106)
-    bare.replace(semconv.PROM_QDISC_DROPS, {HOST: "node0"}, 0.0, 40.0, at=98)
-    bare.replace(semconv.PROM_QDISC_DROPS, {HOST: "node2"}, 0.0, 40.0, at=101)
-    bare.transfers_rise(at=103)
-    unlocated = bare.report()
+    unlocated = queues_fill().report()
     assert unlocated.first is not None and unlocated.first.component == "node0/eth0"
     assert unlocated.also_changed == ()
 
