@@ -49,26 +49,25 @@ def otelcol_path() -> Path:
     return _binary("SKEWTRACE_OTELCOL", REPO_ROOT / "build" / "otelcol-skewtrace")
 
 
+def _prometheus_package(name: str) -> str:
+    from prometheus_harness import find_binary
+
+    binary = find_binary(name)
+    if binary is None:
+        needs.unavailable(f"{name} is not installed (apt-get install prometheus)")
+    return binary
+
+
 @pytest.fixture(scope="session")
 def prometheus_binary() -> str:
     """The prometheus server binary (Debian's package; .ci/run installs it)."""
-    from prometheus_harness import find_binary
-
-    binary = find_binary("prometheus")
-    if binary is None:
-        needs.unavailable("prometheus is not installed (apt-get install prometheus)")
-    return binary
+    return _prometheus_package("prometheus")
 
 
 @pytest.fixture(scope="session")
 def promtool_binary() -> str:
     """promtool, from the same package as prometheus."""
-    from prometheus_harness import find_binary
-
-    binary = find_binary("promtool")
-    if binary is None:
-        needs.unavailable("promtool is not installed (apt-get install prometheus)")
-    return binary
+    return _prometheus_package("promtool")
 
 
 @pytest.fixture
