@@ -28,16 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "examples"))
 
+from skewtrace._ports import free_port  # noqa: E402
+
 HOT_PATH_TARGET_US = 2.0
 STEP_OVERHEAD_TARGET = 1.01
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ------------------------------------------------------------------------------ 1. hot path
@@ -316,7 +310,7 @@ def bench_step_time(
 
     world = 4
     sink = OtlpSink().start() if endpoint_up else None
-    endpoint = sink.endpoint if sink else f"http://127.0.0.1:{_free_port()}"
+    endpoint = sink.endpoint if sink else f"http://127.0.0.1:{free_port()}"
     conf = dict(
         conf,
         null_control=null_control,
@@ -329,7 +323,7 @@ def bench_step_time(
     )
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     try:
         procs = [
             ctx.Process(target=_ddp_worker, args=(r, world, port, conf, queue))
@@ -426,11 +420,11 @@ def bench_memory(steps: int, buffer_events: int) -> dict[str, Any]:
 
     import skewtrace
 
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{_free_port()}"  # down
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"  # down
     os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "1"
     os.environ["SKEWTRACE_JOB_ID"] = "overhead-memory"
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     torch.set_num_threads(1)
 

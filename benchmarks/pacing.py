@@ -28,7 +28,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,15 +47,10 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
 from skewtrace import semconv  # noqa: E402
+from skewtrace._ports import free_port as free_port  # noqa: E402
 
 PAPER_CV_BEFORE, PAPER_CV_AFTER = 0.22, 0.09
 PAPER_THROUGHPUT_RANGE = (-0.006, 0.008)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen[Any] | None = None) -> None:

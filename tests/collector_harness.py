@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client.samples import Sample
 
 import needs
+from skewtrace._ports import free_port
 from skewtrace.cluster.metrics import parse_prometheus_text
 from skewtrace.report.spans import FileSpan as FileSpan
 from skewtrace.report.spans import iter_file_export as iter_file_export
@@ -50,24 +51,15 @@ PASSTHROUGH_YAML = CONFIG_DIR / "passthrough.yaml"
 LOADGEN_DIR = REPO_ROOT / "tools" / "loadgen"
 
 
-def _free_port() -> int:
-    # Imported lazily so the harness also works from benchmarks (outside pytest's rootdir).
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class CollectorPorts:
     """The ports one collector listens on, all on 127.0.0.1."""
 
-    otlp_grpc: int = field(default_factory=_free_port)
-    otlp_http: int = field(default_factory=_free_port)
-    prometheus: int = field(default_factory=_free_port)
-    health: int = field(default_factory=_free_port)
-    telemetry: int = field(default_factory=_free_port)
+    otlp_grpc: int = field(default_factory=free_port)
+    otlp_http: int = field(default_factory=free_port)
+    prometheus: int = field(default_factory=free_port)
+    health: int = field(default_factory=free_port)
+    telemetry: int = field(default_factory=free_port)
 
     def env(self) -> dict[str, str]:
         return {
@@ -90,7 +82,7 @@ def gateway_tier2(
     """Tier-2 instances of the gateway with gateway-tier2.yaml appended to ``configs``: each
     gets a verdict port of its own, and all of them the same list of every verdict endpoint
     (each job's flags are decided on one of them)."""
-    ports = {name: _free_port() for name in names}
+    ports = {name: free_port() for name in names}
     endpoints = ", ".join(f"127.0.0.1:{p}" for p in ports.values())
     return [
         CollectorProcess(
@@ -129,20 +121,26 @@ class CollectorProcess:
         self.configs = [Path(c) for c in configs]
         self.workdir = Path(workdir)
         self.name = name
+        # Ports the harness chose can be chosen again if another process took one first.
+        self._ports_chosen_here = ports is None
         self.ports = ports or CollectorPorts()
         self.file_export_path = self.workdir / f"{name}-spans.jsonl"
         self.log_path = self.workdir / f"{name}.log"
-        self.env = {
-            # Nothing listens there unless a test says otherwise: exports fail and are logged,
-            # which is the collector's normal behaviour without a backend or pacer.
-            "SKEWTRACE_TRACES_BACKEND_ENDPOINT": f"127.0.0.1:{_free_port()}",
-            "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{_free_port()}",
-            "SKEWTRACE_FILE_EXPORT_PATH": str(self.file_export_path),
-            **self.ports.env(),
-            **(env or {}),
-        }
+        self._given_env = dict(env or {})
+        self.env = self._compose_env()
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
+
+    def _compose_env(self) -> dict[str, str]:
+        return {
+            # Nothing listens there unless a test says otherwise: exports fail and are logged,
+            # which is the collector's normal behaviour without a backend or pacer.
+            "SKEWTRACE_TRACES_BACKEND_ENDPOINT": f"127.0.0.1:{free_port()}",
+            "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",
+            "SKEWTRACE_FILE_EXPORT_PATH": str(self.file_export_path),
+            **self.ports.env(),
+            **self._given_env,
+        }
 
     # -- endpoints ---------------------------------------------------------------------------
     @property
@@ -170,7 +168,22 @@ class CollectorProcess:
             cmd += ["--config", str(config)]
         return cmd
 
-    def start(self, timeout_s: float = 30.0) -> CollectorProcess:
+    def start(self, timeout_s: float = 30.0, port_retries: int = 2) -> CollectorProcess:
+        """Start the collector and wait until it is healthy. When one of the ports the
+        harness chose was taken in between (another process bound it first), it starts again
+        on new ones, up to ``port_retries`` times; ports a test gave are never changed."""
+        for attempt in range(port_retries + 1):
+            try:
+                return self._start_once(timeout_s)
+            except CollectorError:
+                taken = "address already in use" in self.log_text()
+                if not (taken and self._ports_chosen_here and attempt < port_retries):
+                    raise
+                self.ports = CollectorPorts()
+                self.env = self._compose_env()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> CollectorProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
         env = {**os.environ, **self.env}
@@ -298,18 +311,27 @@ def find_samples(samples: Sequence[Sample], name: str, **labels: str) -> list[Sa
 
 
 def build_loadgen(out: Path | None = None) -> Path:
-    """`go build` tools/loadgen (seconds when Go's build cache is warm)."""
+    """`go build` tools/loadgen (seconds when Go's build cache is warm). Test workers build
+    it side by side: one at a time (a lock file beside it), and the binary replaced at once,
+    so a worker running the previous build is not disturbed."""
+    import fcntl
+
     out = out or REPO_ROOT / "build" / "loadgen"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["go", "build", "-o", str(out), "."],
-        cwd=LOADGEN_DIR,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"building tools/loadgen failed:\n{result.stdout}{result.stderr}")
+    partial = out.with_name(f".{out.name}.{os.getpid()}")
+    with open(out.with_name(f".{out.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            ["go", "build", "-o", str(partial), "."],
+            cwd=LOADGEN_DIR,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise RuntimeError(f"building tools/loadgen failed:\n{result.stdout}{result.stderr}")
+        os.replace(partial, out)
     return out
 
 

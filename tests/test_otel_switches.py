@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.server
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -351,6 +352,28 @@ def test_log_limit_stays_through_the_final_flush(world_of_one: None, job: None) 
     skewtrace.uninstrument()
     assert seen == [True]
     assert _log_limit._installed is None
+
+
+def test_metrics_readers_stop_when_the_span_flush_used_the_whole_budget(
+    world_of_one: None, job: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens at the default endpoint and the shutdown budget is 50 ms: the span
+    exporter's final flush uses it all. The SDK's MeterProvider.shutdown skips every reader
+    once its deadline has passed, which left the private providers' export threads running
+    and retrying for the rest of the process; they stop now (within seconds, in the
+    background)."""
+    monkeypatch.setenv("SKEWTRACE_SHUTDOWN_TIMEOUT_MILLIS", "50")
+    before = set(threading.enumerate())
+    _train(1)
+    ours = [t for t in set(threading.enumerate()) - before if "PeriodicExporting" in t.name]
+    assert ours, "the private metrics providers should run a periodic reader"
+    started = time.monotonic()
+    skewtrace.uninstrument()
+    assert time.monotonic() - started < 2  # the caller still waits only its budget
+    deadline = time.monotonic() + 20
+    while any(t.is_alive() for t in ours) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [t.name for t in ours if t.is_alive()]
 
 
 def test_private_resource_carries_the_rank(world_of_one: None, job: None, server: _Server) -> None:

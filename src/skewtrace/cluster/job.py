@@ -24,9 +24,10 @@ from typing import Any, Protocol
 
 from prometheus_client.samples import Sample
 
+from skewtrace._ports import free_port
 from skewtrace.cluster import metrics
 from skewtrace.cluster.scenarios import Fault, Placement
-from skewtrace.cluster.services import Services, free_port
+from skewtrace.cluster.services import Services
 
 
 class Cluster(Placement, Protocol):

@@ -10,7 +10,6 @@ pacer``.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from skewtrace._ports import free_port
 from skewtrace.cluster import netns
 
 
@@ -43,12 +43,6 @@ RESPONSIVE = {"SKEWTRACE_ANALYSIS_DELAY": "500ms", "SKEWTRACE_METRICS_FLUSH_INTE
 
 class ServiceError(RuntimeError):
     """A service did not start; the message has the end of its log."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

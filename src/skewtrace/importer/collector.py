@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from skewtrace import _resources, semconv
+from skewtrace._ports import free_port
 from skewtrace.report.spans import SpanFileReader
 
 CONFIGS = ("collector-config/otelcol.yaml", "collector-config/file-export.yaml")
@@ -55,12 +55,6 @@ def find_binary(given: str | None, env: Mapping[str, str] | None = None) -> Path
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class LocalCollector:
     """``with LocalCollector(binary, workdir) as collector:`` starts it and waits until it is
     healthy; leaving the block stops it (SIGTERM, then SIGKILL)."""
@@ -70,8 +64,8 @@ class LocalCollector:
         self.workdir = workdir
         self.spans_path = workdir / "spans.jsonl"
         self.log_path = workdir / "otelcol.log"
-        self.otlp_port = _free_port()
-        self._health = _free_port()
+        self.otlp_port = free_port()
+        self._health = free_port()
         configs = [_resources.shipped(name) for name in CONFIGS]
         missing = [name for name, path in zip(CONFIGS, configs, strict=True) if path is None]
         if missing:
@@ -83,13 +77,13 @@ class LocalCollector:
         environ.update(
             {
                 "SKEWTRACE_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.otlp_port}",
-                "SKEWTRACE_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{_free_port()}",
-                "SKEWTRACE_PROMETHEUS_ENDPOINT": f"127.0.0.1:{_free_port()}",
+                "SKEWTRACE_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
+                "SKEWTRACE_PROMETHEUS_ENDPOINT": f"127.0.0.1:{free_port()}",
                 "SKEWTRACE_HEALTH_ENDPOINT": f"127.0.0.1:{self._health}",
                 "SKEWTRACE_OTELCOL_METRICS_HOST": "127.0.0.1",
-                "SKEWTRACE_OTELCOL_METRICS_PORT": str(_free_port()),
-                "SKEWTRACE_TRACES_BACKEND_ENDPOINT": f"127.0.0.1:{_free_port()}",
-                "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{_free_port()}",
+                "SKEWTRACE_OTELCOL_METRICS_PORT": str(free_port()),
+                "SKEWTRACE_TRACES_BACKEND_ENDPOINT": f"127.0.0.1:{free_port()}",
+                "SKEWTRACE_PACER_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",
                 "SKEWTRACE_FILE_EXPORT_PATH": str(self.spans_path),
             }
         )
