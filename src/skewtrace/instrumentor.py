@@ -64,6 +64,13 @@ logger = logging.getLogger("skewtrace")
 
 _instruments = ("torch >= 2.2",)
 
+_METRICS_CLOSE_FLOOR_MILLIS = 2000
+"""The least time the private metrics providers are given to shut down, in the background,
+when the span exporter's final flush used up the shutdown budget: the SDK's
+``MeterProvider.shutdown`` skips every reader once its deadline has passed, which left their
+periodic export threads running (and retrying against a collector that was down) for the
+rest of the process."""
+
 
 def _sdk_provider(provider: Any) -> Any | None:
     """``provider`` if it is an SDK TracerProvider we can feed spans into, else None."""
@@ -496,10 +503,11 @@ class Session:
             except Exception:
                 logger.debug("skewtrace: pacer client stop failed", exc_info=True)
         remaining = max(0, int((deadline - time.monotonic()) * 1000))
-        # The metrics SDK's own shutdown is not bounded by our budget: run it aside.
+        # The metrics SDK's own shutdown is not bounded by our budget: run it aside, waited
+        # for only within the budget, and always with enough time to stop its readers.
         closer = threading.Thread(
             target=self._close_metrics,
-            args=(remaining,),
+            args=(max(remaining, _METRICS_CLOSE_FLOOR_MILLIS),),
             daemon=True,
             name="skewtrace-metrics-close",
         )
