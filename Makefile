@@ -7,6 +7,13 @@ OTELCOL := $(BUILD)/otelcol-skewtrace
 JAEGER := $(BUILD)/jaeger
 export SKEWTRACE_OTELCOL := $(OTELCOL)
 export SKEWTRACE_JAEGER := $(JAEGER)
+# pytest-xdist workers for `make test`: most tests wait on processes, sockets and sleeps, so
+# three share two cores well (README: timing of the suite). TEST_WORKERS=0 runs it serially.
+# A test file runs on one worker (--dist loadfile): a module's shared fixtures (a job run
+# once, a collector kept up) are set up once, and tests that use fixed ports (the default
+# ports in test_collector_auth.py) never run beside each other. Files are handed out longest
+# first (tests/conftest.py orders them by the last run's durations), not by test count.
+TEST_WORKERS ?= 3
 
 .PHONY: all venv collector jaeger generate lint test test-fast test-go test-py demo bench clean
 
@@ -51,7 +58,7 @@ test-go:
 	cd tools/loadgen && go test -count=1 ./...
 
 test-py: venv collector jaeger
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: lint test-go test-py
 

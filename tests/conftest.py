@@ -11,7 +11,6 @@ it, and skip on a developer machine. A test that requests ``otelcol_path``,
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 import needs
+from skewtrace._ports import free_port as free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +36,66 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests that need a marker they do not carry:\n  " + "\n  ".join(missing)
         )
+    _longest_files_first(config, items)
+
+
+# -- the order of files: longest first -----------------------------------------------------
+#
+# `make test` runs test files on several pytest-xdist workers (--dist loadfile), each file on
+# one worker, handed out in collection order. A long file handed out last keeps one worker
+# busy after the others are done, so the files go longest first: by the seconds each took in
+# the last run here (pytest's cache, .pytest_cache/), else by an estimate from their markers.
+_DURATIONS_KEY = "skewtrace/file_durations"
+_ESTIMATE_S = {"netns": 40.0, "prometheus": 20.0, "slow": 10.0}
+_UNMARKED_ESTIMATE_S = 0.2
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _estimate(item: pytest.Item) -> float:
+    for marker, seconds in _ESTIMATE_S.items():
+        if item.get_closest_marker(marker) is not None:
+            return seconds
+    return _UNMARKED_ESTIMATE_S
+
+
+def _longest_files_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cache = getattr(config, "cache", None)
+    measured: dict[str, float] = cache.get(_DURATIONS_KEY, {}) if cache is not None else {}
+    estimated: dict[str, float] = {}
+    for item in items:
+        path = _file_of(item.nodeid)
+        estimated[path] = estimated.get(path, 0.0) + _estimate(item)
+    length = {path: measured.get(path, guess) for path, guess in estimated.items()}
+    order = {path: i for i, path in enumerate(estimated)}
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        path = _file_of(item.nodeid)
+        return (-length[path], order[path])
+
+    items.sort(key=key)  # stable: a file's tests keep their order, and stay together
+
+
+_ran: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = _file_of(report.nodeid)
+    _ran[path] = _ran.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    cache = getattr(config, "cache", None)
+    if cache is None or not _ran or hasattr(config, "workerinput"):
+        return
+    if config.getoption("keyword") or config.getoption("markexpr"):
+        return  # a selection of a file's tests is not how long the file takes
+    known: dict[str, float] = cache.get(_DURATIONS_KEY, {})
+    known.update({path: round(seconds, 2) for path, seconds in _ran.items()})
+    cache.set(_DURATIONS_KEY, known)
 
 
 @pytest.fixture(scope="session")
@@ -84,13 +144,6 @@ def namespaces() -> None:
 def jaeger_path() -> Path:
     """A Jaeger v2 binary built from tools/jaeger (its own Go module)."""
     return _binary("SKEWTRACE_JAEGER", REPO_ROOT / "build" / "jaeger")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
