@@ -69,7 +69,7 @@ test: lint test-go test-py
 test-fast: venv collector
 	cd src/collector && go test ./...
 	cd tools/loadgen && go test ./...
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder
 
 demo: venv collector
 	$(PY) -m skewtrace.cli demo
