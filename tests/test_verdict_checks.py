@@ -32,3 +32,41 @@ def test_a_flag_the_hysteresis_does_not_make_is_reported() -> None:
 def test_the_warm_up_votes_for_nothing() -> None:
     named = {s: {5: "compute"} for s in range(6)}
     assert [s for s, f in v.expected_flagged(named, 5).items() if f] == [5]
+
+
+def _work_spans(slow: dict[int, set[int]], steps: int, ranks: int = 4) -> list:
+    """Per step and rank a 100 ms step and a forward of 10 ms, 40 ms for the slow ranks."""
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    spans = []
+    for step in range(steps):
+        for rank in range(ranks):
+            forward_ms = 40 if rank in slow.get(step, set()) else 10
+            for name, ms in ((semconv.SPAN_STEP, 100), (semconv.SPAN_FORWARD, forward_ms)):
+                spans.append(
+                    FileSpan(
+                        name,
+                        "t",
+                        "s",
+                        0,
+                        ms * 1_000_000,
+                        {semconv.STEP: step},
+                        {semconv.RANK: rank},
+                    )
+                )
+    return spans
+
+
+def test_a_compute_flag_is_explained_where_own_work_would_raise_or_keep_it() -> None:
+    # Rank 0's own work was longer in steps 4-7 and 10 (4 of 8 through step 11) and in 13:
+    # the hysteresis keeps the flag through 15 (13 is one of the last 3), not at 16.
+    spans = _work_spans({s: {0} for s in [4, 5, 6, 7, 10, 13]}, 18)
+    flags = {s: ({0: "compute"} if 7 <= s <= 16 else {}) for s in range(18)}
+    assert v.unexplained_flags(spans, flags, injected=None) == {16: [0]}
+    # A flag on a rank whose own work never ran long is unexplained in every step.
+    flags = {s: ({1: "compute"} if s in (8, 9) else {}) for s in range(12)}
+    assert v.unexplained_flags(spans, flags, injected=None) == {8: [1], 9: [1]}
+    # The injected rank and other causes are not judged here.
+    flags = {s: {1: "compute", 2: "network"} for s in range(12)}
+    assert v.unexplained_flags(spans, flags, injected=1) == {}

@@ -92,10 +92,13 @@ def unexplained_flags(
     spans: Iterable[FileSpan], flags: Mapping[int, Mapping[int, str]], injected: int | None
 ) -> dict[int, list[int]]:
     """Per step, the ranks flagged for compute (other than ``injected``, the fault's rank)
-    whose own measured work does not explain it: a rank whose forward, backward and optimizer
-    step ran longer than the step's median rank by the root-cause bound in fewer than FLAG_K
-    of the last FLAG_WINDOW steps. On a busy machine a descheduled rank really computes
-    longer, and then its flag is the job's own evidence, not a false one."""
+    whose own measured work does not explain it. Its work is long in a step when its forward,
+    backward and optimizer step ran longer than the step's median rank by the root-cause
+    bound; a flag is explained when FLAG_K of the last FLAG_WINDOW steps were long, or when
+    the Collector's hysteresis (expected_flagged) applied to the long steps keeps it (one of
+    the last CLEAR_STEPS long, after it was raised).
+    On a busy machine a descheduled rank really computes longer, and then its flag is the
+    job's own evidence, not a false one."""
     spans = list(spans)
     work = own_work(spans)
     durations: dict[int, list[float]] = {}
@@ -113,12 +116,18 @@ def unexplained_flags(
         step_s = sorted(durations[step])[len(durations[step]) // 2]
         return ranks[rank] - median >= max(MIN_COST_S, MIN_COST_FRACTION * step_s)
 
+    steps = sorted(set(flags) | set(work))
+    held: dict[int, dict[int, bool]] = {}
     out: dict[int, list[int]] = {}
-    for step, flagged in flags.items():
+    for step, flagged in sorted(flags.items()):
         for rank, cause in flagged.items():
             if rank == injected or cause != semconv.CAUSE_COMPUTE:
                 continue
+            if rank not in held:
+                evidence = {s: ({rank: cause} if slow(s, rank) else {}) for s in steps}
+                held[rank] = expected_flagged(evidence, rank)
             recent = range(step - FLAG_WINDOW + 1, step + 1)
-            if sum(slow(s, rank) for s in recent) < FLAG_K:
-                out.setdefault(step, []).append(rank)
+            if held[rank].get(step, False) or sum(slow(s, rank) for s in recent) >= FLAG_K:
+                continue
+            out.setdefault(step, []).append(rank)
     return out
