@@ -41,10 +41,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # -- the order of files: longest first -----------------------------------------------------
 #
-# `make test` runs test files on several pytest-xdist workers (--dist loadfile), each file on
-# one worker, handed out in collection order. A long file handed out last keeps one worker
-# busy after the others are done, so the files go longest first: by the seconds each took in
-# the last run here (pytest's cache, .pytest_cache/), else by an estimate from their markers.
+# With TEST_WORKERS, `make test` runs test files on several pytest-xdist workers (--dist
+# loadfile), each file on one worker, handed out in collection order. A long file handed out
+# last keeps one worker busy after the others are done, so the files go longest first: by the
+# seconds each took in the last run here (pytest's cache, .pytest_cache/), else by an
+# estimate from their markers.
 _DURATIONS_KEY = "skewtrace/file_durations"
 _ESTIMATE_S = {"netns": 40.0, "prometheus": 20.0, "slow": 10.0}
 _UNMARKED_ESTIMATE_S = 0.2
@@ -62,6 +63,8 @@ def _estimate(item: pytest.Item) -> float:
 
 
 def _longest_files_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return  # a serial run keeps the collection order
     cache = getattr(config, "cache", None)
     measured: dict[str, float] = cache.get(_DURATIONS_KEY, {}) if cache is not None else {}
     estimated: dict[str, float] = {}
