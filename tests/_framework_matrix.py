@@ -36,8 +36,12 @@ import pytest
 
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess, FileSpan
 from skewtrace import semconv
-from skewtrace.report.collect import parse_summary
-from verdict_checks import flags_follow_root_causes, root_causes, unexplained_flags
+from verdict_checks import (
+    flagged_by_step,
+    flags_follow_root_causes,
+    root_causes,
+    unexplained_flags,
+)
 
 _RUNS = itertools.count()  # a job id per run, also for two cases of one script
 FRAMEWORKS = Path(__file__).resolve().parent.parent / "examples" / "frameworks"
@@ -233,9 +237,4 @@ def check(case: Case, spans: list[FileSpan], counts: Path, output: str = "") -> 
 
 def step_flags(spans: list[FileSpan]) -> dict[int, set[tuple[int, str]]]:
     """Per analyzed step (``train.step.summary``), the (rank, cause) pairs flagged."""
-    flags: dict[int, set[tuple[int, str]]] = {}
-    for span in spans:
-        summary = parse_summary(span) if span.name == semconv.SPAN_STEP_SUMMARY else None
-        if summary is not None:
-            flags[summary.step] = {(f.rank, f.cause) for f in summary.flags}
-    return flags
+    return {step: set(flagged.items()) for step, flagged in flagged_by_step(spans).items()}

@@ -33,7 +33,7 @@ from collector_harness import (
     parse_prometheus,
 )
 from skewtrace import semconv
-from verdict_checks import flags_follow_root_causes, root_causes
+from verdict_checks import flagged_by_step, flags_follow_root_causes, root_causes
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
@@ -156,25 +156,12 @@ def test_ddp_straggler_is_flagged_with_its_cause(
         # where its hysteresis makes that of the steps' replayed root causes.
         named = root_causes(spans)
         assert any(n.get(rank) == cause for n in named.values()), named
-        by_step = _flags_by_step(spans)
+        by_step = flagged_by_step(spans)
         missed = flags_follow_root_causes(named, by_step, rank, cause, sorted(by_step))
         assert not missed, (missed, named, by_step)
         flagged_steps = sum(1 for f in by_step.values() if f.get(rank) == cause)
         if flagged_steps >= 3:  # /metrics is polled: a flag of a step or two can fall between
             assert (str(rank), cause) in seen, f"/metrics showed {seen or 'no flagged rank'}"
-
-
-def _flags_by_step(spans: list[FileSpan]) -> dict[int, dict[int, str]]:
-    """Per analyzed step, the ranks its summary flagged, with their causes."""
-    return {
-        int(s.attributes[semconv.STEP]): {
-            int(e["attributes"][semconv.RANK]): str(e["attributes"][semconv.STRAGGLER_CAUSE])
-            for e in s.events
-            if e["name"] == semconv.EVENT_STRAGGLER
-        }
-        for s in spans
-        if s.name == semconv.SPAN_STEP_SUMMARY
-    }
 
 
 def _flags_in_summaries(spans: list[FileSpan]) -> set[tuple[int, str]]:

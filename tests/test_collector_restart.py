@@ -33,7 +33,7 @@ from collector_harness import (
     parse_prometheus,
 )
 from skewtrace import semconv
-from verdict_checks import flags_follow_root_causes, root_causes
+from verdict_checks import flagged_by_step, flags_follow_root_causes, root_causes
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
 
@@ -120,10 +120,7 @@ def test_restart_mid_run_counts_no_rank_missing(
     # machine lowers): rank 2 is flagged exactly where the restarted collector's hysteresis
     # makes that of the steps' replayed root causes, and it was flagged.
     named = root_causes(summaries)
-    by_step = {
-        int(s.attributes[semconv.STEP]): {rank: cause for rank, cause in f}
-        for s, f in zip(summaries, flags, strict=True)
-    }
+    by_step = flagged_by_step(summaries)
     missed = flags_follow_root_causes(named, by_step, 2, semconv.CAUSE_COMPUTE, sorted(by_step))
     assert not missed, (missed, named, by_step)
     assert any(flags), "rank 2 was never flagged"

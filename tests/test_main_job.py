@@ -37,7 +37,7 @@ from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 from skewtrace.cluster.outcome import read_verdicts
 from skewtrace.semconv import JOB_ID
-from verdict_checks import flags_follow_root_causes, root_causes
+from verdict_checks import flagged_by_step, flags_follow_root_causes, root_causes
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.netns]
 
@@ -176,12 +176,11 @@ def _assert_flags_follow_root_causes(
     a step of the phase). A busy machine changes how many steps name it, not this."""
     job = run["job_id"]
     spans = [s for s in read_file_export(workdir / "spans.jsonl") if s.resource.get(JOB_ID) == job]
-    named = root_causes(spans)
-    flags = {step: v.flagged for step, v in read_verdicts(workdir / "spans.jsonl", job).items()}
+    named, flagged = root_causes(spans), flagged_by_step(spans)
     first, last = phase["onset_step"], phase["steps"][1]
     for rank, cause in ranks.items():
-        missed = flags_follow_root_causes(named, flags, rank, cause, range(first + 2, last + 1))
-        assert not missed, (rank, cause, missed, named, flags)
+        missed = flags_follow_root_causes(named, flagged, rank, cause, range(first + 2, last + 1))
+        assert not missed, (rank, cause, missed, named, flagged)
         seen = [s for s in range(first, last + 1) if named.get(s, {}).get(rank) == cause]
         assert seen, (rank, cause, named)
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from collector_harness import FileSpan
 from skewtrace import semconv
 from skewtrace.report.collect import parse_summary
+from skewtrace.report.model import StepSummary
 
 # The Collector's flag hysteresis (diagnosis.Config's defaults, which otelcol.yaml keeps): a
 # rank named a root cause in FLAG_K of the last FLAG_WINDOW analyzed steps is flagged, and
@@ -19,13 +20,22 @@ FLAG_WINDOW, FLAG_K, CLEAR_STEPS, WARMUP_STEPS = 8, 4, 3, 2
 
 def root_causes(spans: Iterable[FileSpan]) -> dict[int, dict[int, str]]:
     """Per analyzed step, the ranks its replay named root causes, with their causes."""
-    out: dict[int, dict[int, str]] = {}
+    return {s.step: {rc.rank: rc.cause for rc in s.root_causes} for s in _summaries(spans)}
+
+
+def flagged_by_step(spans: Iterable[FileSpan]) -> dict[int, dict[int, str]]:
+    """Per analyzed step, the ranks the Collector flagged after it, with their causes."""
+    return {s.step: {f.rank: f.cause for f in s.flags} for s in _summaries(spans)}
+
+
+def _summaries(spans: Iterable[FileSpan]) -> list[StepSummary]:
+    out = []
     for span in spans:
         if span.name != semconv.SPAN_STEP_SUMMARY:
             continue
         summary = parse_summary(span)
         if summary is not None:
-            out[summary.step] = {rc.rank: rc.cause for rc in summary.root_causes}
+            out.append(summary)
     return out
 
 
