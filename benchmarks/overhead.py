@@ -54,7 +54,7 @@ def bench_hot_path(n: int) -> dict[str, float]:
     def kind_tuples() -> None:
         for step in range(n):
             t0 = now_ns()
-            record((PHASE, forward, step, t0, now_ns(), "host", None))
+            record((PHASE, forward, step, t0, now_ns(), "host", None, None))
 
     # For comparison, what naming the fields on the hot path would cost: the NamedTuple
     # built with tuple.__new__ or its class call, and a tuple headed by the class (which the

@@ -73,8 +73,8 @@ def _steps(count: int) -> list[Event]:
 def test_raw_events_become_named_events() -> None:
     kinds = {PHASE: PhaseEvent, STEP: StepEvent, COLLECTIVE: CollectiveEvent, PACING: PacingEvent}
     assert {kind: EVENT_CLASSES[kind] for kind in kinds} == kinds
-    assert typed((PHASE, "forward", 3, 10, 20, "host", None)) == PhaseEvent(
-        "forward", 3, 10, 20, "host", None
+    assert typed((PHASE, "forward", 3, 10, 20, "host", None, 64)) == PhaseEvent(
+        "forward", 3, 10, 20, "host", None, 64
     )
     assert typed((STEP, 3, 5, 40)).end_ns == 40
     assert typed(StepEvent(3, 5, 40)) == StepEvent(3, 5, 40)  # already named
@@ -86,7 +86,9 @@ def test_raw_events_become_named_events() -> None:
 
 def test_malformed_event_is_skipped_and_the_rest_kept() -> None:
     materializer = SpanMaterializer(_identity(1), 0)
-    spans = materializer.materialize([(STEP, 0, 5), (PHASE, "forward", 0, 1, 2, "host", None)])
+    spans = materializer.materialize(
+        [(STEP, 0, 5), (PHASE, "forward", 0, 1, 2, "host", None, None)]
+    )
     assert [s.name for s in spans] == ["forward"]
 
 

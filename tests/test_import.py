@@ -91,6 +91,41 @@ def dp_job(
     return rows
 
 
+def varying_lengths_job(ranks: int = 4, steps: int = 16) -> list[dict[str, Any]]:
+    """A data-parallel job whose sequence lengths vary per rank and step (no rank is slow):
+    forward and backward take time in proportion to the rank's tokens, which its forward
+    rows give in ``input_size``, as the instrumentation records ``training.input.size``."""
+    rng = random.Random(11)
+    free = [T0] * ranks
+    rows: list[dict[str, Any]] = []
+    for step in range(steps):
+        arrive = []
+        for r in range(ranks):
+            tokens = rng.randrange(256, 1024)
+            t = free[r] + rng.random() * 0.001
+            forward, backward = 0.030 * tokens / 512, 0.060 * tokens / 512
+            common = {"rank": r, "step": step, "host": f"node{r // 2}", "switch": "leaf0",
+                      "nic": "eth0"}  # fmt: skip
+            rows.append({**common, "op": semconv.SPAN_DATALOADER_FETCH, "start": f"{t:.6f}",
+                         "duration": "0.002000"})  # fmt: skip
+            rows.append({**common, "op": semconv.SPAN_FORWARD, "start": f"{t + 0.002:.6f}",
+                         "duration": f"{forward:.6f}", "input_size": tokens})  # fmt: skip
+            back = t + 0.002 + forward
+            rows.append({**common, "op": semconv.SPAN_BACKWARD, "start": f"{back:.6f}",
+                         "duration": f"{backward:.6f}"})  # fmt: skip
+            arrive.append(t + 0.002 + forward + backward)
+        end = max(arrive) + 0.004
+        for r in range(ranks):
+            common = {"rank": r, "step": step, "host": f"node{r // 2}", "switch": "leaf0",
+                      "nic": "eth0"}  # fmt: skip
+            rows.append({**common, "op": semconv.OP_ALL_REDUCE, "start": f"{arrive[r]:.6f}",
+                         "duration": f"{end - arrive[r]:.6f}", "bytes": 4096})  # fmt: skip
+            rows.append({**common, "op": semconv.SPAN_OPTIMIZER_STEP, "start": f"{end:.6f}",
+                         "duration": "0.003000"})  # fmt: skip
+            free[r] = end + 0.003
+    return rows
+
+
 def _x(
     name: str, ts: float, dur: Any, args: dict | None = None, cat: str = "cpu_op"
 ) -> dict[str, Any]:
@@ -654,6 +689,45 @@ def test_csv_job_with_a_slow_rank_is_flagged_by_the_collector(
     assert late == {2}
     hosts = {s.resource[semconv.RANK]: s.resource[semconv.HOST_NAME] for s in reduces}
     assert hosts == {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
+
+
+@pytest.mark.slow
+@pytest.mark.collector
+def test_csv_job_with_varying_sequence_lengths_is_a_data_imbalance(
+    otelcol_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A data-parallel job without stages: a different rank is slowest in each step, because
+    its sequences are longer. The forwards' input sizes are the evidence: the Collector
+    flags the job's data_imbalance with its cost, and no rank."""
+    rows = varying_lengths_job()
+    path = write_csv(
+        tmp_path / "lengths.csv", rows, ("host", "switch", "nic", "bytes", "input_size")
+    )
+    with CollectorProcess(
+        otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path, env=FAST_ANALYSIS
+    ) as collector:
+        code, _, err = import_cli(
+            capsys, str(path), "--job", "lengths", "--endpoint", collector.otlp_grpc_endpoint
+        )
+        assert code == 0, err
+        spans = wait_for(
+            collector.exported_spans, lambda s: set(summaries(s, "lengths")) >= set(range(16))
+        )
+    forwards = [s for s in spans if s.name == semconv.SPAN_FORWARD]
+    assert forwards and all(semconv.INPUT_SIZE in s.attributes for s in forwards)
+    by_step = summaries(spans, "lengths")
+    assert set(by_step) == set(range(16))
+    assert set().union(*(flags(s) for s in by_step.values())) == set()  # no rank flagged
+    data = [
+        e["attributes"]
+        for step in range(8, 16)
+        for e in by_step[step].events
+        if e["name"] == semconv.EVENT_IMBALANCE
+        and e["attributes"][semconv.STRAGGLER_CAUSE] == semconv.CAUSE_DATA_IMBALANCE
+    ]
+    assert data, "data_imbalance never flagged in steps 8-15"
+    assert all(d[semconv.IMBALANCE_COST] > 0.005 for d in data), data
+    assert "global batch" in data[0][semconv.IMBALANCE_FIX], data[0]
 
 
 @pytest.mark.slow

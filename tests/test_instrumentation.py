@@ -625,7 +625,7 @@ def test_hot_path_record_is_cheap() -> None:
     start = time.perf_counter()
     for _ in range(n):
         t0 = now_ns()
-        record((PHASE, "forward", 0, t0, now_ns(), "host", None))
+        record((PHASE, "forward", 0, t0, now_ns(), "host", None, None))
     per_event = (time.perf_counter() - start) / n
     assert per_event < 20e-6
     event = typed(recorder.events[0])
@@ -831,3 +831,39 @@ def test_private_exporter_delivers_within_a_second(
     step = next(s for s in spans if s.name == "train.step")
     assert step.resource[semconv.JOB_ID] == "unit-job"
     assert step.resource["service.name"] == semconv.DEFAULT_SERVICE_NAME
+
+
+class _KeywordModel(nn.Module):
+    """A model called as transformers' models are: tensors as keywords."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(32, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return (self.embed(input_ids) * attention_mask.unsqueeze(-1)).sum()
+
+
+def test_forward_spans_carry_their_input_size(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """training.input.size: the elements of the tensors a forward got, positional or keyword,
+    from their shapes; a sequence length that varies per step shows in it."""
+    provider, exporter = memory_provider
+    model = _KeywordModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    skewtrace.instrument(model=model, optimizer=optimizer, tracer_provider=provider)
+    lengths = (16, 48, 24)
+    for length in lengths:
+        ids = torch.randint(0, 32, (2, length))
+        optimizer.zero_grad()
+        model(input_ids=ids, attention_mask=torch.ones(2, length)).backward()
+        optimizer.step()
+    skewtrace.uninstrument()
+    forwards = sorted(
+        (s for s in exporter.get_finished_spans() if s.name == semconv.SPAN_FORWARD),
+        key=lambda s: s.attributes[semconv.STEP],
+    )
+    assert [s.attributes.get(semconv.INPUT_SIZE) for s in forwards] == [2 * 2 * n for n in lengths]
+    others = [s for s in exporter.get_finished_spans() if s.name != semconv.SPAN_FORWARD]
+    assert others and not any(semconv.INPUT_SIZE in s.attributes for s in others)

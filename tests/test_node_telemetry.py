@@ -514,10 +514,12 @@ def test_gpu_telemetry_off_without_nvml(tmp_path: Path, started: Any) -> None:
 
 def test_dataloader_wait_is_summed_as_events_are_drained() -> None:
     recorder = FetchCountingRecorder(16)
-    recorder.record((PHASE, semconv.SPAN_DATALOADER_FETCH, 0, 1_000, 251_000, None, None))
-    recorder.record((PHASE, semconv.SPAN_FORWARD, 0, 251_000, 900_000, None, None))
+    recorder.record((PHASE, semconv.SPAN_DATALOADER_FETCH, 0, 1_000, 251_000, None, None, None))
+    recorder.record((PHASE, semconv.SPAN_FORWARD, 0, 251_000, 900_000, None, None, None))
     recorder.record((STEP, 0, 0, 1_000_000))
-    recorder.record((PHASE, semconv.SPAN_DATALOADER_FETCH, 1, 1_000_000, 1_500_000, None, None))
+    recorder.record(
+        (PHASE, semconv.SPAN_DATALOADER_FETCH, 1, 1_000_000, 1_500_000, None, None, None)
+    )
     assert recorder.fetches == 0  # nothing counted on the recording side
     assert len(recorder.drain(100)) == 4
     assert recorder.fetches == 2

@@ -2,7 +2,7 @@
 
 On the hot path an event is a plain tuple: an integer kind (``PHASE``, ``STEP``,
 ``COLLECTIVE``, ``PACING``, ``CHECKPOINT``) and then the fields of that kind's class in order, e.g.
-``(PHASE, name, step, start_ns, end_ns, timing, cuda_handle)``. Building the NamedTuple
+``(PHASE, name, step, start_ns, end_ns, timing, cuda_handle, input_size)``. Building the NamedTuple
 itself there would cost more per event (``tuple.__new__`` about 0.1 us, the class call
 about 0.3 us), and so would a head that is the class object (a tuple holding only ints,
 strings and None is untracked by the garbage collector; one holding a class is not);
@@ -33,6 +33,9 @@ class PhaseEvent(NamedTuple):
     """``semconv.TIMING_HOST``, or None where the attribute is left out."""
     cuda_handle: int | None
     """The CUDA event pair timing it (``CudaEventTimer`` handle), None on the host."""
+    input_size: int | None = None
+    """``forward``: the elements of the tensors the call received (``training.input.size``);
+    None for other phases and for a call that received no tensor."""
 
 
 class StepEvent(NamedTuple):

@@ -185,6 +185,12 @@ const (
 	// attrTiming is training.timing (string): how the span's times were taken
 	attrTiming = "training.timing"
 
+	// attrInputSize is training.input.size (int): elements of the tensors the forward call
+	// received (its arguments, and tensors one list, tuple or dict deep): the size of its work
+	// where sequence lengths or batch sizes vary per rank and step, the evidence of a
+	// `data_imbalance` on jobs without pipeline stages; absent when the call received no tensor
+	attrInputSize = "training.input.size"
+
 	// attrPacingDelay is training.pacing.delay (float s): the delay applied
 	attrPacingDelay = "training.pacing.delay"
 

@@ -344,6 +344,8 @@ class SpanMaterializer:
             attributes = {semconv.STEP: event.step}
             if timing is not None:
                 attributes[semconv.TIMING] = timing
+            if event.input_size is not None:
+                attributes[semconv.INPUT_SIZE] = int(event.input_size)
             name = event.name
         self._child(spans, name, event.step, start, end, attributes)
 

@@ -42,7 +42,7 @@ class TracedIterator:
         end = now_ns()
         recorder.mark_activity(start)
         recorder.record(
-            (PHASE, semconv.SPAN_DATALOADER_FETCH, recorder.step, start, end, None, None)
+            (PHASE, semconv.SPAN_DATALOADER_FETCH, recorder.step, start, end, None, None, None)
         )
         return batch
 

@@ -3,7 +3,10 @@ it is built, or the one discovered at its first forward), and ``backward`` spans
 ``torch.autograd.backward``.
 
 forward: a forward pre-hook and a forward hook on the model, one span per call (per
-microbatch under gradient accumulation or pipelining). backward: the outermost
+microbatch under gradient accumulation or pipelining). The pre-hook also reads the call's
+input size (``training.input.size``: the elements of the tensors it received, from their
+shapes, never their values, so nothing waits for the device), the evidence the Collector
+needs to tell sequence lengths that vary per rank and step from a slow rank. backward: the outermost
 ``torch.autograd.backward`` call (``Tensor.backward`` and pipelining's stage backward call
 it), which returns after the autograd engine's final callbacks, where DDP and FSDP wait for
 their gradient collectives; one span per backward pass, none for a nested one (reentrant
@@ -35,9 +38,13 @@ class ModuleHooks:
         self._ctx = ctx
         self._cuda = ctx.cuda_timer if use_cuda else None
         self._forward_start = 0
+        self._forward_input: int | None = None
+        from torch import Tensor
+
+        self._tensor: Any = Tensor
         self._forward_handle: int | None = None
         self._handles = [
-            model.register_forward_pre_hook(self._pre_forward),
+            model.register_forward_pre_hook(self._pre_forward, with_kwargs=True),
             model.register_forward_hook(self._post_forward),
         ]
 
@@ -46,13 +53,14 @@ class ModuleHooks:
             handle.remove()
         self._handles.clear()
 
-    def _pre_forward(self, _module: Any, _args: Any) -> None:
+    def _pre_forward(self, _module: Any, args: Any, kwargs: Any = None) -> None:
         ctx = self._ctx
         recorder = ctx.recorder
         if not recorder.active:
             return
         if ctx.pacer is not None:
             ctx.maybe_pace(at_forward=True)
+        self._forward_input = input_size(args, kwargs, self._tensor)
         start = now_ns()
         if recorder.step_start_ns is None:
             recorder.step_start_ns = start  # the first timed event opens the first step
@@ -73,8 +81,37 @@ class ModuleHooks:
             self._cuda.stop(handle)  # type: ignore[union-attr]
             self._forward_handle = None
         recorder.record(
-            (PHASE, FORWARD, recorder.step, self._forward_start, now_ns(), HOST, handle)
+            (
+                PHASE,
+                FORWARD,
+                recorder.step,
+                self._forward_start,
+                now_ns(),
+                HOST,
+                handle,
+                self._forward_input,
+            )
         )
+
+
+def input_size(args: Any, kwargs: Any, tensor: Any) -> int | None:
+    """The elements of the tensors a forward call received: its positional and keyword
+    arguments, and the items of a list, tuple or dict among them (one level: a batch is a
+    tensor, a few tensors, or a dict of them). None when it received no tensor. Shapes only:
+    ``numel`` reads no device memory."""
+    total = 0
+    found = False
+    for group in (args, kwargs.values() if kwargs else ()):
+        for value in group:
+            if isinstance(value, tensor):
+                total += value.numel()
+                found = True
+            elif isinstance(value, (list, tuple, dict)):
+                for item in value.values() if isinstance(value, dict) else value:
+                    if isinstance(item, tensor):
+                        total += item.numel()
+                        found = True
+    return total if found else None
 
 
 def instrument_module(
@@ -168,7 +205,7 @@ def patch_backward(ctx: HookContext, patches: Patches) -> None:
             tls.in_backward = False
         if handle is not None:
             timer.stop(handle)  # type: ignore[union-attr]
-        record((PHASE, span, step, start, now_ns(), timing, handle))
+        record((PHASE, span, step, start, now_ns(), timing, handle, None))
         return result
 
     patches.replace(torch.autograd, "backward", backward, original)

@@ -83,7 +83,7 @@ class OptimizerHooks:
             return
         end = now_ns()
         recorder.record(
-            (PHASE, semconv.SPAN_OPTIMIZER_STEP, recorder.step, self._start, end, None, None)
+            (PHASE, semconv.SPAN_OPTIMIZER_STEP, recorder.step, self._start, end, None, None, None)
         )
         recorder.end_step(end)
         groups = self._ctx.process_groups

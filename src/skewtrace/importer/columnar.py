@@ -7,7 +7,8 @@ Columns (``docs/import.md`` is the reference; a header row names them, in any or
   pipeline stage: a collective without ``pg`` runs in its stage's data-parallel group),
   ``seq``; ``dp_rank`` and ``microbatch`` are accepted and not sent (no span carries them);
 - optional: ``pg``, ``peer``, ``bytes``, ``async``, ``host``, ``switch``, ``nic``,
-  ``world_size``, ``job``.
+  ``world_size``, ``job``, ``input_size`` (a ``forward`` row's input elements, e.g. its
+  tokens: ``training.input.size``, the evidence of a data imbalance without stages).
 
 ``op`` is a phase span name (``dataloader.fetch``, ``forward``, ``backward``,
 ``optimizer.step``, ``train.step``) or a collective op (``all_reduce``, ``send``, ...; also
@@ -62,6 +63,7 @@ OPTIONAL: tuple[str, ...] = (
     "nic",
     "world_size",
     "job",
+    "input_size",
 )
 COLUMNS: tuple[str, ...] = REQUIRED + SCHEMA + OPTIONAL
 
@@ -89,6 +91,7 @@ class _Row:
     peer: int | None
     nbytes: int
     is_async: bool
+    input_size: int | None = None
 
 
 class _Fields:
@@ -172,6 +175,7 @@ def _parse_row(
     seq = fields.integer("seq")
     peer = fields.integer("peer")
     nbytes = fields.integer("bytes") or 0
+    input_size = fields.integer("input_size")
     is_async = fields.boolean("async")
     for column in ("dp_rank", "microbatch"):
         fields.integer(column)
@@ -205,6 +209,7 @@ def _parse_row(
         peer=peer,
         nbytes=nbytes,
         is_async=is_async,
+        input_size=input_size if op == semconv.SPAN_FORWARD else None,
     )
     return row, per_rank
 
@@ -446,7 +451,7 @@ class _Reader:
         timing = (
             semconv.TIMING_HOST if row.op in (semconv.SPAN_FORWARD, semconv.SPAN_BACKWARD) else None
         )
-        return PhaseEvent(row.op, row.step, row.start_ns, row.end_ns, timing, None)
+        return PhaseEvent(row.op, row.step, row.start_ns, row.end_ns, timing, None, row.input_size)
 
     @staticmethod
     def _collective(row: _Row, pg: str, size: int, seq: int) -> CollectiveEvent:

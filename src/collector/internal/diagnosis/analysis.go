@@ -55,9 +55,13 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	// outlierMADs robust standard deviations (MAD) of the ranks' excess from its median.
 	noise, spread := m.excessSpread()
 	bar := max(threshold, outlierMADs*spread)
+	// Without stages, the forwards' input sizes are the data's view: a rank whose extra
+	// work its larger input explains is no candidate (its work is the data's, weighed by
+	// dataImbalance).
+	m.hasInputs = m.nStages < 2 && m.readInputs(a, j, sd)
 	var candidates []int32
 	for ri := range m.rankOf {
-		if m.excess[ri]-noise >= bar {
+		if m.excess[ri]-noise >= bar && !(m.hasInputs && m.explainedByInput(int32(ri), bar)) {
 			candidates = append(candidates, int32(ri))
 		}
 	}

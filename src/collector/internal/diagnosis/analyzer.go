@@ -317,14 +317,15 @@ func (a *Analyzer) EndCollective() {
 	a.cur, a.curJob = nil, nil
 }
 
-// ObservePhase records one rank's phase span (its own clock).
+// ObservePhase records one rank's phase span (its own clock) and, for a forward, its input
+// size (training.input.size; 0 when not given).
 func (a *Analyzer) ObservePhase(job string, step int64, rank int, kind PhaseKind,
-	start, end int64,
+	start, end, input int64,
 ) {
 	if end < start || rank < 0 || kind >= NumPhaseKinds {
 		return
 	}
-	a.phases.add(job, step, int32(rank), kind, start, end)
+	a.phases.add(job, step, int32(rank), kind, start, end, input)
 	if j := a.jobs[job]; j != nil {
 		j.sawRank(int32(rank), step)
 	}

@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
@@ -121,15 +122,17 @@ type imbalance struct {
 // a balanced split of each global batch would save.
 //
 // Uneven work is not evidence of the data by itself: on a busy host, scheduling noise makes
-// a different replica slowest in every step too. The data's signature is that a batch's
-// length slows every stage it passes through: the replica with the most work over its
-// stage's mean is the same in at least three quarters of the pipeline's stages. So this is
-// judged on pipeline jobs with data-parallel replicas only (a job without stages has no
-// second view of its data; see docs/architecture.md).
+// a different replica slowest in every step too. The data needs a second view. On a
+// pipeline job it is that a batch's length slows every stage it passes through: the replica
+// with the most work over its stage's mean is the same in at least three quarters of the
+// pipeline's stages (replicaAgreement). On a job without stages it is the size of each
+// rank's input, when its forwards say it (training.input.size): the rank with the most work
+// got more input than the mean, and work and input go together (inputAgreement). A job
+// without either view gets no data_imbalance (see docs/architecture.md).
 func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	threshold float64,
 ) (imbalance, bool) {
-	if m.nStages < 2 {
+	if m.nStages < 2 && !m.hasInputs {
 		return imbalance{}, false
 	}
 	n := len(m.order)
@@ -176,7 +179,14 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	if bound < threshold {
 		return imbalance{}, false
 	}
-	slowest, excess, ok := m.replicaAgreement()
+	var slowest int32
+	var excess float64
+	var ok bool
+	if m.nStages >= 2 {
+		slowest, excess, ok = m.replicaAgreement()
+	} else {
+		slowest, excess, ok = m.inputAgreement()
+	}
 	if !ok {
 		return imbalance{}, false
 	}
@@ -186,6 +196,119 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	}
 	return imbalance{cause: semconv.CauseDataImbalance, stage: -1, cost: cost, excess: excess,
 		slowest: m.rankOf[slowest]}, true
+}
+
+// minInputSpread is how much the largest rank input of a step must exceed the smallest, as
+// a fraction, for the inputs to explain uneven work (below it they are the same batch shape).
+const minInputSpread = 0.05
+
+// minInputCorrelation is the least correlation across ranks between a rank's work over the
+// mean and its input for the inputs to explain the work.
+const minInputCorrelation = 0.5
+
+// readInputs fills m.inputs with each rank's input in the step and reports whether every
+// rank's forwards gave theirs.
+func (m *model) readInputs(a *Analyzer, j *jobState, sd *stepData) bool {
+	nr := len(m.rankOf)
+	if nr < 2 {
+		return false
+	}
+	m.inputs = grow(m.inputs, nr)
+	for ri, rank := range m.rankOf {
+		e := a.phases.get(j.name, sd.step, rank)
+		if e == nil {
+			return false
+		}
+		in, ok := e.inputSize()
+		if !ok {
+			return false
+		}
+		m.inputs[ri] = float64(in)
+	}
+	return true
+}
+
+// explainedByInput reports whether a rank's extra work in the step is its larger input's:
+// the inputs differ by at least minInputSpread, and the rank's work (its gaps' sum) is less
+// than bar over its input times its class's work per input element (the median peer's, the
+// faster's of two). A slow rank with its usual input stays a candidate.
+func (m *model) explainedByInput(ri int32, bar float64) bool {
+	members := m.classes[m.classOf[ri]]
+	if len(members) < 2 {
+		return false
+	}
+	var peers []int32
+	peers = sample(members, -1, peers)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	vals := m.vals[:0]
+	for _, k := range peers {
+		in := m.inputs[k]
+		if in <= 0 {
+			return false
+		}
+		lo, hi = min(lo, in), max(hi, in)
+		vals = append(vals, m.rankWork(k)/in)
+	}
+	m.vals = vals
+	if hi < lo*(1+minInputSpread) {
+		return false
+	}
+	var ratio float64
+	if len(vals) == 2 {
+		ratio = min(vals[0], vals[1])
+	} else {
+		ratio = median(vals)
+	}
+	return m.rankWork(ri)-ratio*m.inputs[ri] < bar
+}
+
+// rankWork is a rank's own work in the step: its gaps' sum, seconds.
+func (m *model) rankWork(ri int32) float64 {
+	var w float64
+	for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+		w += m.gap[p]
+	}
+	return w
+}
+
+// inputAgreement returns the rank with the most work over its class's mean, that work over
+// the mean rank's (as a fraction), and whether the step's inputs (m.inputs) explain it: they
+// differ by at least minInputSpread, the rank got more than the mean input, and work over
+// the mean and input correlate across the ranks by at least minInputCorrelation.
+func (m *model) inputAgreement() (int32, float64, bool) {
+	nr := len(m.rankOf)
+	slowest := int32(0)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	var meanIn, meanOver, work float64
+	for ri := range nr {
+		if m.over[ri] > m.over[slowest] {
+			slowest = int32(ri)
+		}
+		lo, hi = min(lo, m.inputs[ri]), max(hi, m.inputs[ri])
+		meanIn += m.inputs[ri] / float64(nr)
+		meanOver += m.over[ri] / float64(nr)
+		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+			work += m.balancedGap[p] / float64(nr)
+		}
+	}
+	if lo <= 0 || hi < lo*(1+minInputSpread) || m.inputs[slowest] <= meanIn {
+		return 0, 0, false
+	}
+	var cov, varIn, varOver float64
+	for ri := range nr {
+		di, do := m.inputs[ri]-meanIn, m.over[ri]-meanOver
+		cov += di * do
+		varIn += di * di
+		varOver += do * do
+	}
+	if varIn <= 0 || varOver <= 0 || cov < minInputCorrelation*math.Sqrt(varIn*varOver) {
+		return 0, 0, false
+	}
+	excess := 0.0
+	if work > 0 {
+		excess = m.over[slowest] / work
+	}
+	return slowest, excess, true
 }
 
 // replicaAgreement returns the replica (its stage-0 rank index) with the most work over its

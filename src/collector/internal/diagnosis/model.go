@@ -85,6 +85,10 @@ type model struct {
 	replica, stageBest, stageCount []int32
 	over, replicaOver              []float64
 	stageBestOver, stageMean       []float64
+	// inputs is each rank's input in the step (training.input.size), where no stages are;
+	// hasInputs whether every rank gave its
+	inputs    []float64
+	hasInputs bool
 
 	classIdx map[uint64]int32
 	vals     []float64

@@ -20,6 +20,15 @@ type phaseEntry struct {
 	key   phaseKey
 	kinds [NumPhaseKinds]phaseInterval
 	seen  uint8
+	// input is the summed training.input.size of the rank's forwards in the step, and
+	// inputs how many forwards gave one (every forward must, for the sum to be its work).
+	input        int64
+	inputs, fwds int32
+}
+
+// inputSize returns the rank's input in the step, when every forward of it gave one.
+func (p *phaseEntry) inputSize() (int64, bool) {
+	return p.input, p.fwds > 0 && p.inputs == p.fwds
 }
 
 func (p *phaseEntry) get(kind PhaseKind) (phaseInterval, bool) {
@@ -143,8 +152,17 @@ func (c *phaseCache) slot(k phaseKey) *phaseEntry {
 	return &c.entries[i]
 }
 
-func (c *phaseCache) add(job string, step int64, rank int32, kind PhaseKind, start, end int64) {
+func (c *phaseCache) add(job string, step int64, rank int32, kind PhaseKind,
+	start, end, input int64,
+) {
 	entry := c.slot(phaseKey{job: job, step: step, rank: rank})
+	if kind == PhaseForward {
+		entry.fwds++
+		if input > 0 {
+			entry.input += input
+			entry.inputs++
+		}
+	}
 	iv := &entry.kinds[kind]
 	if entry.seen&(1<<kind) == 0 {
 		*iv = phaseInterval{start: start, end: end}

@@ -9,8 +9,8 @@ func TestPhaseCacheIsBoundedInEntriesAndCapacity(t *testing.T) {
 	c := newPhaseCache(limit)
 	for step := int64(0); step < 3; step++ {
 		for rank := int32(0); rank < 700; rank++ {
-			c.add("job", step, rank, PhaseForward, 10, 20)
-			c.add("job", step, rank, PhaseForward, 30, 35)
+			c.add("job", step, rank, PhaseForward, 10, 20, 0)
+			c.add("job", step, rank, PhaseForward, 30, 35, 0)
 		}
 	}
 	if c.len() != limit {
@@ -69,7 +69,7 @@ func TestPhaseCacheGrowsAfterWrappingInAgeOrder(t *testing.T) {
 	// Job b is never analyzed: its entries fill the cache to the limit and force out a's
 	// entries, oldest first.
 	for rank := int32(0); rank < limit-100+60; rank++ {
-		c.add("b", 0, rank, PhaseStep, 1, 2)
+		c.add("b", 0, rank, PhaseStep, 1, 2, 0)
 	}
 	checkPhaseIndex(t, &c)
 	if c.len() != limit {
@@ -85,7 +85,7 @@ func TestPhaseCacheGrowsAfterWrappingInAgeOrder(t *testing.T) {
 	}
 	// 40 more of b force out the rest of a, and nothing of b.
 	for rank := int32(limit - 100 + 60); rank < limit; rank++ {
-		c.add("b", 0, rank, PhaseStep, 1, 2)
+		c.add("b", 0, rank, PhaseStep, 1, 2, 0)
 	}
 	checkPhaseIndex(t, &c)
 	for rank := int32(0); rank < limit; rank++ {
@@ -100,7 +100,7 @@ func TestPhaseCacheGrowsAfterWrappingInAgeOrder(t *testing.T) {
 func addSteps(c *phaseCache, job string, from, to int64, ranks int32, lag int64) {
 	for step := from; step < to; step++ {
 		for rank := range ranks {
-			c.add(job, step, rank, PhaseForward, 10, 20)
+			c.add(job, step, rank, PhaseForward, 10, 20, 0)
 		}
 		c.setAnalyzed(job, step-lag)
 	}
@@ -134,7 +134,7 @@ func TestPhaseCacheEndedAndForgottenJobsDoNotStopTheReuse(t *testing.T) {
 
 	// A forgotten job's entries are stale at once; a job of that name known again is not.
 	d := newPhaseCache(limit)
-	d.add("gone", 0, 0, PhaseStep, 1, 2)
+	d.add("gone", 0, 0, PhaseStep, 1, 2, 0)
 	d.forget("gone")
 	if !d.stale(&d.entries[0]) {
 		t.Fatal("an entry of a forgotten job is not stale")
@@ -145,10 +145,10 @@ func TestPhaseCacheEndedAndForgottenJobsDoNotStopTheReuse(t *testing.T) {
 	}
 	// The last analyzed step of a running job stays while the job adds entries.
 	e := newPhaseCache(limit)
-	e.add("run", 5, 0, PhaseStep, 1, 2)
+	e.add("run", 5, 0, PhaseStep, 1, 2, 0)
 	e.setAnalyzed("run", 5)
 	for rank := int32(0); rank < 10; rank++ {
-		e.add("run", 6, rank, PhaseStep, 1, 2)
+		e.add("run", 6, rank, PhaseStep, 1, 2, 0)
 	}
 	if e.stale(&e.entries[0]) {
 		t.Fatal("the last analyzed step of a job still adding entries is stale")

@@ -31,6 +31,9 @@ var pipelineShapes = []pipelineShape{
 	{"pipeline-only-4", 4, 1, 8, 1, false},
 	{"2x8", 2, 8, 4, 1, true},
 	{"8x2", 8, 2, 16, 1, false},
+	// Data parallel only (one stage): the data's evidence is the forwards' input sizes.
+	{"dp-only-8", 1, 8, 4, 1, false},
+	{"dp-only-2", 1, 2, 4, 1, false},
 }
 
 // pipelineCase is one fault of the generator with its truth: what the verdict must say and
@@ -120,6 +123,8 @@ var pipelineCases = []pipelineCase{
 			return 0.6 + 1.2*r.Float64()*r.Float64()
 		}
 		p.Work = work
+		// Each forward says its input (tokens), as the instrumentation records it.
+		p.Input = func(step, d, mb int) int64 { return int64(math.Round(1024 * work(step, 0, d, mb))) }
 		return func(t *testing.T, r diagnosis.StepResult) {
 				if len(r.Flagged) != 0 {
 					t.Errorf("data imbalance: flagged ranks %v", flagged(r))
@@ -177,6 +182,9 @@ func TestPipelineJobsReplayedCost(t *testing.T) {
 			if c.name == "data-imbalance" && shape.replicas < 2 {
 				continue
 			}
+			if shape.stages == 1 && (c.name == "long-stage" || c.name == "slow-link") {
+				continue // no stages, no messages
+			}
 			t.Run(shape.name+"/"+c.name, func(t *testing.T) {
 				p := fixture.NewPipeline(shape.stages, shape.replicas, shape.microbatches,
 					shape.chunks, 11)
@@ -189,6 +197,9 @@ func TestPipelineJobsReplayedCost(t *testing.T) {
 				for i := range p.Ranks {
 					p.Ranks[i].ClockOffset = time.Duration(rng.IntN(4000)-2000) * time.Millisecond
 				}
+				// Every forward says its input; the same size everywhere unless the case
+				// varies it (equal inputs are no evidence of the data).
+				p.Input = func(int, int, int) int64 { return 1024 }
 				check, ideal := c.set(p)
 				results := run(t, p, join.DefaultConfig(), steps)
 				last := results[steps-1]
@@ -299,5 +310,62 @@ func TestStepOfARankThatNeverEndsIsAnalyzedAfterTwiceTheStepTime(t *testing.T) {
 	clock.now = clock.now.Add(time.Minute)
 	if got := e.Analyze(false); len(got) != 1 || got[0].Ranks != 4 {
 		t.Fatalf("step 4 not analyzed after the bounded wait: %v", got)
+	}
+}
+
+// TestDataImbalanceWithoutStagesNeedsInputsThatExplainTheWork: on a data-parallel job
+// without stages the forwards' input sizes are the data's only view. Work that follows them
+// is a data_imbalance (above); work that varies while the inputs do not follow it, or with
+// no inputs recorded, is none; a slow worker among varying inputs is still flagged for its
+// compute.
+func TestDataImbalanceWithoutStagesNeedsInputsThatExplainTheWork(t *testing.T) {
+	const steps = 24
+	tokens := func(step, d, mb int) float64 {
+		r := rand.New(rand.NewPCG(uint64(step), uint64(d*1000+mb)))
+		return 0.6 + 1.2*r.Float64()*r.Float64()
+	}
+	cases := []struct {
+		name  string
+		set   func(p *fixture.Pipeline)
+		check func(t *testing.T, r diagnosis.StepResult)
+	}{
+		{"inputs vary, work does not follow them", func(p *fixture.Pipeline) {
+			p.Work = func(step, _, d, mb int) float64 { return tokens(step+1000, d, mb) }
+			p.Input = func(step, d, mb int) int64 { return int64(1024 * tokens(step, d, mb)) }
+		}, func(t *testing.T, r diagnosis.StepResult) {
+			for _, im := range r.Imbalances {
+				t.Errorf("imbalance %+v from inputs that do not explain the work", im)
+			}
+		}},
+		{"work varies, no inputs recorded", func(p *fixture.Pipeline) {
+			p.Work = func(step, _, d, mb int) float64 { return tokens(step, d, mb) }
+			p.Input = nil
+		}, func(t *testing.T, r diagnosis.StepResult) {
+			for _, im := range r.Imbalances {
+				t.Errorf("imbalance %+v without inputs", im)
+			}
+		}},
+		{"slow worker among varying inputs", func(p *fixture.Pipeline) {
+			p.Work = func(step, _, d, mb int) float64 {
+				w := tokens(step, d, mb)
+				if step >= pipelineOnset && d == 3 {
+					w *= 2.4
+				}
+				return w
+			}
+			p.Input = func(step, d, mb int) int64 { return int64(1024 * tokens(step, d, mb)) }
+		}, func(t *testing.T, r diagnosis.StepResult) {
+			if got := flagged(r); len(got) != 1 || got[3] != semconv.CauseCompute {
+				t.Errorf("slow worker rank 3: flagged %v, roots %+v", got, r.RootCauses)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := fixture.NewPipeline(1, 8, 4, 1, 11)
+			c.set(p)
+			results := run(t, p, join.DefaultConfig(), steps)
+			c.check(t, results[steps-1])
+		})
 	}
 }

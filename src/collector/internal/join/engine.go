@@ -568,7 +568,8 @@ func (e *Engine[R]) AddPhase(ph Phase) {
 		return
 	}
 	e.touch(ph.Job, ph.Rank, e.clock.Now().UnixNano())
-	e.analysis.ObservePhase(ph.Job, ph.Step, ph.Rank, ph.Kind, ph.StartUnixNano, ph.EndUnixNano)
+	e.analysis.ObservePhase(ph.Job, ph.Step, ph.Rank, ph.Kind, ph.StartUnixNano, ph.EndUnixNano,
+		ph.InputSize)
 }
 
 // Analyze runs the step analysis of the steps that are due (every open step when drain is

@@ -164,6 +164,8 @@ type Phase struct {
 	Kind          diagnosis.PhaseKind
 	StartUnixNano int64
 	EndUnixNano   int64
+	// InputSize is a forward span's training.input.size (0: not given).
+	InputSize int64
 }
 
 // Outcome is what Add did with an arrival.

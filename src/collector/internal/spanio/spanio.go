@@ -269,6 +269,14 @@ func ParsePhase(span ptrace.Span, res *Resource, kind diagnosis.PhaseKind) (join
 	if end < start {
 		return join.Phase{}, false
 	}
+	var input int64
+	if kind == diagnosis.PhaseForward {
+		// Optional: a size that is missing, not an int or not positive is left out (the
+		// span's timing stands without it).
+		if v, reason := spanInt(span.Attributes(), semconv.AttrInputSize); reason == "" && v > 0 {
+			input = v
+		}
+	}
 	return join.Phase{
 		Job:           res.Job,
 		Step:          step,
@@ -276,6 +284,7 @@ func ParsePhase(span ptrace.Span, res *Resource, kind diagnosis.PhaseKind) (join
 		Kind:          kind,
 		StartUnixNano: int64(start),
 		EndUnixNano:   int64(end),
+		InputSize:     input,
 	}, true
 }
 

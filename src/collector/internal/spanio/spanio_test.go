@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
@@ -129,5 +130,37 @@ func TestUnjoinedMark(t *testing.T) {
 	MarkUnjoined(span, "late_arrival")
 	if !Unjoined(span) || IsAnnotated(span) {
 		t.Fatal("mark not read back, or read as a join")
+	}
+}
+
+// A forward's training.input.size is read when it is a positive int; a mistyped, negative
+// or missing one is left out and the phase still parses (its timing stands without it).
+func TestParsePhaseReadsAForwardsInputSize(t *testing.T) {
+	res := pcommon.NewResource()
+	res.Attributes().PutStr(semconv.AttrJobID, "j")
+	res.Attributes().PutInt(semconv.AttrRank, 1)
+	res.Attributes().PutInt(semconv.AttrWorldSize, 2)
+	r := ParseResource(res, 256)
+	span := ptrace.NewSpan()
+	span.Attributes().PutInt(semconv.AttrStep, 3)
+	span.SetStartTimestamp(10)
+	span.SetEndTimestamp(20)
+	for _, c := range []struct {
+		name string
+		set  func(pcommon.Map)
+		kind diagnosis.PhaseKind
+		want int64
+	}{
+		{"int", func(m pcommon.Map) { m.PutInt(semconv.AttrInputSize, 4096) }, diagnosis.PhaseForward, 4096},
+		{"string", func(m pcommon.Map) { m.PutStr(semconv.AttrInputSize, "4096") }, diagnosis.PhaseForward, 0},
+		{"negative", func(m pcommon.Map) { m.PutInt(semconv.AttrInputSize, -1) }, diagnosis.PhaseForward, 0},
+		{"missing", func(m pcommon.Map) { m.Remove(semconv.AttrInputSize) }, diagnosis.PhaseForward, 0},
+		{"not a forward", func(m pcommon.Map) { m.PutInt(semconv.AttrInputSize, 4096) }, diagnosis.PhaseBackward, 0},
+	} {
+		c.set(span.Attributes())
+		ph, ok := ParsePhase(span, &r, c.kind)
+		if !ok || ph.Step != 3 || ph.InputSize != c.want {
+			t.Errorf("%s: parsed %+v (ok %v), want input %d", c.name, ph, ok, c.want)
+		}
 	}
 }
