@@ -465,6 +465,11 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 		m.queue = append(m.queue, int32(ri))
 	}
 	finished := 0
+	// firstWaiting is the lowest rank that may not have finished: a finished rank stays
+	// finished, so the search for the first waiting one never goes back (a pipeline's
+	// what-ifs break thousands of times per step; a scan from rank 0 each time was
+	// quadratic in the ranks).
+	firstWaiting := 0
 	for finished < nRanks {
 		for len(m.queue) > 0 {
 			ri := m.queue[len(m.queue)-1]
@@ -480,12 +485,10 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 		// (spans whose order is inconsistent across ranks): release the one the first
 		// waiting rank needs with the members known so far.
 		m.breaks++
-		for ri := range nRanks {
-			if m.cursor[ri] < m.rankStart[ri+1] {
-				m.resolve(sd, m.blockedOn[ri], transfer)
-				break
-			}
+		for m.cursor[firstWaiting] == m.rankStart[firstWaiting+1] {
+			firstWaiting++
 		}
+		m.resolve(sd, m.blockedOn[firstWaiting], transfer)
 	}
 	exit := math.Inf(-1)
 	for ri := range nRanks {

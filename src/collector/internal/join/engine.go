@@ -145,7 +145,10 @@ func (e *Engine[R]) topology(t Topology) *Topology {
 	if len(e.topologies) >= maxTopologies {
 		clear(e.topologies)
 	}
-	p := &t
+	// A copy, so that t itself does not escape: taking its address made every call, hits
+	// included, allocate.
+	p := new(Topology)
+	*p = t
 	e.topologies[t] = p
 	return p
 }
