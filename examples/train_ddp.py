@@ -12,6 +12,11 @@ Knobs to make a rank late on purpose:
   per batch; ``sleep``: a sleep of AMOUNT seconds outside the traced phases.
 - ``--jitter RANKS:AMOUNT`` (e.g. ``1,3:0.03``): a uniform 0..AMOUNT s sleep per step inside
   forward on those ranks; ``--jitter-steps START:END`` limits it to steps [START, END).
+- ``--dynamic-batch MIN:MAX``: every rank trains on a batch of MIN..MAX samples (drawn per
+  rank and step), as jobs with variable sequence lengths or dynamic batching do; with
+  ``--sample-time SECONDS`` its forward also takes that long per sample (a sleep: time on a
+  simulated accelerator, so that two shared CPUs do not decide it). No rank is slow, yet a
+  different one is slowest in each step: a data imbalance.
 
 At the end every rank prints one JSON line: ``{"event": "step_stats", "rank": ..,
 "step_time_mean_s": .., "step_time_cv": .., ...}`` (steps after ``--warmup``).
@@ -93,6 +98,17 @@ def parse_jitter(text: str) -> tuple[list[int], float]:
     return ranks, amount
 
 
+def parse_batch_range(text: str) -> tuple[int, int]:
+    try:
+        low_s, high_s = text.split(":")
+        low, high = int(low_s), int(high_s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--dynamic-batch {text!r}: expected MIN:MAX") from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"--dynamic-batch {text!r}: need 1 <= MIN <= MAX")
+    return low, high
+
+
 def parse_range(text: str) -> tuple[int, int]:
     try:
         start_s, end_s = text.split(":")
@@ -120,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--straggler", type=parse_straggler, action="append", default=[])
     parser.add_argument("--jitter", type=parse_jitter, default=None)
     parser.add_argument("--jitter-steps", type=parse_range, default=None)
+    parser.add_argument("--dynamic-batch", type=parse_batch_range, default=None, metavar="MIN:MAX")
+    parser.add_argument("--sample-time", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--no-instrument", action="store_true", help="baseline: no skewtrace")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
     parser.add_argument("--job-id", default=None, help="default: SKEWTRACE_JOB_ID or generated")
@@ -163,12 +181,15 @@ class Net(nn.Module):
         # Set per step by the training loop: extra work inside forward (compute straggler).
         self.extra_compute_s = 0.0
         self.extra_sleep_s = 0.0
+        self.sample_time_s = 0.0
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.extra_compute_s > 0:
             busy_compute(self.extra_compute_s, inputs.device)
         if self.extra_sleep_s > 0:
             time.sleep(self.extra_sleep_s)
+        if self.sample_time_s > 0:
+            time.sleep(self.sample_time_s * len(inputs))
         return self.body(inputs)  # type: ignore[no-any-return]
 
 
@@ -222,6 +243,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     random.seed(args.seed)
     plan = rank_plan(args, rank)
     jitter_rng = random.Random(args.seed * 1000 + rank)
+    batch_rng = random.Random(args.seed * 1000 + 500 + rank)
 
     features = 64
     dataset = SyntheticDataset(args.batch_size * max(args.steps, 1) * world, features, args.seed)
@@ -261,6 +283,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             net.extra_sleep_s = (
                 jitter_rng.uniform(0, plan.jitter_s) if (plan.jitter_s > 0 and jitter_on) else 0.0
             )
+            net.sample_time_s = args.sample_time
+            if args.dynamic_batch is not None:
+                size = batch_rng.randint(*args.dynamic_batch)
+                inputs, targets = inputs[:size], targets[:size]
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), targets)

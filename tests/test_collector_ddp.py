@@ -47,7 +47,12 @@ TRAIN_TIMEOUT_S = 400
 
 
 def _run_job_and_watch(
-    collector: CollectorProcess, repo_root: Path, job: str, straggler: str | None, steps: int
+    collector: CollectorProcess,
+    repo_root: Path,
+    job: str,
+    straggler: str | None,
+    steps: int,
+    extra: tuple[str, ...] = (),
 ) -> tuple[set[tuple[str, str]], str]:
     """Runs the job; returns the (rank, cause) series seen at 1 on /metrics, and its output."""
     env = {
@@ -59,7 +64,7 @@ def _run_job_and_watch(
     proc = subprocess.Popen(
         [sys.executable, str(repo_root / "examples" / "train_ddp.py"), "--nprocs", "4",
          "--steps", str(steps), "--job-id", job,
-         *(["--straggler", straggler] if straggler else [])],
+         *(["--straggler", straggler] if straggler else []), *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -185,3 +190,34 @@ def test_healthy_ddp_job_flags_nobody(otelcol_path: Path, repo_root: Path, tmp_p
     assert len(summaries) >= STEPS - 2, len(summaries)
     assert _flags_in_summaries(spans) == set()
     assert seen == set(), f"/metrics flagged {seen}"
+
+
+def test_dynamic_batches_are_a_data_imbalance_not_a_straggler(
+    otelcol_path: Path, repo_root: Path, tmp_path: Path
+) -> None:
+    """Every rank trains on 8-32 samples per step, drawn per rank and step, its forward 3 ms
+    per sample (a sleep: a simulated accelerator): a different rank is slowest in each step
+    and none is slow. The forward spans carry their input size (training.input.size, the
+    instrumentation's own hooks on unmodified DDP); the Collector names the data, with its
+    cost, and never a rank."""
+    job = f"ddp-dynamic-{os.getpid()}"
+    extra = ("--dynamic-batch", "8:32", "--sample-time", "0.003")
+    with CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path) as collector:
+        _, output = _run_job_and_watch(collector, repo_root, job, None, STRAGGLER_STEPS, extra)
+        spans = _wait_for_spans(collector, job)
+    forwards = [s for s in spans if s.name == semconv.SPAN_FORWARD]
+    sizes = {s.attributes.get(semconv.INPUT_SIZE) for s in forwards}
+    assert None not in sizes and len(sizes) > 4, (sorted(sizes, key=str), output[-2000:])
+    assert _flags_in_summaries(spans) == set(), _flags_in_summaries(spans)
+    summaries = {
+        int(s.attributes[semconv.STEP]): s for s in spans if s.name == semconv.SPAN_STEP_SUMMARY
+    }
+    imbalanced = {
+        step: e["attributes"]
+        for step, s in summaries.items()
+        for e in s.events
+        if e["name"] == semconv.EVENT_IMBALANCE
+        and e["attributes"][semconv.STRAGGLER_CAUSE] == semconv.CAUSE_DATA_IMBALANCE
+    }
+    assert imbalanced, f"no data_imbalance flagged in {len(summaries)} summaries"
+    assert all(a[semconv.IMBALANCE_COST] > 0.005 for a in imbalanced.values()), imbalanced
