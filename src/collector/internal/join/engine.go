@@ -54,12 +54,15 @@ type releasedAt struct {
 }
 
 type releasedKey struct {
-	key Key
-	at  int64
+	key  Key
+	hash uint64
+	at   int64
 }
 
 type pending[R any] struct {
-	key        Key
+	key Key
+	// hash is the key's (hashKey), computed once at its first arrival.
+	hash       uint64
 	op         string
 	step       int64
 	pgSize     int
@@ -81,7 +84,7 @@ type Engine[R any] struct {
 	cfg   Config
 	clock Clock
 
-	pending map[Key]*pending[R]
+	pending keyTable[*pending[R]]
 	// oldest and newest are the ends of a list of pending collectives in first-arrival
 	// order, which is also deadline order, so expiry and eviction pop from the front.
 	oldest, newest *pending[R]
@@ -92,7 +95,7 @@ type Engine[R any] struct {
 	// A key counts as released only for the same step and for 2 x wait_timeout: a job
 	// restarted under the same id (TorchElastic keeps its run id) starts its sequence
 	// numbers over, and its collectives must join again.
-	recent     map[Key]releasedAt
+	recent     keyTable[releasedAt]
 	recentRing []releasedKey
 	recentPos  int
 
@@ -123,12 +126,17 @@ type Engine[R any] struct {
 // New returns an engine; cfg must have passed Validate.
 func New[R any](cfg Config, clock Clock) *Engine[R] {
 	recentSize := 2 * cfg.MaxPending
+	ring := make([]releasedKey, recentSize)
+	zero := hashKey(&Key{})
+	for i := range ring {
+		ring[i].hash = zero
+	}
 	return &Engine[R]{
 		cfg:          cfg,
 		clock:        clock,
-		pending:      make(map[Key]*pending[R]),
-		recent:       make(map[Key]releasedAt, recentSize),
-		recentRing:   make([]releasedKey, recentSize),
+		pending:      newKeyTable[*pending[R]](0),
+		recent:       newKeyTable[releasedAt](recentSize),
+		recentRing:   ring,
 		analysis:     diagnosis.New(cfg.Config),
 		groupMembers: make(map[groupRef][]int),
 		startedAt:    clock.Now().UnixNano(),
@@ -183,7 +191,7 @@ func (e *Engine[R]) touch(job string, rank int, now int64) {
 // Stats returns the engine's counters.
 func (e *Engine[R]) Stats() Stats {
 	s := e.stats
-	s.Pending = len(e.pending)
+	s.Pending = e.pending.len()
 	s.BufferedSpans = e.buffered
 	s.Analysis = e.analysis.Stats()
 	return s
@@ -205,7 +213,8 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 	}
 	now := e.clock.Now().UnixNano()
 	e.touch(a.Job, a.Rank, now)
-	p, ok := e.pending[a.Key]
+	h := hashKey(&a.Key)
+	p, ok := e.pending.get(h, &a.Key)
 	if ok {
 		if a.PGSize != p.pgSize {
 			return e.reject(RejectedPGSizeMismatch), out
@@ -214,15 +223,15 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 			return e.reject(RejectedDuplicate), out
 		}
 	} else {
-		if released, ok := e.recent[a.Key]; ok {
+		if released, ok := e.recent.get(h, &a.Key); ok {
 			// A member of a released collective: late, not a new collective (unless the job
 			// restarted under the same id, at another step, or long after).
 			if released.step == a.Step && now-released.at <= e.lateWindow() {
 				return e.reject(RejectedLate), out
 			}
-			delete(e.recent, a.Key)
+			e.recent.remove(h, &a.Key)
 		}
-		for len(e.pending) >= e.cfg.MaxPending {
+		for e.pending.len() >= e.cfg.MaxPending {
 			out = append(out, e.release(e.oldest, ReleasedEvicted))
 		}
 	}
@@ -236,7 +245,7 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 		}
 	}
 	if p == nil {
-		p = e.open(a)
+		p = e.open(a, h)
 	}
 	p.mark(a.Rank)
 	if len(p.members) == cap(p.members) {
@@ -268,7 +277,7 @@ func (e *Engine[R]) reject(o Outcome) Outcome {
 	return o
 }
 
-func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
+func (e *Engine[R]) open(a *Arrival[R], hash uint64) *pending[R] {
 	var p *pending[R]
 	if n := len(e.freePending); n > 0 {
 		p = e.freePending[n-1]
@@ -278,6 +287,7 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 		p = &pending[R]{}
 	}
 	p.key = a.Key
+	p.hash = hash
 	p.op = a.Op
 	p.step = a.Step
 	p.pgSize = a.PGSize
@@ -290,7 +300,7 @@ func (e *Engine[R]) open(a *Arrival[R]) *pending[R] {
 	if p.members == nil {
 		p.members = make([]heldMember[R], 0, min(a.PGSize, preallocMembers))
 	}
-	e.pending[a.Key] = p
+	e.pending.set(hash, &a.Key, p)
 	e.appendPending(p)
 	return p
 }
@@ -417,18 +427,18 @@ func (e *Engine[R]) newReleased() *Released[R] {
 	return &Released[R]{}
 }
 
-func (e *Engine[R]) rememberReleased(k Key, step int64) {
+func (e *Engine[R]) rememberReleased(k *Key, hash uint64, step int64) {
 	if len(e.recentRing) == 0 {
 		return
 	}
 	now := e.clock.Now().UnixNano()
-	old := e.recentRing[e.recentPos]
+	old := &e.recentRing[e.recentPos]
 	// The slot's key may have been released again since; only its own entry goes.
-	if current, ok := e.recent[old.key]; ok && current.at == old.at {
-		delete(e.recent, old.key)
+	if current, ok := e.recent.get(old.hash, &old.key); ok && current.at == old.at {
+		e.recent.remove(old.hash, &old.key)
 	}
-	e.recentRing[e.recentPos] = releasedKey{key: k, at: now}
-	e.recent[k] = releasedAt{step: step, at: now}
+	*old = releasedKey{key: *k, hash: hash, at: now}
+	e.recent.set(hash, k, releasedAt{step: step, at: now})
 	e.recentPos++
 	if e.recentPos == len(e.recentRing) {
 		e.recentPos = 0
@@ -437,9 +447,9 @@ func (e *Engine[R]) rememberReleased(k Key, step int64) {
 
 // release removes p from the pending set and computes its figures and verdicts.
 func (e *Engine[R]) release(p *pending[R], reason ReleaseReason) *Released[R] {
-	delete(e.pending, p.key)
+	e.pending.remove(p.hash, &p.key)
 	e.unlink(p)
-	e.rememberReleased(p.key, p.step)
+	e.rememberReleased(&p.key, p.hash, p.step)
 	n := len(p.members)
 	e.buffered -= n
 

@@ -457,7 +457,7 @@ func TestPendingMembersKeepTheirTopologyAndFitTheGroup(t *testing.T) {
 			Rank: rank, StartUnixNano: 1000, EndUnixNano: 2000 + int64(rank), Ref: rank}
 		a.Host, a.Switch, a.NIC = fmt.Sprintf("node-%d", rank/8), "leaf-0", fmt.Sprintf("nic%d", rank%8)
 		if rank < size-1 {
-			if p := e.pending[a.Key]; p != nil && cap(p.members) > size {
+			if p, _ := e.pending.get(hashKey(&a.Key), &a.Key); p != nil && cap(p.members) > size {
 				t.Fatalf("member capacity %d past pg_size %d", cap(p.members), size)
 			}
 		}

@@ -1,0 +1,43 @@
+package join
+
+import "testing"
+
+// Keys whose hashes collide (every key hashes alike here) keep their own values, and the
+// ones left stay findable whichever goes first.
+func TestKeyTableKeepsCollidingKeysApart(t *testing.T) {
+	tab := newKeyTable[int](0)
+	tab.hash = func(*Key) uint64 { return 42 }
+	a, b, c := Key{Job: "j", PG: "a", Seq: 1}, Key{Job: "j", PG: "b", Seq: 1}, Key{Job: "j", PG: "c", Seq: 1}
+	set := func(k Key, v int) { tab.set(tab.hash(&k), &k, v) }
+	get := func(k Key) (int, bool) { return tab.get(tab.hash(&k), &k) }
+	remove := func(k Key) { tab.remove(tab.hash(&k), &k) }
+	set(a, 1)
+	set(b, 2)
+	set(c, 3)
+	set(b, 20)
+	if tab.len() != 3 {
+		t.Fatalf("len %d, want 3", tab.len())
+	}
+	for k, want := range map[Key]int{a: 1, b: 20, c: 3} {
+		if got, ok := get(k); !ok || got != want {
+			t.Fatalf("get %v: %d %v, want %d", k, got, ok, want)
+		}
+	}
+	remove(a)
+	if _, ok := get(a); ok {
+		t.Fatal("removed key still found")
+	}
+	for k, want := range map[Key]int{b: 20, c: 3} {
+		if got, ok := get(k); !ok || got != want {
+			t.Fatalf("after removing the slot's holder, get %v: %d %v, want %d", k, got, ok, want)
+		}
+	}
+	remove(c)
+	remove(b)
+	if tab.len() != 0 {
+		t.Fatalf("len %d after removing every key, want 0", tab.len())
+	}
+	if _, ok := get(b); ok {
+		t.Fatal("removed key still found")
+	}
+}
