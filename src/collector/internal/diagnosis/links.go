@@ -63,12 +63,42 @@ type groupClass struct {
 	members int32
 }
 
+// classStep is one class's collectives in the step being analyzed.
+type classStep struct {
+	key classKey
+	// vals are the transfers, groups the groups (pg ids) they came from.
+	vals   []float64
+	groups map[int32]struct{}
+	// quartile is the class's lower quartile in the step (with hasQuartile: three groups
+	// or more); baseline its history (read once per step: baselineRead).
+	quartile     float64
+	hasQuartile  bool
+	baseline     *ewma
+	baselineRead bool
+}
+
+// groupShape is what transfers last read for a group (a pg id) in the step: its class and
+// baseline for collectives of n members, op and bytes. A group's collectives repeat one
+// shape (a pipeline pair's sixteen messages a step), and each read was two or three map
+// lookups by strings.
+type groupShape struct {
+	set   bool
+	n     int32
+	op    string
+	bytes int64
+	class *classStep
+	base  *ewma
+}
+
 type linkScratch struct {
 	refT    []float64
 	slow    []bool
 	healthy []bool
-	classOf []classKey
-	hasRef  []bool
+	// classOf and groupBase are each complete collective's class and group baseline.
+	classOf   []*classStep
+	groupBase []*ewma
+	shapes    []groupShape
+	hasRef    []bool
 	// per group (pg id)
 	groupSlow, groupHealthy, groupSeen []bool
 	groupDoubt                         []bool
@@ -80,8 +110,7 @@ type linkScratch struct {
 	elemMark                           []int32
 	elemGroups                         [][]int32
 	covered                            []bool
-	byClass                            map[classKey][]float64
-	byClassGroups                      map[classKey]map[int32]struct{}
+	byClass                            map[classKey]*classStep
 }
 
 // classOfGroup returns the class of the group a complete collective belongs to, from its
@@ -122,40 +151,48 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 	l.healthy = grow(l.healthy, n)
 	l.hasRef = grow(l.hasRef, n)
 	l.classOf = grow(l.classOf, n)
+	l.groupBase = grow(l.groupBase, n)
 	clear(l.slow)
 	clear(l.healthy)
 	clear(l.hasRef)
 	if l.byClass == nil {
-		l.byClass = make(map[classKey][]float64)
-		l.byClassGroups = make(map[classKey]map[int32]struct{})
+		l.byClass = make(map[classKey]*classStep)
 	}
-	for k, v := range l.byClass {
-		l.byClass[k] = v[:0]
+	for _, cs := range l.byClass {
+		cs.vals = cs.vals[:0]
+		clear(cs.groups)
+		cs.hasQuartile, cs.baseline, cs.baselineRead = false, nil, false
 	}
-	for _, g := range l.byClassGroups {
-		clear(g)
-	}
+	l.shapes = grow(l.shapes, len(m.pgIDs))
+	clear(l.shapes)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		if !complete(rec) {
 			continue
 		}
-		key := m.classOfGroup(j, sd, c)
-		l.classOf[c] = key
-		l.byClass[key] = append(l.byClass[key], m.transfer[c])
-		groups := l.byClassGroups[key]
-		if groups == nil {
-			groups = make(map[int32]struct{})
-			l.byClassGroups[key] = groups
+		// Nothing this loop reads changes before the baselines are learned below, so a
+		// group's shape read once stands for its other collectives of that shape.
+		g := m.pgID[c]
+		sh := &l.shapes[g]
+		if !sh.set || sh.n != rec.n || sh.op != rec.op || sh.bytes != rec.bytes {
+			key := m.classOfGroup(j, sd, c)
+			cs := l.byClass[key]
+			if cs == nil {
+				cs = &classStep{key: key, groups: make(map[int32]struct{})}
+				l.byClass[key] = cs
+			}
+			*sh = groupShape{set: true, n: rec.n, op: rec.op, bytes: rec.bytes, class: cs,
+				base: j.groupBaselines[groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}]}
 		}
-		groups[m.pgID[c]] = struct{}{}
+		l.classOf[c], l.groupBase[c] = sh.class, sh.base
+		sh.class.vals = append(sh.class.vals, m.transfer[c])
+		sh.class.groups[g] = struct{}{}
 	}
 	// The class reference is its lower quartile, not its median: one slow node spreads
 	// over as many groups of a class as it has ranks (half of them in a small job).
-	classMedian := make(map[classKey]float64)
-	for key, vals := range l.byClass {
-		if len(l.byClassGroups[key]) >= 3 {
-			classMedian[key] = lowerQuartile(vals)
+	for _, cs := range l.byClass {
+		if len(cs.groups) >= 3 {
+			cs.quartile, cs.hasQuartile = lowerQuartile(cs.vals), true
 		}
 	}
 	minExcess := a.cfg.MinTransferExcess.Seconds()
@@ -166,18 +203,20 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 		}
 		ref := math.Inf(1)
 		noise := 0.0
-		if b := j.groupBaselines[groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}]; b != nil &&
-			b.samples >= minBaselineSamples {
+		if b := l.groupBase[c]; b != nil && b.samples >= minBaselineSamples {
 			ref = b.mean
 			noise = b.dev
 		}
-		key := l.classOf[c]
+		cs := l.classOf[c]
 		fromPeers := false
-		if med, ok := classMedian[key]; ok {
-			ref = min(ref, med)
+		if cs.hasQuartile {
+			ref = min(ref, cs.quartile)
 			fromPeers = true
 		}
-		if b := j.classBaselines[key]; b != nil && b.samples >= minClassSamples {
+		if !cs.baselineRead {
+			cs.baseline, cs.baselineRead = j.classBaselines[cs.key], true
+		}
+		if b := cs.baseline; b != nil && b.samples >= minClassSamples {
 			ref = min(ref, b.mean)
 			noise = max(noise, b.dev)
 			fromPeers = true
@@ -200,30 +239,40 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 	}
 	// Learn after judging, and not from slow transfers: a link that stays slow must keep
 	// reading as slow.
+	// A baseline read above is the one in the map until the map starts over.
+	cleared := false
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		if !complete(rec) || l.slow[c] {
 			continue
 		}
-		gk := groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}
-		b := j.groupBaselines[gk]
-		if b == nil {
-			if len(j.groupBaselines) >= maxBaselinesPerJob {
-				clear(j.groupBaselines)
+		b := l.groupBase[c]
+		if b == nil || cleared {
+			gk := groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}
+			b = j.groupBaselines[gk]
+			if b == nil {
+				if len(j.groupBaselines) >= maxBaselinesPerJob {
+					clear(j.groupBaselines)
+					cleared = true
+				}
+				b = &ewma{}
+				j.groupBaselines[gk] = b
 			}
-			b = &ewma{}
-			j.groupBaselines[gk] = b
 		}
 		b.add(m.transfer[c], baselineAlpha)
 	}
-	for key, med := range classMedian {
-		b := j.classBaselines[key]
+	for _, cs := range l.byClass {
+		if !cs.hasQuartile {
+			continue
+		}
+		med := cs.quartile
+		b := j.classBaselines[cs.key]
 		if b == nil {
 			if len(j.classBaselines) >= maxBaselinesPerJob {
 				clear(j.classBaselines)
 			}
 			b = &ewma{}
-			j.classBaselines[key] = b
+			j.classBaselines[cs.key] = b
 		}
 		// The class median is robust to one slow group; it still should not learn a
 		// step where most of the class was slow.
