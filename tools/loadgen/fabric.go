@@ -22,10 +22,19 @@ import (
 // of every node (gpus-per-node groups, "rails"), with K gradient buckets per step that DDP
 // launches during backward and that run one after another per group.
 //
-// A bucket's all-reduce starts once its last member arrived and the group's previous bucket
-// finished; it needs Transfer at full rate. Its rate is the smallest of: its slowest member
-// NIC's factor, its slowest leaf uplink's factor, and (when the job spans two or more leaves,
-// so the ring crosses the spine) its share of the spine, SpineCapacity / active transfers,
+// With DPSets = S > 1 the nodes form S sets (node n in set n mod S, as the stages of a
+// pipeline or two halves of a job would), each with its own data-parallel groups (local rank
+// l of the set's nodes), and a world all-reduce before the optimizer syncs the sets every
+// step. With Gather > 0 every data-parallel group starts its step with a blocking all_gather
+// (a ZeRO-3/FSDP parameter gather) before forward.
+//
+// A transfer (a gather, or a bucket's all-reduce) starts once its last member arrived and the
+// group's previous transfer finished; it needs Transfer (Gather) at full rate. Its rate is the
+// smallest of: its slowest member NIC's factor, its slowest leaf uplink's factor, and (when
+// the group spans two or more leaves, so its ring crosses the spine) its share of the spine
+// uplinks, SpineCapacity / spine-crossing transfers in flight (processor sharing: k flows on
+// an uplink that carries C at full rate each get min(1, C / k); two equal transfers that
+// overlap entirely on an uplink of capacity 1 both take twice as long, the collision cost),
 // where the spine loses capacity to traffic parked by ranks that arrived early:
 //
 //	spine(t) = SpineCapacity / (1 + ParkedPenalty * waiting(t) / ranks)
@@ -60,8 +69,10 @@ type SimConfig struct {
 	StallMean       time.Duration // mean of an (exponential) stall
 	SlowNICs        []Slowdown    // Index: rank; Factor: the NIC's rate (0.5: half speed)
 	SlowUplinks     []Slowdown    // Index: leaf; Factor: the uplink's rate
-	SpineCapacity   float64       // full-rate bucket transfers the spine carries at once
+	SpineCapacity   float64       // full-rate transfers a spine uplink carries at once
 	ParkedPenalty   float64       // spine capacity lost to early ranks' parked traffic (above)
+	DPSets          int           // sets of nodes with data-parallel groups of their own (above)
+	Gather          time.Duration // each data-parallel group's all_gather before forward (0: none)
 }
 
 // Slowdown is one INDEX:FACTOR of -slow-node, -slow-nic or -slow-uplink.
@@ -112,11 +123,20 @@ func DefaultSimConfig() SimConfig {
 		StallMean:       150 * time.Millisecond,
 		SpineCapacity:   4,
 		ParkedPenalty:   1,
+		DPSets:          1,
 	}
 }
 
 // Ranks is the world size.
 func (c *SimConfig) Ranks() int { return c.Nodes * c.GPUsPerNode }
+
+// Groups is how many data-parallel groups the job has: one per local rank in each set.
+func (c *SimConfig) Groups() int { return c.DPSets * c.GPUsPerNode }
+
+// GroupOf is rank r's data-parallel group.
+func (c *SimConfig) GroupOf(r int) int {
+	return (r/c.GPUsPerNode)%c.DPSets*c.GPUsPerNode + r%c.GPUsPerNode
+}
 
 // Leaves is how many leaf switches the job's nodes sit behind.
 func (c *SimConfig) Leaves() int { return (c.Nodes + c.NodesPerLeaf - 1) / c.NodesPerLeaf }
@@ -149,6 +169,11 @@ func (c *SimConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("-buckets must be >= 1, got %d", c.Buckets))
 	case c.BatchPerRank < 1:
 		errs = append(errs, fmt.Errorf("-batch-per-rank must be >= 1, got %d", c.BatchPerRank))
+	case c.DPSets < 1 || c.DPSets > c.Nodes:
+		errs = append(errs, fmt.Errorf("-dp-sets must be in [1, -nodes], got %d", c.DPSets))
+	}
+	if c.Gather < 0 {
+		errs = append(errs, fmt.Errorf("-gather must be >= 0, got %s", c.Gather))
 	}
 	if c.Jitter < 0 || c.Jitter > 0.3 {
 		errs = append(errs, fmt.Errorf("-jitter must be in [0, 0.3], got %g", c.Jitter))
@@ -188,17 +213,22 @@ func (c *SimConfig) Validate() error {
 
 // RankStep is one rank's step in model time (seconds since the simulation's start).
 type RankStep struct {
-	Start, FetchEnd      float64
-	Delay                float64 // pacing delay applied after the fetch, before forward
-	ForwardStart         float64 // FetchEnd + Delay
-	TPArrival, TPEnd     float64 // the all_gather in the middle of forward
-	ForwardEnd           float64
-	ComputeEnd           float64 // end of backward's compute
-	BucketArrival        []float64
-	BucketStart          []float64 // when the group's transfer began (all members arrived)
-	BucketEnd            []float64
-	BackwardEnd, StepEnd float64 // StepEnd: the end of optimizer.step
-	Stalled              bool
+	Start, FetchEnd float64
+	Delay           float64 // pacing delay applied after the fetch, before forward
+	// The data-parallel group's all_gather before forward (-gather; all 0 without one):
+	// this rank's arrival (FetchEnd + Delay), and the group's transfer start and end.
+	GatherArrival, GatherStart, GatherEnd float64
+	ForwardStart                          float64 // FetchEnd + Delay, or GatherEnd with a gather
+	TPArrival, TPEnd                      float64 // the all_gather in the middle of forward
+	ForwardEnd                            float64
+	ComputeEnd                            float64 // end of backward's compute
+	BucketArrival                         []float64
+	BucketStart                           []float64 // when the group's transfer began (all members arrived)
+	BucketEnd                             []float64
+	BackwardEnd                           float64
+	WorldEnd                              float64 // -dp-sets > 1: the world all-reduce before the optimizer (its arrival is BackwardEnd)
+	StepEnd                               float64 // the end of optimizer.step
+	Stalled                               bool
 }
 
 // SimStep is the whole job's step.
@@ -206,18 +236,23 @@ type SimStep struct {
 	Index int
 	Ranks []RankStep
 	End   float64 // the last rank's optimizer end: when the job finished this step
+	// The collision cost: each transfer's duration over its duration alone (at its group's
+	// own NIC and uplink rate, with nothing else on the spine), summed, and how many.
+	StretchSum float64
+	Transfers  int
 }
 
 // Model plays the job one step at a time.
 type Model struct {
-	cfg       SimConfig
-	rng       *rand.Rand
-	speed     []float64 // per node, multiplies forward and backward
-	nicRate   []float64 // per rank
-	rateOfDP  []float64 // per data-parallel group: its slowest NIC and uplink
-	cursor    []float64 // per rank: when its next step starts
-	step      int
-	crossLeaf bool
+	cfg      SimConfig
+	rng      *rand.Rand
+	speed    []float64 // per node, multiplies forward and backward
+	nicRate  []float64 // per rank
+	members  [][]int   // per data-parallel group: its ranks
+	rateOfDP []float64 // per data-parallel group: its slowest NIC and uplink
+	crosses  []bool    // per data-parallel group: its members sit under two leaves or more
+	cursor   []float64 // per rank: when its next step starts
+	step     int
 }
 
 // NewModel draws the job's persistent properties (node speeds) from the seed.
@@ -226,13 +261,14 @@ func NewModel(cfg SimConfig) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{
-		cfg:       cfg,
-		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x51a1)),
-		speed:     make([]float64, cfg.Nodes),
-		nicRate:   make([]float64, cfg.Ranks()),
-		rateOfDP:  make([]float64, cfg.GPUsPerNode),
-		cursor:    make([]float64, cfg.Ranks()),
-		crossLeaf: cfg.Leaves() > 1,
+		cfg:      cfg,
+		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x51a1)),
+		speed:    make([]float64, cfg.Nodes),
+		nicRate:  make([]float64, cfg.Ranks()),
+		members:  make([][]int, cfg.Groups()),
+		rateOfDP: make([]float64, cfg.Groups()),
+		crosses:  make([]bool, cfg.Groups()),
+		cursor:   make([]float64, cfg.Ranks()),
 	}
 	// Node speeds from their own stream, so that they do not depend on the step draws.
 	speedRNG := rand.New(rand.NewPCG(cfg.Seed, 0x5bee))
@@ -255,12 +291,20 @@ func NewModel(cfg SimConfig) (*Model, error) {
 	for _, s := range cfg.SlowUplinks {
 		uplink[s.Index] = math.Min(1, s.Factor)
 	}
-	for g := range m.rateOfDP {
+	for r := range cfg.Ranks() {
+		g := cfg.GroupOf(r)
+		m.members[g] = append(m.members[g], r)
+	}
+	for g, members := range m.members {
+		firstLeaf := members[0] / cfg.GPUsPerNode / cfg.NodesPerLeaf
+		for _, r := range members {
+			m.crosses[g] = m.crosses[g] || r/cfg.GPUsPerNode/cfg.NodesPerLeaf != firstLeaf
+		}
 		rate := 1.0
-		for n := range cfg.Nodes {
-			rate = math.Min(rate, m.nicRate[n*cfg.GPUsPerNode+g])
-			if m.crossLeaf {
-				rate = math.Min(rate, uplink[n/cfg.NodesPerLeaf])
+		for _, r := range members {
+			rate = math.Min(rate, m.nicRate[r])
+			if m.crosses[g] {
+				rate = math.Min(rate, uplink[r/cfg.GPUsPerNode/cfg.NodesPerLeaf])
 			}
 		}
 		m.rateOfDP[g] = rate
@@ -270,6 +314,9 @@ func NewModel(cfg SimConfig) (*Model, error) {
 
 // NodeSpeed is node n's persistent compute-time factor (above 1: slower).
 func (m *Model) NodeSpeed(n int) float64 { return m.speed[n] }
+
+// Members is data-parallel group g's ranks.
+func (m *Model) Members(g int) []int { return m.members[g] }
 
 func (m *Model) draw(mean time.Duration) float64 {
 	return math.Max(0.1, 1+m.cfg.Jitter*m.rng.NormFloat64()) * mean.Seconds()
@@ -281,6 +328,7 @@ func (m *Model) Next(delays []float64) SimStep {
 	ranks := cfg.Ranks()
 	out := SimStep{Index: m.step, Ranks: make([]RankStep, ranks)}
 	m.step++
+	forward := make([]float64, ranks)
 	backward := make([]float64, ranks)
 	for r := range out.Ranks {
 		rs := &out.Ranks[r]
@@ -296,10 +344,16 @@ func (m *Model) Next(delays []float64) SimStep {
 			rs.Delay = delays[r]
 		}
 		rs.ForwardStart = rs.FetchEnd + rs.Delay
-		forward := m.draw(cfg.Forward) * m.speed[node]
-		rs.TPArrival = rs.ForwardStart + forward/2
-		rs.ForwardEnd = forward / 2 // the second half, added after the all_gather below
+		forward[r] = m.draw(cfg.Forward) * m.speed[node]
 		backward[r] = m.draw(cfg.Backward) * m.speed[node]
+	}
+	if cfg.Gather > 0 {
+		m.playGathers(&out)
+	}
+	for r := range out.Ranks {
+		rs := &out.Ranks[r]
+		rs.TPArrival = rs.ForwardStart + forward[r]/2
+		rs.ForwardEnd = forward[r] / 2 // the second half, added after the all_gather below
 	}
 	// Tensor parallel: the node's ranks leave the all_gather together.
 	for node := range cfg.Nodes {
@@ -324,143 +378,216 @@ func (m *Model) Next(delays []float64) SimStep {
 			rs.BucketArrival[k] = rs.ForwardEnd + backward[r]*float64(k+1)/float64(cfg.Buckets)
 		}
 	}
-	starts, ends := m.playBuckets(out.Ranks)
+	m.playBuckets(&out)
+	world := 0.0
 	for r := range out.Ranks {
 		rs := &out.Ranks[r]
-		g := r % cfg.GPUsPerNode
-		copy(rs.BucketStart, starts[g])
-		copy(rs.BucketEnd, ends[g])
-		rs.BackwardEnd = math.Max(rs.ComputeEnd, ends[g][cfg.Buckets-1])
-		rs.StepEnd = rs.BackwardEnd + m.draw(cfg.Optimizer)
+		rs.BackwardEnd = math.Max(rs.ComputeEnd, rs.BucketEnd[cfg.Buckets-1])
+		world = math.Max(world, rs.BackwardEnd)
+	}
+	for r := range out.Ranks {
+		rs := &out.Ranks[r]
+		optimizerStart := rs.BackwardEnd
+		if cfg.DPSets > 1 {
+			// The sets share no data-parallel group: a world all-reduce (the gradient norm's,
+			// say) keeps them in one step. Small: its transfer is not modelled.
+			rs.WorldEnd = world
+			optimizerStart = world
+		}
+		rs.StepEnd = optimizerStart + m.draw(cfg.Optimizer)
 		m.cursor[r] = rs.StepEnd
 		out.End = math.Max(out.End, rs.StepEnd)
 	}
 	return out
 }
 
-// transfer is one data-parallel group's bucket all-reduce in flight.
-type transfer struct {
-	group, bucket int
-	remaining     float64 // seconds of work at full rate
+// playGathers runs every data-parallel group's all_gather (its members' arrival: after the
+// fetch and the pacing delay) and starts each rank's forward when its group's gather ends.
+func (m *Model) playGathers(st *SimStep) {
+	ready := make([][]float64, len(m.members))
+	for g, members := range m.members {
+		ready[g] = []float64{math.Inf(-1)}
+		for _, r := range members {
+			rs := &st.Ranks[r]
+			rs.GatherArrival = rs.ForwardStart
+			ready[g][0] = math.Max(ready[g][0], rs.GatherArrival)
+		}
+	}
+	starts, ends := m.play(ready, m.cfg.Gather.Seconds(), nil)
+	for g, members := range m.members {
+		for _, r := range members {
+			rs := &st.Ranks[r]
+			rs.GatherStart, rs.GatherEnd, rs.ForwardStart = starts[g][0], ends[g][0], ends[g][0]
+		}
+	}
+	m.noteStretch(st, starts, ends, m.cfg.Gather.Seconds())
 }
 
-// playBuckets runs the data-parallel groups' bucket all-reduces through the fabric: an
-// event loop over arrivals, starts and completions, with every transfer's rate constant
-// between two events. It returns each group's bucket start and end times.
-func (m *Model) playBuckets(ranks []RankStep) (starts, ends [][]float64) {
+// playBuckets runs the data-parallel groups' bucket all-reduces (ready once their last
+// member reached them) and writes each member's bucket start and end times.
+func (m *Model) playBuckets(st *SimStep) {
 	cfg := &m.cfg
-	groups, buckets := cfg.GPUsPerNode, cfg.Buckets
-	ready := make([][]float64, groups) // last member's arrival
-	starts = make([][]float64, groups)
-	ends = make([][]float64, groups)
-	for g := range groups {
-		ready[g] = make([]float64, buckets)
-		starts[g] = make([]float64, buckets)
-		ends[g] = make([]float64, buckets)
-		for k := range buckets {
+	ready := make([][]float64, len(m.members))
+	for g, members := range m.members {
+		ready[g] = make([]float64, cfg.Buckets)
+		for k := range cfg.Buckets {
 			ready[g][k] = math.Inf(-1)
-			for n := range cfg.Nodes {
-				ready[g][k] = math.Max(ready[g][k], ranks[n*groups+g].BucketArrival[k])
+			for _, r := range members {
+				ready[g][k] = math.Max(ready[g][k], st.Ranks[r].BucketArrival[k])
 			}
 		}
 	}
 	// Arrivals matter only through the parked count, and only when buckets cross the spine.
-	type arrival struct {
-		at            float64
-		group, bucket int
-	}
 	var arrivals []arrival
-	if m.crossLeaf && cfg.ParkedPenalty > 0 {
-		arrivals = make([]arrival, 0, len(ranks)*buckets)
-		for r := range ranks {
-			for k, at := range ranks[r].BucketArrival {
-				arrivals = append(arrivals, arrival{at, r % groups, k})
+	if slices.Contains(m.crosses, true) && cfg.ParkedPenalty > 0 {
+		arrivals = make([]arrival, 0, len(st.Ranks)*cfg.Buckets)
+		for r := range st.Ranks {
+			for k, at := range st.Ranks[r].BucketArrival {
+				arrivals = append(arrivals, arrival{at, cfg.GroupOf(r), k})
 			}
 		}
 		slices.SortFunc(arrivals, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 	}
-	arrived := make([][]int, groups) // members that reached each bucket
-	for g := range arrived {
-		arrived[g] = make([]int, buckets)
+	starts, ends := m.play(ready, cfg.Transfer.Seconds(), arrivals)
+	for g, members := range m.members {
+		for _, r := range members {
+			copy(st.Ranks[r].BucketStart, starts[g])
+			copy(st.Ranks[r].BucketEnd, ends[g])
+		}
+	}
+	m.noteStretch(st, starts, ends, cfg.Transfer.Seconds())
+}
+
+// noteStretch adds each transfer's duration over its duration alone to the step's sums.
+func (m *Model) noteStretch(st *SimStep, starts, ends [][]float64, work float64) {
+	for g := range starts {
+		alone := work / m.rateOfDP[g]
+		for k := range starts[g] {
+			st.StretchSum += (ends[g][k] - starts[g][k]) / alone
+			st.Transfers++
+		}
+	}
+}
+
+// transfer is one data-parallel group's transfer in flight.
+type transfer struct {
+	group, index int
+	remaining    float64 // seconds of work at full rate
+}
+
+// arrival is one rank reaching a group's index-th transfer (for the parked count).
+type arrival struct {
+	at           float64
+	group, index int
+}
+
+// play runs chains of transfers through the fabric: group g's transfer k can start at
+// ready[g][k] and after the group's transfer k-1 ended (one stream per group), and needs
+// work seconds at full rate. An event loop over arrivals (sorted by time; nil: no parked
+// traffic), starts and completions, with every transfer's rate constant between two events.
+// It returns each transfer's start and end.
+func (m *Model) play(ready [][]float64, work float64, arrivals []arrival) (starts, ends [][]float64) {
+	groups := len(ready)
+	starts = make([][]float64, groups)
+	ends = make([][]float64, groups)
+	arrived := make([][]int, groups) // members that reached each transfer
+	total := 0
+	for g := range groups {
+		starts[g] = make([]float64, len(ready[g]))
+		ends[g] = make([]float64, len(ready[g]))
+		arrived[g] = make([]int, len(ready[g]))
+		total += len(ready[g])
 	}
 	nextArrival := 0
-	nextBucket := make([]int, groups)
+	next := make([]int, groups) // each group's next transfer
 	busy := make([]bool, groups)
 	var active []transfer
 	t := math.Inf(1)
 	for g := range groups {
-		t = math.Min(t, ready[g][0])
+		if len(ready[g]) > 0 {
+			t = math.Min(t, ready[g][0])
+		}
 	}
 	if len(arrivals) > 0 {
 		t = math.Min(t, arrivals[0].at)
 	}
 	done := 0
-	for done < groups*buckets {
-		// Events at time t: arrivals, then starts of every bucket that can start.
+	for done < total {
+		// Events at time t: arrivals, then starts of every transfer that can start.
 		for nextArrival < len(arrivals) && arrivals[nextArrival].at <= t {
 			a := arrivals[nextArrival]
-			arrived[a.group][a.bucket]++
+			arrived[a.group][a.index]++
 			nextArrival++
 		}
 		for g := range groups {
-			if k := nextBucket[g]; !busy[g] && k < buckets && ready[g][k] <= t {
+			if k := next[g]; !busy[g] && k < len(ready[g]) && ready[g][k] <= t {
 				busy[g] = true
 				starts[g][k] = t
-				active = append(active, transfer{group: g, bucket: k, remaining: cfg.Transfer.Seconds()})
+				active = append(active, transfer{group: g, index: k, remaining: work})
 			}
 		}
-		// Parked: members of an idle group that reached its next bucket before its last
-		// member did (a busy group's next bucket queues behind the transfer on its stream).
+		// Parked: members of an idle group that reached its next transfer before its last
+		// member did (a busy group's next transfer queues behind the one on its stream).
 		parked := 0
 		for g := range groups {
-			if k := nextBucket[g]; !busy[g] && k < buckets {
+			if k := next[g]; !busy[g] && k < len(ready[g]) {
 				parked += arrived[g][k]
 			}
 		}
 		rates := m.rates(active, parked)
-		// The next event: an arrival, a bucket becoming ready, or a completion.
-		next := math.Inf(1)
+		// The next event: an arrival, a transfer becoming ready, or a completion.
+		upcoming := math.Inf(1)
 		if nextArrival < len(arrivals) {
-			next = arrivals[nextArrival].at
+			upcoming = arrivals[nextArrival].at
 		}
 		for g := range groups {
-			if k := nextBucket[g]; !busy[g] && k < buckets {
-				next = math.Min(next, ready[g][k])
+			if k := next[g]; !busy[g] && k < len(ready[g]) {
+				upcoming = math.Min(upcoming, ready[g][k])
 			}
 		}
 		for i, tr := range active {
-			next = math.Min(next, t+tr.remaining/rates[i])
+			upcoming = math.Min(upcoming, t+tr.remaining/rates[i])
 		}
 		kept := active[:0]
 		for i, tr := range active {
-			finishes := t+tr.remaining/rates[i] <= next+1e-12
-			tr.remaining -= rates[i] * (next - t)
+			finishes := t+tr.remaining/rates[i] <= upcoming+1e-12
+			tr.remaining -= rates[i] * (upcoming - t)
 			if finishes {
-				ends[tr.group][tr.bucket] = next
+				ends[tr.group][tr.index] = upcoming
 				busy[tr.group] = false
-				nextBucket[tr.group]++
+				next[tr.group]++
 				done++
 				continue
 			}
 			kept = append(kept, tr)
 		}
 		active = kept
-		t = next
+		t = upcoming
 	}
 	return starts, ends
 }
 
-// rates is each active transfer's rate (1: full speed) given how many ranks are parked.
+// rates is each active transfer's rate (1: full speed) given how many ranks are parked:
+// transfers of groups that cross the spine share its uplinks equally (processor sharing).
 func (m *Model) rates(active []transfer, parked int) []float64 {
 	out := make([]float64, len(active))
+	crossing := 0
+	for _, tr := range active {
+		if m.crosses[tr.group] {
+			crossing++
+		}
+	}
 	spineShare := math.Inf(1)
-	if m.crossLeaf && len(active) > 0 {
+	if crossing > 0 {
 		capacity := m.cfg.SpineCapacity /
 			(1 + m.cfg.ParkedPenalty*float64(parked)/float64(m.cfg.Ranks()))
-		spineShare = capacity / float64(len(active))
+		spineShare = capacity / float64(crossing)
 	}
 	for i, tr := range active {
-		out[i] = math.Min(m.rateOfDP[tr.group], spineShare)
+		out[i] = m.rateOfDP[tr.group]
+		if m.crosses[tr.group] {
+			out[i] = math.Min(out[i], spineShare)
+		}
 	}
 	return out
 }

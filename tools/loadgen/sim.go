@@ -157,6 +157,10 @@ type SimSummary struct {
 	IterP99S     float64 `json:"iteration_p99_s"`
 	// Samples per second of model time over the measured steps.
 	Throughput float64 `json:"throughput_samples_per_s"`
+	// The collision cost: the measured steps' transfers' mean duration over their duration
+	// alone (1: no transfer shared an uplink beyond its capacity).
+	TransferStretch float64 `json:"transfer_stretch"`
+	Groups          int     `json:"dp_groups"`
 	// Pacing as applied: how many (rank, step) pairs got a delay, their total, and the
 	// share of measured steps in which any rank was delayed.
 	DelaysApplied    int64   `json:"delays_applied"`
@@ -218,11 +222,14 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.NodeSpeedSpread, "node-speed-spread", cfg.NodeSpeedSpread, "stddev of node compute-time factors")
 	fs.Float64Var(&cfg.StallProb, "stall-prob", cfg.StallProb, "chance of a data-loader stall per rank and step")
 	fs.DurationVar(&cfg.StallMean, "stall-mean", cfg.StallMean, "mean stall (exponential)")
-	fs.Float64Var(&cfg.SpineCapacity, "spine-capacity", cfg.SpineCapacity, "full-rate bucket transfers the spine carries at once")
+	fs.Float64Var(&cfg.SpineCapacity, "spine-capacity", cfg.SpineCapacity, "full-rate transfers a spine uplink carries at once (more share it equally)")
 	fs.Float64Var(&cfg.ParkedPenalty, "parked-penalty", cfg.ParkedPenalty, "spine capacity lost to early ranks' parked traffic (0: none)")
+	fs.IntVar(&cfg.DPSets, "dp-sets", cfg.DPSets, "sets of nodes (node n in set n mod S) with data-parallel groups of their own, synced by a world all-reduce before the optimizer")
+	fs.DurationVar(&cfg.Gather, "gather", cfg.Gather, "each data-parallel group's blocking all_gather before forward, at full rate (0: none)")
 	slowNodes := fs.String("slow-node", "", "NODE:FACTOR[,...] compute-time factors (1.2: 20% slower)")
 	slowNICs := fs.String("slow-nic", "", "RANK:FACTOR[,...] NIC rates (0.5: half speed)")
 	slowUplinks := fs.String("slow-uplink", "", "LEAF:FACTOR[,...] leaf uplink rates")
+	setDelays := fs.String("set-delay", "", "SET:SECONDS[,...] a fixed delay before forward on every rank of a -dp-sets set, every step (an offset without a pacer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -238,6 +245,15 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 	}
 	if cfg.SlowUplinks, err = ParseSlowdowns("slow-uplink", *slowUplinks); err != nil {
 		return err
+	}
+	fixed, err := ParseSlowdowns("set-delay", *setDelays)
+	if err != nil {
+		return err
+	}
+	for _, d := range fixed {
+		if d.Index >= cfg.DPSets {
+			return fmt.Errorf("-set-delay set %d is outside -dp-sets=%d", d.Index, cfg.DPSets)
+		}
 	}
 	switch {
 	case *steps < 1:
@@ -278,7 +294,7 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 	summary, err := simulate(ctx, model, snd, simOptions{
 		pacer: pacer, pollInterval: *pollInterval, maxDelay: maxDelay.Seconds(),
 		steps: *steps, measureFrom: *measureFrom, ranksPerRequest: *ranksPerRequest,
-		keepIterations: *keepIterations,
+		keepIterations: *keepIterations, setDelays: fixed,
 	})
 	if err != nil {
 		return err
@@ -300,6 +316,7 @@ type simOptions struct {
 	measureFrom     int
 	ranksPerRequest int
 	keepIterations  bool
+	setDelays       []Slowdown // Index: a -dp-sets set; Factor: its delay in seconds
 }
 
 // simulate plays opts.steps steps in real time and sends their spans through snd; with no
@@ -354,9 +371,11 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 
 	summary := SimSummary{
 		Mode: "simulate", JobID: cfg.JobID, Nodes: cfg.Nodes, Ranks: ranks, Leaves: cfg.Leaves(),
-		MeasuredFrom: opts.measureFrom, Pacing: opts.pacer != nil,
+		MeasuredFrom: opts.measureFrom, Pacing: opts.pacer != nil, Groups: cfg.Groups(),
 	}
 	var iterations []float64
+	var stretchSum float64
+	var transfers int
 	var delaySpans int64
 	pacedSteps, activeAnswers, answers := 0, 0, 0
 	nodeDelay := make([]float64, cfg.Nodes)
@@ -371,7 +390,16 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 		anyDelay := false
 		for r, p := range run.pollers {
 			delays[r], versions[r] = p.current(now, run.staleAfter)
-			anyDelay = anyDelay || delays[r] > 0
+		}
+		for _, d := range opts.setDelays {
+			for r := range delays {
+				if r/cfg.GPUsPerNode%cfg.DPSets == d.Index {
+					delays[r] = math.Max(delays[r], d.Factor)
+				}
+			}
+		}
+		for _, d := range delays {
+			anyDelay = anyDelay || d > 0
 		}
 		if len(run.pollers) > 0 {
 			if a := run.pollers[0].latest.Load(); a != nil {
@@ -408,6 +436,8 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 		}
 		if step >= opts.measureFrom {
 			iterations = append(iterations, st.End-prevEnd)
+			stretchSum += st.StretchSum
+			transfers += st.Transfers
 			if anyDelay {
 				pacedSteps++
 			}
@@ -435,6 +465,9 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 		summary.IterP99S = sorted[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
 		summary.Throughput = float64(ranks*cfg.BatchPerRank) / mean
 		summary.PacedStepShare = float64(pacedSteps) / float64(n)
+		if transfers > 0 {
+			summary.TransferStretch = stretchSum / float64(transfers)
+		}
 		for i := range nodeDelay {
 			nodeDelay[i] /= float64(n)
 		}
@@ -516,9 +549,19 @@ func (s *simRun) spans(st SimStep, versions []int64) (ptrace.Traces, int) {
 			d.Attributes().PutInt(attrPacingVersion, versions[r])
 			delaySpans++
 		}
+		node, group := r/cfg.GPUsPerNode, cfg.GroupOf(r)
+		dp, dpSize := dpGroupName(cfg, group), len(s.model.Members(group))
+		// A group's collectives are numbered in order: its gather, then its buckets.
+		perStep := cfg.Buckets
+		if cfg.Gather > 0 {
+			perStep++
+			c := add(spanCollectivePrefix+opAllGather, j.newSpanID(), stepID, rs.GatherArrival,
+				rs.GatherEnd)
+			putCollective(c.Attributes(), opAllGather, dp, dpSize, int64(st.Index*perStep),
+				25<<20, sourceAPI)
+		}
 		fwd := add(spanForward, j.newSpanID(), stepID, rs.ForwardStart, rs.ForwardEnd)
 		fwd.Attributes().PutStr(attrTiming, timingHost)
-		node, local := r/cfg.GPUsPerNode, r%cfg.GPUsPerNode
 		if cfg.GPUsPerNode > 1 {
 			c := add(spanCollectivePrefix+opAllGather, j.newSpanID(), stepID, rs.TPArrival, rs.TPEnd)
 			putCollective(c.Attributes(), opAllGather, tpGroupName(node), cfg.GPUsPerNode,
@@ -529,12 +572,30 @@ func (s *simRun) spans(st SimStep, versions []int64) (ptrace.Traces, int) {
 		for k := range cfg.Buckets {
 			c := add(spanCollectivePrefix+opAllReduce, j.newSpanID(), stepID, rs.BucketArrival[k],
 				rs.BucketEnd[k])
-			putCollective(c.Attributes(), opAllReduce, dpGroupName(local), cfg.Nodes,
-				int64(st.Index*cfg.Buckets+k), 25<<20, sourceDDP)
+			putCollective(c.Attributes(), opAllReduce, dp, dpSize,
+				int64(st.Index*perStep+perStep-cfg.Buckets+k), 25<<20, sourceDDP)
 		}
-		add(spanOptimizerStep, j.newSpanID(), stepID, rs.BackwardEnd, rs.StepEnd)
+		optimizerStart := rs.BackwardEnd
+		if cfg.DPSets > 1 {
+			c := add(spanCollectivePrefix+opAllReduce, j.newSpanID(), stepID, rs.BackwardEnd,
+				rs.WorldEnd)
+			putCollective(c.Attributes(), opAllReduce, worldGroupName, ranks, int64(st.Index), 8,
+				sourceAPI)
+			optimizerStart = rs.WorldEnd
+		}
+		add(spanOptimizerStep, j.newSpanID(), stepID, optimizerStart, rs.StepEnd)
 	}
 	return td, delaySpans
 }
 
-func dpGroupName(local int) string { return "dp" + strconv.Itoa(local) }
+// dpGroupName is data-parallel group g's name: dp<local rank>, or dp<set>.<local rank> with
+// several sets.
+func dpGroupName(cfg *SimConfig, g int) string {
+	if cfg.DPSets == 1 {
+		return "dp" + strconv.Itoa(g)
+	}
+	return "dp" + strconv.Itoa(g/cfg.GPUsPerNode) + "." + strconv.Itoa(g%cfg.GPUsPerNode)
+}
+
+// worldGroupName is the group of every rank (the world all-reduce that syncs -dp-sets).
+const worldGroupName = "world"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -246,5 +247,90 @@ func TestPollerAppliesDecisionsAndFailsOpen(t *testing.T) {
 	}
 	if p.failed.Load() == 0 || p.ok.Load() < 2 {
 		t.Fatalf("polls ok %d failed %d", p.ok.Load(), p.failed.Load())
+	}
+}
+
+// collisionSim is a job of two data-parallel groups (two sets of two nodes, one GPU each)
+// whose rings both cross a spine that carries one full-rate transfer: every source of
+// randomness off, so transfer times have known answers.
+func collisionSim(t *testing.T, edit func(*SimConfig)) *Model {
+	t.Helper()
+	return smallSim(t, func(c *SimConfig) {
+		c.Nodes, c.GPUsPerNode, c.NodesPerLeaf, c.DPSets = 4, 1, 1, 2
+		c.SpineCapacity, c.ParkedPenalty = 1, 0
+		c.Jitter, c.NodeSpeedSpread, c.StallProb = 0, 0, 0
+		c.Gather = 100 * time.Millisecond
+		if edit != nil {
+			edit(c)
+		}
+	})
+}
+
+func TestSimCollisionCostKnownAnswers(t *testing.T) {
+	m := collisionSim(t, nil)
+	if !m.crosses[0] || !m.crosses[1] || !reflect.DeepEqual(m.Members(1), []int{1, 3}) {
+		t.Fatalf("groups %v, crossing %v: want nodes {0,2} and {1,3}, both crossing", m.members, m.crosses)
+	}
+	const work = 0.1
+	for _, tc := range []struct {
+		name   string
+		second float64 // when the second group's transfer can start
+		want   [2]float64
+	}{
+		{"full overlap takes 2x", 0, [2]float64{2 * work, 2 * work}},
+		{"disjoint takes 1x", work, [2]float64{work, work}},
+		// The first runs alone for half its work, then both at half rate: it ends at 1.5x,
+		// the second then finishes its last half alone, 1.5x after its start.
+		{"half overlap in between", work / 2, [2]float64{1.5 * work, 1.5 * work}},
+	} {
+		starts, ends := m.play([][]float64{{0}, {tc.second}}, work, nil)
+		for g := range 2 {
+			if got := ends[g][0] - starts[g][0]; math.Abs(got-tc.want[g]) > 1e-9 {
+				t.Errorf("%s: group %d took %.4f s, want %.4f", tc.name, g, got, tc.want[g])
+			}
+		}
+	}
+	// Three equal flows on an uplink of capacity 2 each get 2/3 of full rate.
+	wide := collisionSim(t, func(c *SimConfig) { c.Nodes, c.DPSets, c.SpineCapacity = 6, 3, 2 })
+	starts, ends := wide.play([][]float64{{0}, {0}, {0}}, work, nil)
+	for g := range 3 {
+		if got := ends[g][0] - starts[g][0]; math.Abs(got-1.5*work) > 1e-9 {
+			t.Errorf("3 flows on capacity 2: group %d took %.4f s, want %.4f", g, got, 1.5*work)
+		}
+	}
+}
+
+func TestSimCollisionIsPaidOnTheStepAndAnOffsetAvoidsIt(t *testing.T) {
+	// Both sets gather at once: each gather takes 2x; an offset of one gather's length on
+	// the second set's ranks makes them take 1x each, and the step shorter.
+	together := collisionSim(t, nil).Next(nil)
+	delays := []float64{0, 0.1, 0, 0.1} // set 1: nodes 1 and 3
+	apart := collisionSim(t, nil).Next(delays)
+	for r, want := range map[int]float64{0: 0.2, 1: 0.2} {
+		rs := together.Ranks[r]
+		if got := rs.GatherEnd - rs.GatherStart; math.Abs(got-want) > 1e-9 {
+			t.Errorf("together: rank %d gathered for %.4f s, want %.4f", r, got, want)
+		}
+		if got := apart.Ranks[r].GatherEnd - apart.Ranks[r].GatherStart; math.Abs(got-0.1) > 1e-9 {
+			t.Errorf("apart: rank %d gathered for %.4f s, want 0.1", r, got)
+		}
+	}
+	if !(together.StretchSum/float64(together.Transfers) > apart.StretchSum/float64(apart.Transfers)) {
+		t.Errorf("stretch together %.3f, apart %.3f: want the collision to cost",
+			together.StretchSum/float64(together.Transfers), apart.StretchSum/float64(apart.Transfers))
+	}
+	if !(apart.End < together.End) {
+		t.Errorf("the offset step ended at %.4f s, the colliding one at %.4f s", apart.End, together.End)
+	}
+	// The world all-reduce keeps the sets in one step: every optimizer starts together.
+	for _, rs := range apart.Ranks {
+		if rs.WorldEnd != apart.Ranks[0].WorldEnd || rs.WorldEnd < rs.BackwardEnd {
+			t.Fatalf("world all-reduce ends at %v, want one time after every backward", rs.WorldEnd)
+		}
+	}
+	// One set, no gather: the default job's draws and timeline are what they were.
+	plain := smallSim(t, nil)
+	if plain.cfg.Groups() != plain.cfg.GPUsPerNode || plain.Next(nil).Ranks[5].GatherEnd != 0 {
+		t.Fatalf("the default job has %d groups or a gather", plain.cfg.Groups())
 	}
 }
