@@ -38,6 +38,11 @@ type model struct {
 	// collectives
 	opColl   []int32
 	pgID     []int32
+	// collN is each collective's member count, and sendAt marks the positions of messages'
+	// sends: what the replay reads of a collective and a span at every position, kept
+	// apart from the records so that it stays in the cache.
+	collN    []int32
+	sendAt   []bool
 	transfer []float64
 	// replayT is what the replay takes a collective's transfer as (see timeline); sendDur
 	// a message's send duration after it could start, and eager marks the messages whose
@@ -120,8 +125,10 @@ func (m *model) reset(sd *stepData) {
 	m.replayT = grow(m.replayT, nColls)
 	m.sendDur = grow(m.sendDur, nColls)
 	m.eager = grow(m.eager, nColls)
+	m.collN = grow(m.collN, nColls)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
+		m.collN[c] = rec.n
 		for i := rec.first; i < rec.first+rec.n; i++ {
 			m.opColl[i] = int32(c)
 		}
@@ -172,9 +179,11 @@ func (m *model) reset(sd *stepData) {
 	}
 	m.posOf = grow(m.posOf, nOps)
 	m.coll = grow(m.coll, nOps)
+	m.sendAt = grow(m.sendAt, nOps)
 	for p, i := range m.order {
 		m.posOf[i] = int32(p)
 		m.coll[p] = m.opColl[i]
+		m.sendAt[p] = sd.colls[m.coll[p]].p2p && sd.ops[i].role == RoleSend
 	}
 	m.gap = grow(m.gap, nOps)
 	m.refOwn = grow(m.refOwn, nOps)
@@ -528,14 +537,13 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		m.net[p] = n
 		m.netSet[p] = true
 		c := m.coll[p]
-		rec := &sd.colls[c]
 		if m.collDone[c] {
 			// Released early (see simulate); a member arriving after that ends after it.
 			m.end[p] = m.endWithLag(sd, p, max(m.collEnd[c], n+transfer[c]))
 			m.done[p] = true
 			continue
 		}
-		if rec.p2p && (m.settling || m.eager[c]) && sd.ops[m.order[p]].role == RoleSend {
+		if m.sendAt[p] && (m.settling || m.eager[c]) {
 			// An eager send does not wait for its receiver; in the replay of the actual
 			// step no send does (each ends as measured, see settle).
 			d := transfer[c]
@@ -550,7 +558,7 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		if n > m.maxNet[c] {
 			m.maxNet[c] = n
 		}
-		if m.known[c] == rec.n {
+		if m.known[c] == m.collN[c] {
 			m.resolve(sd, c, transfer)
 		}
 	}
