@@ -327,6 +327,10 @@ ATTRIBUTION_KIND = "training.attribution.kind"
 #: instance of that kind of work at its reference and everything else as measured (the what-if
 #: analysis' S_t)
 ATTRIBUTION_SAVES = "training.attribution.saves"
+#: training.group.switches (string): the leaf switches of a process group's members, sorted and
+#: comma separated (`unknown` where not known): a group behind more than one switch crosses
+#: their uplinks, where groups whose phases overlap collide
+GROUP_SWITCHES = "training.group.switches"
 #: training.fabric.cost (float s): what a suspected link cost (this step's seconds, or the
 #: moving average)
 FABRIC_COST = "training.fabric.cost"
@@ -379,6 +383,14 @@ METRIC_REPLAY_ERROR = "training.replay.error"
 #: would save the job (moving average over the analyzed steps, a step where it saves nothing
 #: counting 0): where to look first, by kind.
 METRIC_ATTRIBUTION = "training.attribution"
+#: training.group.phase.start (gauge, s): When a process group's communication phase begins in
+#: the job's step: its members' first collective launch after their own step start (each on its
+#: own clock, so no host clock is trusted), the median member's (moving average).
+METRIC_GROUP_PHASE_START = "training.group.phase.start"
+#: training.group.phase.duration (gauge, s): How long a process group's communication phase
+#: lasts in the job's step: from its members' first collective launch to their last collective's
+#: end, the median member's (moving average).
+METRIC_GROUP_PHASE_DURATION = "training.group.phase.duration"
 #: training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is flagged: a pipeline
 #: stage longer than the mean stage (`stage_imbalance`, with its stage), or work split unevenly
 #: across data-parallel replicas (`data_imbalance`, stage -1).
@@ -417,6 +429,8 @@ PROM_RANK_COST = "training_rank_cost_seconds"
 PROM_JOB_SLOWDOWN = "training_job_slowdown_ratio"
 PROM_REPLAY_ERROR = "training_replay_error_ratio"
 PROM_ATTRIBUTION = "training_attribution_seconds"
+PROM_GROUP_PHASE_START = "training_group_phase_start_seconds"
+PROM_GROUP_PHASE_DURATION = "training_group_phase_duration_seconds"
 PROM_IMBALANCE = "training_imbalance_ratio"
 PROM_IMBALANCE_COST = "training_imbalance_cost_seconds"
 PROM_FABRIC_SUSPECT = "training_fabric_suspect_ratio"
@@ -436,6 +450,8 @@ CONNECTOR_METRICS = (
     METRIC_JOB_SLOWDOWN,
     METRIC_REPLAY_ERROR,
     METRIC_ATTRIBUTION,
+    METRIC_GROUP_PHASE_START,
+    METRIC_GROUP_PHASE_DURATION,
     METRIC_IMBALANCE,
     METRIC_IMBALANCE_COST,
     METRIC_FABRIC_SUSPECT,
@@ -772,6 +788,20 @@ METRICS: dict[str, MetricSpec] = {
         "Seconds per step that one kind of work at its reference would save the job (moving "
         "average over the analyzed steps, a step where it saves nothing counting 0): where to"
         " look first, by kind.",
+    ),
+    METRIC_GROUP_PHASE_START: MetricSpec(
+        "gauge",
+        "s",
+        "When a process group's communication phase begins in the job's step: its members' "
+        "first collective launch after their own step start (each on its own clock, so no "
+        "host clock is trusted), the median member's (moving average).",
+    ),
+    METRIC_GROUP_PHASE_DURATION: MetricSpec(
+        "gauge",
+        "s",
+        "How long a process group's communication phase lasts in the job's step: from its "
+        "members' first collective launch to their last collective's end, the median member's"
+        " (moving average).",
     ),
     METRIC_IMBALANCE: MetricSpec(
         "gauge",

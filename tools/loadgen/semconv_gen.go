@@ -457,6 +457,11 @@ const (
 	// measured (the what-if analysis' S_t)
 	attrAttributionSaves = "training.attribution.saves"
 
+	// attrGroupSwitches is training.group.switches (string): the leaf switches of a process
+	// group's members, sorted and comma separated (`unknown` where not known): a group behind more
+	// than one switch crosses their uplinks, where groups whose phases overlap collide
+	attrGroupSwitches = "training.group.switches"
+
 	// attrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
 	// seconds, or the moving average)
 	attrFabricCost = "training.fabric.cost"
@@ -536,6 +541,17 @@ const (
 	// at its reference would save the job (moving average over the analyzed steps, a step where it
 	// saves nothing counting 0): where to look first, by kind.
 	metricAttribution = "training.attribution"
+
+	// metricGroupPhaseStart is training.group.phase.start (gauge, s): When a process group's
+	// communication phase begins in the job's step: its members' first collective launch after
+	// their own step start (each on its own clock, so no host clock is trusted), the median
+	// member's (moving average).
+	metricGroupPhaseStart = "training.group.phase.start"
+
+	// metricGroupPhaseDuration is training.group.phase.duration (gauge, s): How long a process
+	// group's communication phase lasts in the job's step: from its members' first collective
+	// launch to their last collective's end, the median member's (moving average).
+	metricGroupPhaseDuration = "training.group.phase.duration"
 
 	// metricImbalance is training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is
 	// flagged: a pipeline stage longer than the mean stage (`stage_imbalance`, with its stage), or

@@ -2,6 +2,7 @@ package barrierskewconnector
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -797,6 +798,45 @@ func TestImbalanceAndReplayErrorGauges(t *testing.T) {
 	if errs.Len() != 1 || errs.At(0).DoubleValue() > 0.02 {
 		t.Errorf("replay error points %d, value %g; want one below 0.02", errs.Len(),
 			errs.At(0).DoubleValue())
+	}
+}
+
+// TestGroupPhaseGauges: each data-parallel group's communication phase, with the switches
+// its members sit behind, as the two training.group.phase gauges (what a controller reads to
+// see groups whose phases collide on a shared link).
+func TestGroupPhaseGauges(t *testing.T) {
+	h := newHarness(t, nil)
+	p := fixture.NewPipeline(2, 2, 4, 1, 3)
+	p.Ranks = fixture.LeafSpine(len(p.Ranks), 1, 2)
+	for step := range 8 {
+		for _, b := range p.Step(step) {
+			h.consume(t, b.Traces)
+		}
+		h.clock.Advance(time.Second)
+	}
+	md := h.flush(t)
+	ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+	for i := range ms.Len() {
+		conformsToRegistry(t, ms.At(i))
+	}
+	starts := findMetric(t, md, semconv.MetricGroupPhaseStart).Gauge().DataPoints()
+	durations := findMetric(t, md, semconv.MetricGroupPhaseDuration).Gauge().DataPoints()
+	if starts.Len() != 2 || durations.Len() != 2 {
+		t.Fatalf("%d start and %d duration points, want dp0's and dp1's", starts.Len(),
+			durations.Len())
+	}
+	for i := range 2 {
+		a := attrs(durations.At(i).Attributes())
+		pg, sw := a[semconv.AttrCollectivePG], a[semconv.AttrGroupSwitches]
+		if pg != fmt.Sprintf("dp%d", i) || sw != fmt.Sprintf("leaf%d", i) {
+			t.Errorf("point %d: group %v behind %v", i, pg, sw)
+		}
+		if d := durations.At(i).DoubleValue(); math.Abs(d-0.011) > 0.001 {
+			t.Errorf("%v: phase lasts %g s, want 0.011 (reduce-scatter, optimizer, all-gather)", pg, d)
+		}
+		if s := starts.At(i).DoubleValue(); s < 0.12 {
+			t.Errorf("%v: phase starts %g s into the step, before its compute ends", pg, s)
+		}
 	}
 }
 

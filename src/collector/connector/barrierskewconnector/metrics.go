@@ -65,6 +65,17 @@ type attributionGauge struct {
 	saves   float64
 }
 
+// groupKey is one process group of one job, with the switches its members sit behind.
+type groupKey struct {
+	job, pg, switches string
+}
+
+// groupGauge is a group's communication phase in the job's step (moving averages).
+type groupGauge struct {
+	updated         time.Time
+	start, duration float64
+}
+
 // jobName keys the per-job gauges.
 type jobName string
 
@@ -77,6 +88,7 @@ func (k jobName) jobOf() string       { return string(k) }
 func (k imbalanceKey) jobOf() string  { return k.job }
 
 func (k attributionKey) jobOf() string { return k.job }
+func (k groupKey) jobOf() string       { return k.job }
 
 // seriesKey is a series key that says which job it belongs to.
 type seriesKey interface {
@@ -166,6 +178,7 @@ type aggregator struct {
 	suspects     map[suspectKey]*suspectGauge
 	imbalances   map[imbalanceKey]*imbalanceGauge
 	attribution  map[attributionKey]*attributionGauge
+	groups       map[groupKey]*groupGauge
 	jobs         map[jobName]*jobGauge
 	incomplete   map[collectiveKey]*incompleteCounter
 	missing      map[missingKey]*incompleteCounter
@@ -194,6 +207,7 @@ func newAggregator(cfg *Config) *aggregator {
 		suspects:     make(map[suspectKey]*suspectGauge),
 		imbalances:   make(map[imbalanceKey]*imbalanceGauge),
 		attribution:  make(map[attributionKey]*attributionGauge),
+		groups:       make(map[groupKey]*groupGauge),
 		jobs:         make(map[jobName]*jobGauge),
 		byJob:        make(map[string]*jobSeries),
 		incomplete:   make(map[collectiveKey]*incompleteCounter),
@@ -382,6 +396,7 @@ func (a *aggregator) observeStepResult(now time.Time, res *diagnosis.StepResult)
 	}
 	a.observeImbalances(now, res)
 	a.observeAttribution(now, res)
+	a.observeGroups(now, res)
 	flagged := make(map[int]*diagnosis.RankFlag, len(res.Flagged))
 	for i := range res.Flagged {
 		flagged[res.Flagged[i].Rank] = &res.Flagged[i]
@@ -460,6 +475,26 @@ func (a *aggregator) observeAttribution(now time.Time, res *diagnosis.StepResult
 	}
 }
 
+// observeGroups moves each group's phase toward this step's. A group absent from a step
+// keeps its figures until its series idles out.
+func (a *aggregator) observeGroups(now time.Time, res *diagnosis.StepResult) {
+	for _, gp := range res.Groups {
+		created := false
+		g := lookup(a, a.groups, groupKey{job: res.Job, pg: gp.PG, switches: gp.Switches},
+			func() *groupGauge { created = true; return &groupGauge{} })
+		if g == nil {
+			continue
+		}
+		if created {
+			g.start, g.duration = gp.Start, gp.Duration
+		} else {
+			g.start += attributionAlpha * (gp.Start - g.start)
+			g.duration += attributionAlpha * (gp.Duration - g.duration)
+		}
+		g.updated = now
+	}
+}
+
 // observeImbalances sets the job's imbalance flags and costs after one step: the flagged
 // ones active with their cost, the others inactive at 0.
 func (a *aggregator) observeImbalances(now time.Time, res *diagnosis.StepResult) {
@@ -529,6 +564,7 @@ func (a *aggregator) expire(now time.Time) {
 	expireMap(a.jobs, cutoff, func(g *jobGauge) time.Time { return g.updated })
 	expireMap(a.imbalances, cutoff, func(g *imbalanceGauge) time.Time { return g.updated })
 	expireMap(a.attribution, cutoff, func(g *attributionGauge) time.Time { return g.updated })
+	expireMap(a.groups, cutoff, func(g *groupGauge) time.Time { return g.updated })
 	for job, js := range a.byJob {
 		if js.lastUsed.Before(cutoff) {
 			delete(a.byJob, job)
@@ -678,6 +714,33 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			dp.Attributes().PutStr(semconv.AttrAttributionKind, key.kind)
 			dp.SetTimestamp(ts)
 			dp.SetDoubleValue(a.attribution[key].saves)
+		}
+	}
+	if len(a.groups) > 0 {
+		starts := appendMetric(metrics, semconv.MetricGroupPhaseStart).SetEmptyGauge().DataPoints()
+		durations := appendMetric(metrics, semconv.MetricGroupPhaseDuration).SetEmptyGauge().
+			DataPoints()
+		for _, key := range sortedKeys(a.groups, func(x, y groupKey) bool {
+			if x.job != y.job {
+				return x.job < y.job
+			}
+			if x.pg != y.pg {
+				return x.pg < y.pg
+			}
+			return x.switches < y.switches
+		}) {
+			g := a.groups[key]
+			for _, pt := range []struct {
+				points pmetric.NumberDataPointSlice
+				value  float64
+			}{{starts, g.start}, {durations, g.duration}} {
+				dp := pt.points.AppendEmpty()
+				dp.Attributes().PutStr(semconv.AttrJobID, key.job)
+				dp.Attributes().PutStr(semconv.AttrCollectivePG, key.pg)
+				dp.Attributes().PutStr(semconv.AttrGroupSwitches, key.switches)
+				dp.SetTimestamp(ts)
+				dp.SetDoubleValue(pt.value)
+			}
 		}
 	}
 	if len(a.imbalances) > 0 {

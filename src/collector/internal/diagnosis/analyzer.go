@@ -145,6 +145,7 @@ type Analyzer struct {
 	heldOps  int
 	stats    Stats
 	model    model
+	groups   groupScratch
 	results  []StepResult
 	freeStep []*stepData
 	// cur and curJob are the step and job of the collective being observed (nil when its
@@ -433,6 +434,7 @@ func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
 	}
 	if len(sd.ops) > 0 {
 		res := a.model.run(a, j, sd)
+		res.Groups = a.groupPhases(j, sd)
 		res.Forced = forced
 		a.results = append(a.results, res)
 	}

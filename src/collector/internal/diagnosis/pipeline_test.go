@@ -369,3 +369,35 @@ func TestDataImbalanceWithoutStagesNeedsInputsThatExplainTheWork(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupPhases: each data-parallel group's communication phase, from its members' own
+// clocks (offsets of up to 2 s between hosts change nothing), with the switches it spans.
+// A 2-stage job of 2 replicas on hosts of one GPU, two hosts a leaf: stage 0 (ranks 0, 1)
+// sits behind leaf0, stage 1 (ranks 2, 3) behind leaf1; each stage's reduce-scatter,
+// optimizer and all-gather come after its 4 microbatches.
+func TestGroupPhases(t *testing.T) {
+	p := fixture.NewPipeline(2, 2, 4, 1, 7)
+	p.Ranks = fixture.LeafSpine(len(p.Ranks), 1, 2)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range p.Ranks {
+		p.Ranks[i].ClockOffset = time.Duration(rng.IntN(4000)-2000) * time.Millisecond
+	}
+	results := run(t, p, join.DefaultConfig(), 8)
+	last := results[len(results)-1]
+	if len(last.Groups) != 2 || last.Groups[0].PG != "dp0" || last.Groups[1].PG != "dp1" {
+		t.Fatalf("groups %+v, want dp0 and dp1 (messages are no group's phase)", last.Groups)
+	}
+	for stage, g := range last.Groups {
+		if g.Members != 2 || g.Switches != fmt.Sprintf("leaf%d", stage) {
+			t.Errorf("%s: members %d switches %q", g.PG, g.Members, g.Switches)
+		}
+		// reduce-scatter 4 ms, optimizer 3 ms, all-gather 4 ms.
+		if math.Abs(g.Duration-0.011) > 0.001 {
+			t.Errorf("%s: phase lasts %.4f s, want 0.011", g.PG, g.Duration)
+		}
+		// After its own microbatches' compute: 4 x (10 + 20) ms and the messages at least.
+		if g.Start < 0.12 || g.Start > 0.25 {
+			t.Errorf("%s: phase starts %.4f s into the step", g.PG, g.Start)
+		}
+	}
+}

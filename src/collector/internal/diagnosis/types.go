@@ -237,6 +237,8 @@ type StepResult struct {
 	// Attribution is what each kind of work at its reference alone would save in this step
 	// (only in steps with root causes; kinds that save nothing left out), largest first.
 	Attribution []Saving
+	// Groups are the step's process groups' communication phases, by group name.
+	Groups []GroupPhase
 	// Slowdown is the job's moving average of Duration / WhatIf.
 	Slowdown float64
 	// Deferred marks a step whose flags (Flagged, Suspects, Imbalances, Slowdown) are left to
