@@ -152,6 +152,9 @@ type Analyzer struct {
 	// step was already analyzed: its members are late).
 	cur    *stepData
 	curJob *jobState
+	// lastJob is the job last looked up by name (lookup): the join hands the analyzer one
+	// job's collectives in runs, each looked up by name several times.
+	lastJob *jobState
 }
 
 // New returns an analyzer; cfg must have passed Check.
@@ -174,8 +177,20 @@ func (a *Analyzer) Stats() Stats {
 	return s
 }
 
+// lookup returns the job of that name, nil when it has no state.
+func (a *Analyzer) lookup(name string) *jobState {
+	if j := a.lastJob; j != nil && j.name == name {
+		return j
+	}
+	j := a.jobs[name]
+	if j != nil {
+		a.lastJob = j
+	}
+	return j
+}
+
 func (a *Analyzer) job(name string, now int64) *jobState {
-	if j, ok := a.jobs[name]; ok {
+	if j := a.lookup(name); j != nil {
 		j.lastUsed = now
 		return j
 	}
@@ -206,6 +221,7 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		latest:         make(map[int32]int64),
 	}
 	a.jobs[name] = j
+	a.lastJob = j
 	return j
 }
 
@@ -218,6 +234,9 @@ func (a *Analyzer) dropJob(name string) {
 		a.heldOps -= len(sd.ops)
 	}
 	delete(a.jobs, name)
+	if a.lastJob == j {
+		a.lastJob = nil
+	}
 	a.phases.forget(name)
 }
 
@@ -327,7 +346,7 @@ func (a *Analyzer) ObservePhase(job string, step int64, rank int, kind PhaseKind
 		return
 	}
 	a.phases.add(job, step, int32(rank), kind, start, end, input)
-	if j := a.jobs[job]; j != nil {
+	if j := a.lookup(job); j != nil {
 		j.sawRank(int32(rank), step)
 	}
 }
@@ -448,7 +467,7 @@ func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
 
 // Flag returns the current verdict of a rank of a job (ok false when it is not flagged).
 func (a *Analyzer) Flag(job string, rank int) (RankFlag, bool) {
-	j := a.jobs[job]
+	j := a.lookup(job)
 	if j == nil {
 		return RankFlag{}, false
 	}
@@ -461,7 +480,7 @@ func (a *Analyzer) Flag(job string, rank int) (RankFlag, bool) {
 
 // HasFlags reports whether any rank of the job is flagged.
 func (a *Analyzer) HasFlags(job string) bool {
-	j := a.jobs[job]
+	j := a.lookup(job)
 	if j == nil {
 		return false
 	}

@@ -292,7 +292,7 @@ func lowerQuartile(vals []float64) float64 {
 // history (0 when there is none yet): what is written on the span at release, before its
 // step is analyzed.
 func (a *Analyzer) Slowdown(job, pg, op string, bytes int64, members int, transfer float64) float64 {
-	j := a.jobs[job]
+	j := a.lookup(job)
 	if j == nil {
 		return 0
 	}

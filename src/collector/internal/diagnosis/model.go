@@ -36,8 +36,8 @@ type model struct {
 	refGap    []float64 // the peers' median gap at the same position of the step
 
 	// collectives
-	opColl   []int32
-	pgID     []int32
+	opColl []int32
+	pgID   []int32
 	// collN is each collective's member count, and sendAt marks the positions of messages'
 	// sends: what the replay reads of a collective and a span at every position, kept
 	// apart from the records so that it stays in the cache.

@@ -105,6 +105,9 @@ type Engine[R any] struct {
 	// max_wait; so do collectives that began within startup_grace.
 	startedAt int64
 	lastSeen  map[string]map[int32]int64
+	// seenJob and seenRanks are the job touch last recorded and its entry of lastSeen.
+	seenJob   string
+	seenRanks map[int32]int64
 	liveRanks int
 	// groupMembers are the ranks of each non-default group's last complete collective, used
 	// to name the missing ranks of an incomplete one.
@@ -167,7 +170,10 @@ const maxLiveRanks = 1 << 18
 
 // touch records that a rank of a job delivered a span now.
 func (e *Engine[R]) touch(job string, rank int, now int64) {
-	ranks := e.lastSeen[job]
+	ranks := e.seenRanks
+	if ranks == nil || job != e.seenJob {
+		ranks = e.lastSeen[job]
+	}
 	if ranks == nil {
 		if e.liveRanks >= maxLiveRanks {
 			clear(e.lastSeen)
@@ -186,6 +192,7 @@ func (e *Engine[R]) touch(job string, rank int, now int64) {
 		e.liveRanks++
 	}
 	ranks[int32(rank)] = now
+	e.seenJob, e.seenRanks = job, ranks
 }
 
 // Stats returns the engine's counters.

@@ -75,6 +75,9 @@ func (t *keyTable[V]) remove(h uint64, k *Key) {
 		return
 	}
 	delete(t.byHash, h)
+	if len(t.collided) == 0 {
+		return
+	}
 	// A key that collided with k takes its slot.
 	for ck, cv := range t.collided {
 		if t.hash(&ck) == h {
