@@ -106,6 +106,11 @@ EVENT_IMBALANCE = "training.imbalance"
 #: `training.attribution.saves`; written in steps with a root cause, for each kind that saves
 #: something
 EVENT_ATTRIBUTION = "training.attribution"
+#: training.group.phase: one process group's communication phase in this step:
+#: `training.collective.pg`, `training.group.phase.start`, `training.group.phase.duration` and
+#: `training.group.switches` (the `training.group.phase.*` metrics are built from them); at most
+#: 64 a step, the longest
+EVENT_GROUP_PHASE = "training.group.phase"
 
 # Events on the timeline.first_change span.
 #: training.change: one component whose signal changed before the regression:
@@ -327,6 +332,12 @@ ATTRIBUTION_KIND = "training.attribution.kind"
 #: instance of that kind of work at its reference and everything else as measured (the what-if
 #: analysis' S_t)
 ATTRIBUTION_SAVES = "training.attribution.saves"
+#: training.group.phase.start (float s): the group's members' first collective launch after
+#: their own `train.step` start (each on its own clock), the median member's
+GROUP_PHASE_START = "training.group.phase.start"
+#: training.group.phase.duration (float s): from that launch to the member's last collective's
+#: end in the step, the median member's
+GROUP_PHASE_DURATION = "training.group.phase.duration"
 #: training.group.switches (string): the leaf switches of a process group's members, sorted and
 #: comma separated (`unknown` where not known): a group behind more than one switch crosses
 #: their uplinks, where groups whose phases overlap collide

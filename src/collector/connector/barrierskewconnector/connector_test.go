@@ -805,14 +805,35 @@ func TestImbalanceAndReplayErrorGauges(t *testing.T) {
 // its members sit behind, as the two training.group.phase gauges (what a controller reads to
 // see groups whose phases collide on a shared link).
 func TestGroupPhaseGauges(t *testing.T) {
+	for _, behind := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own join", true: "behind the processor"}[behind],
+			func(t *testing.T) { checkGroupPhaseGauges(t, behind) })
+	}
+}
+
+// checkGroupPhaseGauges feeds the connector a 2-stage job, by itself or through the real
+// processor (whose step summaries then carry the phases), and checks the gauges.
+func checkGroupPhaseGauges(t *testing.T, behind bool) {
 	h := newHarness(t, nil)
 	p := fixture.NewPipeline(2, 2, 4, 1, 3)
 	p.Ranks = fixture.LeafSpine(len(p.Ranks), 1, 2)
+	procSink := new(consumertest.TracesSink)
+	proc := startProcessor(t, procSink)
 	for step := range 8 {
 		for _, b := range p.Step(step) {
-			h.consume(t, b.Traces)
+			if !behind {
+				h.consume(t, b.Traces)
+			} else if err := proc.ConsumeTraces(context.Background(), b.Traces); err != nil {
+				t.Fatal(err)
+			}
 		}
 		h.clock.Advance(time.Second)
+	}
+	if err := proc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, td := range procSink.AllTraces() {
+		h.consume(t, td)
 	}
 	md := h.flush(t)
 	ms := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()

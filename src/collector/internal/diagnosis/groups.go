@@ -7,10 +7,10 @@ import (
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 )
 
-// maxGroupPhases bounds the groups whose phase one step reports (the longest phases first):
+// MaxGroupPhases bounds the groups whose phase one step reports (the longest phases first):
 // a 4096-rank job has hundreds of tensor-parallel groups, and a controller looking for
 // collisions on shared links wants the long ones.
-const maxGroupPhases = 64
+const MaxGroupPhases = 64
 
 // maxGroupSwitches bounds the switches listed for one group (a group behind more is behind
 // "many", and crosses uplinks whatever they are).
@@ -26,8 +26,6 @@ type GroupPhase struct {
 	Start, Duration float64
 	// Switches are the members' leaf switches, sorted and comma separated.
 	Switches string
-	// Members is how many members had a step start to measure from.
-	Members int
 }
 
 // groupScratch is the scratch space of groupPhases, reused from step to step.
@@ -135,11 +133,11 @@ func (a *Analyzer) groupPhases(j *jobState, sd *stepData) []GroupPhase {
 			switches = "many"
 		}
 		out = append(out, GroupPhase{PG: g.names[id], Start: median(g.starts),
-			Duration: median(g.durations), Switches: switches, Members: len(g.starts)})
+			Duration: median(g.durations), Switches: switches})
 	}
-	if len(out) > maxGroupPhases {
+	if len(out) > MaxGroupPhases {
 		slices.SortFunc(out, func(x, y GroupPhase) int { return cmpFloat(y.Duration, x.Duration) })
-		out = out[:maxGroupPhases]
+		out = out[:MaxGroupPhases]
 	}
 	slices.SortFunc(out, func(x, y GroupPhase) int { return strings.Compare(x.PG, y.PG) })
 	return out

@@ -388,8 +388,8 @@ func TestGroupPhases(t *testing.T) {
 		t.Fatalf("groups %+v, want dp0 and dp1 (messages are no group's phase)", last.Groups)
 	}
 	for stage, g := range last.Groups {
-		if g.Members != 2 || g.Switches != fmt.Sprintf("leaf%d", stage) {
-			t.Errorf("%s: members %d switches %q", g.PG, g.Members, g.Switches)
+		if g.Switches != fmt.Sprintf("leaf%d", stage) {
+			t.Errorf("%s: switches %q", g.PG, g.Switches)
 		}
 		// reduce-scatter 4 ms, optimizer 3 ms, all-gather 4 ms.
 		if math.Abs(g.Duration-0.011) > 0.001 {

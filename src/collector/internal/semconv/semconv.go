@@ -137,6 +137,12 @@ const (
 	// `training.attribution.kind` and `training.attribution.saves`; written in steps with a root
 	// cause, for each kind that saves something
 	EventAttribution = "training.attribution"
+
+	// EventGroupPhase is training.group.phase: one process group's communication phase in this
+	// step: `training.collective.pg`, `training.group.phase.start`,
+	// `training.group.phase.duration` and `training.group.switches` (the `training.group.phase.*`
+	// metrics are built from them); at most 64 a step, the longest
+	EventGroupPhase = "training.group.phase"
 )
 
 // Events on the timeline.first_change span.
@@ -457,6 +463,15 @@ const (
 	// shorter with every instance of that kind of work at its reference and everything else as
 	// measured (the what-if analysis' S_t)
 	AttrAttributionSaves = "training.attribution.saves"
+
+	// AttrGroupPhaseStart is training.group.phase.start (float s): the group's members' first
+	// collective launch after their own `train.step` start (each on its own clock), the median
+	// member's
+	AttrGroupPhaseStart = "training.group.phase.start"
+
+	// AttrGroupPhaseDuration is training.group.phase.duration (float s): from that launch to the
+	// member's last collective's end in the step, the median member's
+	AttrGroupPhaseDuration = "training.group.phase.duration"
 
 	// AttrGroupSwitches is training.group.switches (string): the leaf switches of a process
 	// group's members, sorted and comma separated (`unknown` where not known): a group behind more

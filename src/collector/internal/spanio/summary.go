@@ -2,6 +2,7 @@ package spanio
 
 import (
 	"crypto/sha256"
+	"math"
 	"strconv"
 	"strings"
 
@@ -109,6 +110,17 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		ev.SetTimestamp(end)
 		ev.Attributes().PutStr(semconv.AttrAttributionKind, sv.Kind)
 		ev.Attributes().PutDouble(semconv.AttrAttributionSaves, sv.Saves)
+	}
+	for i := range res.Groups {
+		gp := &res.Groups[i]
+		ev := span.Events().AppendEmpty()
+		ev.SetName(semconv.EventGroupPhase)
+		ev.SetTimestamp(end)
+		a := ev.Attributes()
+		a.PutStr(semconv.AttrCollectivePG, gp.PG)
+		a.PutDouble(semconv.AttrGroupPhaseStart, gp.Start)
+		a.PutDouble(semconv.AttrGroupPhaseDuration, gp.Duration)
+		a.PutStr(semconv.AttrGroupSwitches, gp.Switches)
 	}
 	for i := range res.Imbalances {
 		im := &res.Imbalances[i]
@@ -281,6 +293,15 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 			}
 			out.Attribution = append(out.Attribution, diagnosis.Saving{Kind: kind,
 				Saves: double(a, semconv.AttrAttributionSaves)})
+		case semconv.EventGroupPhase:
+			pg := str(a, semconv.AttrCollectivePG)
+			if pg == "" || len(out.Groups) >= diagnosis.MaxGroupPhases {
+				continue
+			}
+			out.Groups = append(out.Groups, diagnosis.GroupPhase{PG: pg,
+				Start:    seconds(a, semconv.AttrGroupPhaseStart),
+				Duration: seconds(a, semconv.AttrGroupPhaseDuration),
+				Switches: str(a, semconv.AttrGroupSwitches)})
 		case semconv.EventImbalance:
 			cause := str(a, semconv.AttrStragglerCause)
 			if !isImbalance(cause) {
@@ -330,6 +351,15 @@ func boundedEvent(a pcommon.Map, maxLen int) bool {
 func double(a pcommon.Map, key string) float64 {
 	if v, ok := a.Get(key); ok && v.Type() == pcommon.ValueTypeDouble {
 		return v.Double()
+	}
+	return 0
+}
+
+// seconds reads a duration: 0 when it is missing, mistyped, negative, NaN or infinite (a
+// forged summary must not poison a moving average).
+func seconds(a pcommon.Map, key string) float64 {
+	if v := double(a, key); v > 0 && !math.IsInf(v, 1) {
+		return v
 	}
 	return 0
 }

@@ -1,6 +1,7 @@
 package spanio
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -38,6 +39,8 @@ func TestStepResultRoundTripsThroughTheSummary(t *testing.T) {
 				Derived: true}},
 		Imbalances: []diagnosis.ImbalanceFlag{{Cause: semconv.CauseStageImbalance, Stage: 3,
 			Ranks: []int{12, 13}, Excess: 0.4, Cost: 0.18, Fix: "move work"}},
+		Groups: []diagnosis.GroupPhase{{PG: "dp0", Start: 0.3, Duration: 0.05,
+			Switches: "leaf0,leaf1"}, {PG: "tp2", Start: 0.01, Duration: 0.002, Switches: "leaf1"}},
 	}
 	for _, deferred := range []bool{false, true} {
 		res.Deferred = deferred
@@ -60,5 +63,40 @@ func TestMalformedImbalanceRanksAreCut(t *testing.T) {
 	}
 	if got := parseRanks("-1"); got != nil {
 		t.Errorf("parseRanks(-1) = %v", got)
+	}
+}
+
+// A forged or damaged group phase event is read safely: no group name, no phase; a NaN,
+// infinite, negative or mistyped time reads 0, so no moving average downstream is poisoned.
+func TestMalformedGroupPhasesAreCleaned(t *testing.T) {
+	res := diagnosis.StepResult{Job: "job", Step: 1,
+		Groups: []diagnosis.GroupPhase{{PG: "dp0", Start: 0.3, Duration: 0.05, Switches: "leaf0"},
+			{PG: "dp1", Start: 0.2, Duration: 0.04}, {PG: "dp2", Start: 0.1, Duration: 0.03}}}
+	td := ptrace.NewTraces()
+	AppendSummary(td, &res)
+	rs := td.ResourceSpans().At(0)
+	span := rs.ScopeSpans().At(0).Spans().At(0)
+	events := span.Events()
+	for i := range events.Len() {
+		a := events.At(i).Attributes()
+		pg, _ := a.Get(semconv.AttrCollectivePG)
+		switch pg.Str() {
+		case "dp0":
+			a.PutDouble(semconv.AttrGroupPhaseStart, math.NaN())
+			a.PutDouble(semconv.AttrGroupPhaseDuration, math.Inf(1))
+		case "dp1":
+			a.PutDouble(semconv.AttrGroupPhaseStart, -4)
+			a.PutStr(semconv.AttrGroupPhaseDuration, "0.04")
+		case "dp2":
+			a.Remove(semconv.AttrCollectivePG)
+		}
+	}
+	got, ok := ReadSummary(span, rs.Resource(), 256)
+	if !ok {
+		t.Fatal("summary unreadable")
+	}
+	want := []diagnosis.GroupPhase{{PG: "dp0", Switches: "leaf0"}, {PG: "dp1"}}
+	if !reflect.DeepEqual(got.Groups, want) {
+		t.Errorf("groups %+v, want %+v", got.Groups, want)
 	}
 }
