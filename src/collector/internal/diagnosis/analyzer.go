@@ -82,6 +82,10 @@ type jobState struct {
 	groupBaselines map[groupKey]*ewma
 	classBaselines map[classKey]*ewma
 	groupClasses   map[string]groupClass
+	// refs are the transfer references Slowdown read since the baselines last changed:
+	// each collective released asks, and a pipeline pair's sixteen messages a step ask
+	// alike (three lookups by strings each).
+	refs map[slowdownKey]float64
 
 	// flags is the job's flag state (decided here unless flag_decision is deferred: then
 	// kept for the analysis' own use, and the summaries leave the flags to a verdict stage).

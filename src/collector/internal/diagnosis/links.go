@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -121,6 +122,38 @@ func (m *model) classOfGroup(j *jobState, sd *stepData, c int) classKey {
 		gc.key.op == rec.op && gc.key.bytes == rec.bytes {
 		return gc.key
 	}
+	hosts, switches := m.distinctPlaces(j, sd, rec)
+	key := classKey{op: rec.op, bytes: rec.bytes, pgSize: rec.pgSize,
+		hosts: hosts, switches: switches, p2p: rec.p2p}
+	if len(j.groupClasses) < maxBaselinesPerJob {
+		j.groupClasses[rec.pg] = groupClass{key: key, members: rec.n}
+	}
+	return key
+}
+
+// smallGroup is the most members whose distinct hosts and switches are counted by scanning
+// (a message's two, a node's eight) instead of in maps: a job with more groups than the
+// class cache holds (a 4096-rank pipeline's six thousand pairs) counts some every step.
+const smallGroup = 16
+
+// distinctPlaces counts the distinct hosts and switches of a collective's members.
+func (m *model) distinctPlaces(j *jobState, sd *stepData, rec *collRec) (int32, int32) {
+	if rec.n <= smallGroup {
+		var hosts, switches [smallGroup]string
+		nh, ns := 0, 0
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			t := j.topology[sd.ops[i].rank]
+			if !slices.Contains(hosts[:nh], t.Host) {
+				hosts[nh] = t.Host
+				nh++
+			}
+			if !slices.Contains(switches[:ns], t.Switch) {
+				switches[ns] = t.Switch
+				ns++
+			}
+		}
+		return int32(nh), int32(ns)
+	}
 	hosts := make(map[string]struct{})
 	switches := make(map[string]struct{})
 	for i := rec.first; i < rec.first+rec.n; i++ {
@@ -128,12 +161,7 @@ func (m *model) classOfGroup(j *jobState, sd *stepData, c int) classKey {
 		hosts[t.Host] = struct{}{}
 		switches[t.Switch] = struct{}{}
 	}
-	key := classKey{op: rec.op, bytes: rec.bytes, pgSize: rec.pgSize,
-		hosts: int32(len(hosts)), switches: int32(len(switches)), p2p: rec.p2p}
-	if len(j.groupClasses) < maxBaselinesPerJob {
-		j.groupClasses[rec.pg] = groupClass{key: key, members: rec.n}
-	}
-	return key
+	return int32(len(hosts)), int32(len(switches))
 }
 
 func complete(rec *collRec) bool {
@@ -144,6 +172,8 @@ func complete(rec *collRec) bool {
 // against its reference: the lowest of its group's history, its class's history, and the
 // median of its class in this step (with three or more groups in the class).
 func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
+	// The baselines change here, and only here: the references Slowdown read go.
+	clear(j.refs)
 	l := &m.links
 	n := len(sd.colls)
 	l.refT = grow(l.refT, n)
@@ -296,21 +326,47 @@ func (a *Analyzer) Slowdown(job, pg, op string, bytes int64, members int, transf
 	if j == nil {
 		return 0
 	}
-	ref := math.Inf(1)
-	if b := j.groupBaselines[groupKey{pg: pg, op: op, bytes: bytes}]; b != nil &&
-		b.samples >= minBaselineSamples {
-		ref = b.mean
-	}
-	if gc, ok := j.groupClasses[pg]; ok && gc.members == int32(members) && gc.key.op == op &&
-		gc.key.bytes == bytes {
-		if b := j.classBaselines[gc.key]; b != nil && b.samples >= minClassSamples {
-			ref = min(ref, b.mean)
+	k := slowdownKey{pg: pg, op: op, bytes: bytes, members: members}
+	ref, ok := j.refs[k]
+	if !ok {
+		ref = j.transferRef(&k)
+		if j.refs == nil {
+			j.refs = make(map[slowdownKey]float64)
 		}
+		if len(j.refs) >= maxBaselinesPerJob {
+			clear(j.refs)
+		}
+		j.refs[k] = ref
 	}
 	if math.IsInf(ref, 1) || ref <= 0 {
 		return 0
 	}
 	return transfer / ref
+}
+
+// slowdownKey is what a collective's reference for Slowdown depends on besides the job's
+// baselines.
+type slowdownKey struct {
+	pg, op  string
+	bytes   int64
+	members int
+}
+
+// transferRef is the reference of a collective's transfer in the job's baselines: the
+// lower of its group's and its class's, +Inf without either.
+func (j *jobState) transferRef(k *slowdownKey) float64 {
+	ref := math.Inf(1)
+	if b := j.groupBaselines[groupKey{pg: k.pg, op: k.op, bytes: k.bytes}]; b != nil &&
+		b.samples >= minBaselineSamples {
+		ref = b.mean
+	}
+	if gc, ok := j.groupClasses[k.pg]; ok && gc.members == int32(k.members) && gc.key.op == k.op &&
+		gc.key.bytes == k.bytes {
+		if b := j.classBaselines[gc.key]; b != nil && b.samples >= minClassSamples {
+			ref = min(ref, b.mean)
+		}
+	}
+	return ref
 }
 
 // element kinds in the order a tie between them is broken (the most specific first).

@@ -183,7 +183,14 @@ func (m *model) reset(sd *stepData) {
 	for p, i := range m.order {
 		m.posOf[i] = int32(p)
 		m.coll[p] = m.opColl[i]
-		m.sendAt[p] = sd.colls[m.coll[p]].p2p && sd.ops[i].role == RoleSend
+	}
+	clear(m.sendAt)
+	for c := range sd.colls {
+		if rec := &sd.colls[c]; rec.p2p {
+			for i := rec.first; i < rec.first+rec.n; i++ {
+				m.sendAt[m.posOf[i]] = sd.ops[i].role == RoleSend
+			}
+		}
 	}
 	m.gap = grow(m.gap, nOps)
 	m.refOwn = grow(m.refOwn, nOps)

@@ -182,16 +182,19 @@ func (e *Engine[R]) touch(job string, rank int, now int64) {
 		ranks = make(map[int32]int64)
 		e.lastSeen[job] = ranks
 	}
-	if _, ok := ranks[int32(rank)]; !ok {
+	// One map operation for a rank seen before: the entry is written, and a rank it added
+	// is counted (the memory starting over first when it is full).
+	known := len(ranks)
+	ranks[int32(rank)] = now
+	if len(ranks) > known {
 		if e.liveRanks >= maxLiveRanks {
 			clear(e.lastSeen)
 			e.liveRanks = 0
-			ranks = make(map[int32]int64)
+			ranks = map[int32]int64{int32(rank): now}
 			e.lastSeen[job] = ranks
 		}
 		e.liveRanks++
 	}
-	ranks[int32(rank)] = now
 	e.seenJob, e.seenRanks = job, ranks
 }
 
