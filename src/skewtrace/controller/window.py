@@ -72,6 +72,31 @@ class RankWindow:
 
 
 @dataclass(frozen=True)
+class GroupPhases:
+    """One process group's communication phases in the job's step, as the interleave policy
+    reads them (:mod:`skewtrace.controller.policies.interleave`)."""
+
+    pg: str
+    """The group's name (``training.collective.pg``)."""
+
+    phases: tuple[tuple[float, float], ...]
+    """(start, duration) of each phase in seconds, the start after the members' own step
+    start, as observed (with any offset the group was given in it)."""
+
+    switches: tuple[str, ...] = ()
+    """The leaf switches of its members (``training.group.switches``): behind two or more it
+    crosses their uplinks."""
+
+    hosts: tuple[str, ...] = ()
+    """Its members' hosts, when known: groups that share a host are tied (a delay before one
+    rank's forward holds the host's other ranks at their tensor-parallel collective), so they
+    get one offset. Empty: the group is tied to no other."""
+
+    applied_offset_s: float = 0.0
+    """The offset the controller published for the group, time-weighted over the window."""
+
+
+@dataclass(frozen=True)
 class JobWindow:
     """All ranks of one job over the window ending at ``now``."""
 
@@ -90,6 +115,10 @@ class JobWindow:
     ``data_imbalance`` (its ``training.imbalance`` gauge), ``fabric_fault`` (a rank flagged for
     its network, or a suspected part of the fabric). The policies decline while one is
     flagged, and say so."""
+
+    groups: tuple[GroupPhases, ...] = ()
+    """Process groups' communication phases (the Collector's ``training.group.phase.*``
+    gauges); empty when none are known."""
 
 
 def declined(window: JobWindow) -> str | None:

@@ -6,6 +6,8 @@ registry.
   (:mod:`~skewtrace.controller.policies.effect`).
 - ``rebalance`` (:mod:`~skewtrace.controller.policies.rebalance`): each rank's share of the
   global batch.
+- ``interleave`` (:mod:`~skewtrace.controller.policies.interleave`): offsets for groups whose
+  communication phases collide on a shared uplink, kept only while they pay (the same guard).
 - several, comma-separated: composed in registry order
   (:mod:`~skewtrace.controller.policies.compose`).
 
@@ -28,6 +30,7 @@ from typing import Any, Generic, TypeVar
 from skewtrace.controller.policies.base import ControllerPolicy, ServiceSettings
 from skewtrace.controller.policies.compose import ComposedPolicy
 from skewtrace.controller.policies.effect import EffectGuard
+from skewtrace.controller.policies.interleave import InterleaveParams, InterleavePolicy
 from skewtrace.controller.policies.pacing import PacingPolicy, PolicyParams
 from skewtrace.controller.policies.rebalance import (
     RebalanceParams,
@@ -83,6 +86,13 @@ POLICIES: tuple[PolicySpec[Any], ...] = (
         summary="size each rank's share of the global batch to its speed",
         docs="docs/rebalancing.md",
         check=check_with_service,
+    ),
+    PolicySpec(
+        "interleave",
+        InterleaveParams,
+        lambda params: EffectGuard(InterleavePolicy(params), params),
+        summary="offset groups whose communication phases collide on a shared uplink",
+        docs="docs/pacing.md, 'Interleaving'",
     ),
 )
 """Every policy, in the order a composition runs them (and ``--help`` lists them)."""

@@ -18,7 +18,9 @@ One outcome comes out: the first policy's reason (the others say theirs in their
 e.g. ``rebalance.reason``), ``active`` when any is, every policy's delays (the largest where
 two delay one rank), the first shares and spread decided, the most ranks judged, and every
 policy's informational blocks (pacing's ``effect``, rebalancing's ``rebalance``: before the
-restructure the first policy's were dropped, so a composed job published no effect gauge).
+restructure the first policy's were dropped, so a composed job published no effect gauge;
+a block two policies both add, the guarded pacing's and interleave's ``effect``, is the
+later one's under its name, ``interleave.effect``).
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ class ComposedPolicy:
             for rank, delay in outcome.delays.items():
                 delays[rank] = max(delays.get(rank, delay), delay)
         info: dict[str, Any] = {}
-        for outcome in outcomes:
-            info.update(outcome.info)
+        for policy, outcome in zip(self.policies, outcomes, strict=True):
+            for key, value in outcome.info.items():
+                # Two guarded policies both say ``effect``: the later one's under its name.
+                info[f"{policy.name}.{key}" if key in info else key] = value
         return Outcome(
             reason=outcomes[0].reason,
             state=tuple(o.state for o in outcomes),

@@ -26,10 +26,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
-from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.window import JobWindow
 
 REASON_MEASURING = "measuring"
@@ -44,6 +43,34 @@ STATE_NO_GAIN = "no_gain"
 # One-sided 90% Student's t quantiles by degrees of freedom (pairs - 1); beyond: the normal.
 _T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}
 _Z90 = 1.282
+
+
+class EffectSettings(Protocol):
+    """The guard's settings: pacing's ``effect_*`` parameters
+    (:class:`~skewtrace.controller.policies.pacing.PolicyParams`), or another policy's."""
+
+    @property
+    def effect_pairs(self) -> int: ...
+    @property
+    def effect_phase_s(self) -> float: ...
+    @property
+    def effect_min_gain(self) -> float: ...
+    @property
+    def effect_backoff_s(self) -> float: ...
+    @property
+    def effect_recheck_s(self) -> float: ...
+
+
+OFFSETS = "offsets"
+"""The body's per-group offsets (the interleave policy's): withheld with the delays."""
+
+
+def _publishes(out: Outcome) -> bool:
+    """The outcome delays someone: a rank's delay or a group's offset."""
+    offsets = out.info.get(OFFSETS) or {}
+    return out.active and (
+        any(d > 0 for d in out.delays.values()) or any(o > 0 for o in offsets.values())
+    )
 
 
 @dataclass(frozen=True)
@@ -110,9 +137,10 @@ class EffectState:
 
 
 class EffectGuard:
-    """Wraps the pacing policy (alone, or inside the composition): see the module docstring."""
+    """Wraps the pacing or the interleave policy (alone, or inside the composition): see the
+    module docstring."""
 
-    def __init__(self, inner: ControllerPolicy, params: PolicyParams) -> None:
+    def __init__(self, inner: ControllerPolicy, params: EffectSettings) -> None:
         self.inner = inner
         self.params = params
         self.name = inner.name
@@ -126,7 +154,7 @@ class EffectGuard:
         if self.params.effect_pairs == 0:
             return replace(out, state=state)
         now = window.now
-        paces = out.active and any(d > 0 for d in out.delays.values())
+        paces = _publishes(out)
         if state.mode == "backoff":
             if now < state.until:
                 return self._withheld(out, state, REASON_NO_GAIN)
@@ -192,12 +220,15 @@ class EffectGuard:
         return replace(out, state=state, info={**out.info, **self._effect_info(state)})
 
     def _withheld(self, out: Outcome, state: EffectState, reason: str) -> Outcome:
-        """The policy's outcome with its delays not published."""
+        """The policy's outcome with its delays (and offsets) not published."""
+        info = {**out.info, **self._effect_info(state)}
+        if OFFSETS in info:
+            info[OFFSETS] = {}
         return replace(
             out,
             reason=reason,
             state=state,
             active=False,
             delays=dict.fromkeys(out.delays, 0.0),
-            info={**out.info, **self._effect_info(state)},
+            info=info,
         )
