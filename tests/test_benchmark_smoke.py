@@ -156,6 +156,15 @@ COLLECTOR_SMOKES = [
     ),
     Smoke(
         "sim_pacing",
+        "--interleave-offline --nodes 4 --steps 30 --measure-from 5",
+        (
+            rf"^collision +4 \| +{NUMBER} +{NUMBER} +[-+]{NUMBER}% +\+15% \|",
+            r"^healthy: worst change \+0\.00%, meets -1%",
+        ),
+        loadgen=True,
+    ),
+    Smoke(
+        "sim_pacing",
         "--nodes 4 --steps 10 --measure-from 2",
         (rf"^ +4 +32 \| +{NUMBER} +{NUMBER} +- \| .*-0\.6%\.\.\+0\.8% \|",),
         loadgen=True,

@@ -12,8 +12,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,6 +163,10 @@ type SimSummary struct {
 	// alone (1: no transfer shared an uplink beyond its capacity).
 	TransferStretch float64 `json:"transfer_stretch"`
 	Groups          int     `json:"dp_groups"`
+	// Each data-parallel group's communication phases (its gather, its buckets from the first
+	// start to the last end), as the link sees them: from the transfer's start, seconds after
+	// the members' step start, and its duration, means over the measured steps.
+	GroupPhases []GroupPhase `json:"group_phases,omitempty"`
 	// Pacing as applied: how many (rank, step) pairs got a delay, their total, and the
 	// share of measured steps in which any rank was delayed.
 	DelaysApplied    int64   `json:"delays_applied"`
@@ -180,6 +186,71 @@ type SimSummary struct {
 	WallS          float64   `json:"wall_s"`
 	MaxLagS        float64   `json:"max_lag_s"` // how far sending fell behind the model's clock
 	IterationsS    []float64 `json:"iterations_s,omitempty"`
+}
+
+// GroupPhase is one data-parallel group's communication phases in the summary.
+type GroupPhase struct {
+	PG       string       `json:"pg"`
+	Hosts    []string     `json:"hosts"`
+	Switches []string     `json:"switches"`
+	Phases   [][2]float64 `json:"phases"` // (start, duration) in seconds
+}
+
+// phaseSums adds up each group's phases over the measured steps.
+type phaseSums struct {
+	sums  [][][2]float64 // per group, per phase
+	steps int
+}
+
+func (p *phaseSums) add(m *Model, st SimStep) {
+	cfg := &m.cfg
+	if p.sums == nil {
+		p.sums = make([][][2]float64, cfg.Groups())
+	}
+	for g, members := range m.members {
+		var phases [][2]float64
+		var stepStart float64
+		for _, r := range members {
+			stepStart += st.Ranks[r].Start / float64(len(members))
+		}
+		rs := st.Ranks[members[0]]
+		if cfg.Gather > 0 {
+			phases = append(phases, [2]float64{rs.GatherStart - stepStart, rs.GatherEnd - rs.GatherStart})
+		}
+		last := cfg.Buckets - 1
+		phases = append(phases, [2]float64{rs.BucketStart[0] - stepStart, rs.BucketEnd[last] - rs.BucketStart[0]})
+		if p.sums[g] == nil {
+			p.sums[g] = make([][2]float64, len(phases))
+		}
+		for i, ph := range phases {
+			p.sums[g][i][0] += ph[0]
+			p.sums[g][i][1] += ph[1]
+		}
+	}
+	p.steps++
+}
+
+func (p *phaseSums) summary(m *Model) []GroupPhase {
+	if p.steps == 0 {
+		return nil
+	}
+	cfg := &m.cfg
+	var out []GroupPhase
+	for g, members := range m.members {
+		gp := GroupPhase{PG: dpGroupName(cfg, g)}
+		for _, r := range members {
+			node := r / cfg.GPUsPerNode
+			gp.Hosts = append(gp.Hosts, fmt.Sprintf("node-%04d", node))
+			if sw := fmt.Sprintf("leaf-%02d", node/cfg.NodesPerLeaf); !slices.Contains(gp.Switches, sw) {
+				gp.Switches = append(gp.Switches, sw)
+			}
+		}
+		for _, sum := range p.sums[g] {
+			gp.Phases = append(gp.Phases, [2]float64{sum[0] / float64(p.steps), sum[1] / float64(p.steps)})
+		}
+		out = append(out, gp)
+	}
+	return out
 }
 
 // simRun is everything one simulate run holds.
@@ -229,6 +300,7 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 	slowNodes := fs.String("slow-node", "", "NODE:FACTOR[,...] compute-time factors (1.2: 20% slower)")
 	slowNICs := fs.String("slow-nic", "", "RANK:FACTOR[,...] NIC rates (0.5: half speed)")
 	slowUplinks := fs.String("slow-uplink", "", "LEAF:FACTOR[,...] leaf uplink rates")
+	groupOffsets := fs.String("group-offset", "", "PG:SECONDS[,...] a fixed delay before forward on every member of a data-parallel group (dp<set>.<local rank> with -dp-sets > 1), every step, as a rank applies the interleave policy's offsets")
 	setDelays := fs.String("set-delay", "", "SET:SECONDS[,...] a fixed delay before forward on every rank of a -dp-sets set, every step (an offset without a pacer)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -254,6 +326,13 @@ func runSimulateCommand(ctx context.Context, args []string) error {
 		if d.Index >= cfg.DPSets {
 			return fmt.Errorf("-set-delay set %d is outside -dp-sets=%d", d.Index, cfg.DPSets)
 		}
+	}
+	offsets, err := parseGroupOffsets(&cfg, *groupOffsets)
+	if err != nil {
+		return err
+	}
+	for g, offset := range offsets {
+		fixed = append(fixed, Slowdown{Index: -1 - g, Factor: offset})
 	}
 	switch {
 	case *steps < 1:
@@ -376,6 +455,7 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 	var iterations []float64
 	var stretchSum float64
 	var transfers int
+	var phases phaseSums
 	var delaySpans int64
 	pacedSteps, activeAnswers, answers := 0, 0, 0
 	nodeDelay := make([]float64, cfg.Nodes)
@@ -393,7 +473,8 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 		}
 		for _, d := range opts.setDelays {
 			for r := range delays {
-				if r/cfg.GPUsPerNode%cfg.DPSets == d.Index {
+				// Index >= 0: a set; -1 - g: data-parallel group g.
+				if r/cfg.GPUsPerNode%cfg.DPSets == d.Index || cfg.GroupOf(r) == -1-d.Index {
 					delays[r] = math.Max(delays[r], d.Factor)
 				}
 			}
@@ -438,6 +519,7 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 			iterations = append(iterations, st.End-prevEnd)
 			stretchSum += st.StretchSum
 			transfers += st.Transfers
+			phases.add(model, st)
 			if anyDelay {
 				pacedSteps++
 			}
@@ -468,6 +550,7 @@ func simulate(ctx context.Context, model *Model, snd *sender, opts simOptions) (
 		if transfers > 0 {
 			summary.TransferStretch = stretchSum / float64(transfers)
 		}
+		summary.GroupPhases = phases.summary(model)
 		for i := range nodeDelay {
 			nodeDelay[i] /= float64(n)
 		}
@@ -595,6 +678,28 @@ func dpGroupName(cfg *SimConfig, g int) string {
 		return "dp" + strconv.Itoa(g)
 	}
 	return "dp" + strconv.Itoa(g/cfg.GPUsPerNode) + "." + strconv.Itoa(g%cfg.GPUsPerNode)
+}
+
+// parseGroupOffsets reads -group-offset: PG:SECONDS by data-parallel group index.
+func parseGroupOffsets(cfg *SimConfig, text string) (map[int]float64, error) {
+	out := map[int]float64{}
+	if text == "" {
+		return out, nil
+	}
+	byName := map[string]int{}
+	for g := range cfg.Groups() {
+		byName[dpGroupName(cfg, g)] = g
+	}
+	for _, part := range strings.Split(text, ",") {
+		name, value, ok := strings.Cut(part, ":")
+		g, known := byName[name]
+		seconds, err := strconv.ParseFloat(value, 64)
+		if !ok || !known || err != nil || seconds < 0 || math.IsInf(seconds, 0) {
+			return nil, fmt.Errorf("-group-offset %q: want PG:SECONDS with a data-parallel group of this job", part)
+		}
+		out[g] = seconds
+	}
+	return out, nil
 }
 
 // worldGroupName is the group of every rank (the world all-reduce that syncs -dp-sets).
