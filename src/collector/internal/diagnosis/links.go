@@ -89,6 +89,10 @@ type groupShape struct {
 	bytes int64
 	class *classStep
 	base  *ewma
+	// learned is the baseline the learning found or made for the shape, while no clear
+	// of the baselines came after it (learnedEpoch).
+	learned      *ewma
+	learnedEpoch int
 }
 
 type linkScratch struct {
@@ -269,24 +273,35 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 	}
 	// Learn after judging, and not from slow transfers: a link that stays slow must keep
 	// reading as slow.
-	// A baseline read above is the one in the map until the map starts over.
-	cleared := false
+	// A baseline read above is the one in the map until the map starts over (epoch counts
+	// the times it did); one found or made here, until it starts over again. (A job with
+	// more groups than the map holds starts it over every step.)
+	epoch := 0
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		if !complete(rec) || l.slow[c] {
 			continue
 		}
 		b := l.groupBase[c]
-		if b == nil || cleared {
-			gk := groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}
-			b = j.groupBaselines[gk]
-			if b == nil {
-				if len(j.groupBaselines) >= maxBaselinesPerJob {
-					clear(j.groupBaselines)
-					cleared = true
+		if b == nil || epoch > 0 {
+			sh := &l.shapes[m.pgID[c]]
+			same := sh.n == rec.n && sh.op == rec.op && sh.bytes == rec.bytes
+			if same && sh.learned != nil && sh.learnedEpoch == epoch {
+				b = sh.learned
+			} else {
+				gk := groupKey{pg: rec.pg, op: rec.op, bytes: rec.bytes}
+				b = j.groupBaselines[gk]
+				if b == nil {
+					if len(j.groupBaselines) >= maxBaselinesPerJob {
+						clear(j.groupBaselines)
+						epoch++
+					}
+					b = &ewma{}
+					j.groupBaselines[gk] = b
 				}
-				b = &ewma{}
-				j.groupBaselines[gk] = b
+				if same {
+					sh.learned, sh.learnedEpoch = b, epoch
+				}
 			}
 		}
 		b.add(m.transfer[c], baselineAlpha)
@@ -333,7 +348,7 @@ func (a *Analyzer) Slowdown(job, pg, op string, bytes int64, members int, transf
 		if j.refs == nil {
 			j.refs = make(map[slowdownKey]float64)
 		}
-		if len(j.refs) >= maxBaselinesPerJob {
+		if len(j.refs) >= maxSlowdownRefs {
 			clear(j.refs)
 		}
 		j.refs[k] = ref
@@ -343,6 +358,10 @@ func (a *Analyzer) Slowdown(job, pg, op string, bytes int64, members int, transf
 	}
 	return transfer / ref
 }
+
+// maxSlowdownRefs bounds the references Slowdown remembers between analyses (a job's
+// groups: more than its baselines hold, a 4096-rank pipeline has six thousand pairs).
+const maxSlowdownRefs = 1 << 14
 
 // slowdownKey is what a collective's reference for Slowdown depends on besides the job's
 // baselines.

@@ -11,6 +11,7 @@ import (
 type model struct {
 	// ranks
 	rankIdx   map[int32]int32
+	opRank    []int32 // rank index of each op index
 	rankOf    []int32
 	rankStart []int32
 	entry     []float64 // virtual time the rank became free at the start of the step
@@ -139,18 +140,22 @@ func (m *model) reset(sd *stepData) {
 		}
 		m.pgID[c] = id
 	}
+	m.opRank = grow(m.opRank, nOps)
 	for i := range sd.ops {
 		r := sd.ops[i].rank
-		if _, ok := m.rankIdx[r]; !ok {
-			m.rankIdx[r] = int32(len(m.rankOf))
+		ri, ok := m.rankIdx[r]
+		if !ok {
+			ri = int32(len(m.rankOf))
+			m.rankIdx[r] = ri
 			m.rankOf = append(m.rankOf, r)
 		}
+		m.opRank[i] = ri
 	}
 	nRanks := len(m.rankOf)
 	m.rankStart = grow(m.rankStart, nRanks+1)
 	clear(m.rankStart)
-	for i := range sd.ops {
-		m.rankStart[m.rankIdx[sd.ops[i].rank]+1]++
+	for _, ri := range m.opRank {
+		m.rankStart[ri+1]++
 	}
 	for r := 1; r <= nRanks; r++ {
 		m.rankStart[r] += m.rankStart[r-1]
@@ -158,8 +163,7 @@ func (m *model) reset(sd *stepData) {
 	m.order = grow(m.order, nOps)
 	m.cursor = grow(m.cursor, nRanks)
 	copy(m.cursor, m.rankStart[:nRanks])
-	for i := range sd.ops {
-		ri := m.rankIdx[sd.ops[i].rank]
+	for i, ri := range m.opRank {
 		m.order[m.cursor[ri]] = int32(i)
 		m.cursor[ri]++
 	}
