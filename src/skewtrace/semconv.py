@@ -106,10 +106,11 @@ EVENT_IMBALANCE = "training.imbalance"
 #: `training.attribution.saves`; written in steps with a root cause, for each kind that saves
 #: something
 EVENT_ATTRIBUTION = "training.attribution"
-#: training.group.phase: one process group's communication phase in this step:
-#: `training.collective.pg`, `training.group.phase.start`, `training.group.phase.duration` and
-#: `training.group.switches` (the `training.group.phase.*` metrics are built from them); at most
-#: 64 a step, the longest
+#: training.group.phase: one communication phase of one process group in this step (its
+#: collectives of one op): `training.collective.pg`, `training.collective.op`,
+#: `training.group.phase.start`, `training.group.phase.duration`, `training.group.switches` and
+#: `training.group.hosts` (the `training.group.phase.*` metrics are built from them); at most 64
+#: a step, the longest
 EVENT_GROUP_PHASE = "training.group.phase"
 
 # Events on the timeline.first_change span.
@@ -338,9 +339,12 @@ GROUP_PHASE_START = "training.group.phase.start"
 #: training.group.phase.duration (float s): from that launch to the member's last collective's
 #: end in the step, the median member's
 GROUP_PHASE_DURATION = "training.group.phase.duration"
+#: training.group.hosts (string): the hosts of a process group's members, sorted and comma
+#: separated (`many` past 16): groups that share a host are tied, since its ranks step together
+GROUP_HOSTS = "training.group.hosts"
 #: training.group.switches (string): the leaf switches of a process group's members, sorted and
-#: comma separated (`unknown` where not known): a group behind more than one switch crosses
-#: their uplinks, where groups whose phases overlap collide
+#: comma separated (`unknown` where not known, `many` past 8): a group behind more than one
+#: switch crosses their uplinks, where groups whose phases overlap collide
 GROUP_SWITCHES = "training.group.switches"
 #: training.fabric.cost (float s): what a suspected link cost (this step's seconds, or the
 #: moving average)
@@ -394,13 +398,13 @@ METRIC_REPLAY_ERROR = "training.replay.error"
 #: would save the job (moving average over the analyzed steps, a step where it saves nothing
 #: counting 0): where to look first, by kind.
 METRIC_ATTRIBUTION = "training.attribution"
-#: training.group.phase.start (gauge, s): When a process group's communication phase begins in
-#: the job's step: its members' first collective launch after their own step start (each on its
-#: own clock, so no host clock is trusted), the median member's (moving average).
+#: training.group.phase.start (gauge, s): When a process group's communication phase of one op
+#: begins in the job's step: its members' first collective launch after their own step start
+#: (each on its own clock, so no host clock is trusted), the median member's (moving average).
 METRIC_GROUP_PHASE_START = "training.group.phase.start"
-#: training.group.phase.duration (gauge, s): How long a process group's communication phase
-#: lasts in the job's step: from its members' first collective launch to their last collective's
-#: end, the median member's (moving average).
+#: training.group.phase.duration (gauge, s): How long a process group's communication phase of
+#: one op lasts in the job's step: from its members' first collective launch to their last
+#: collective's end, the median member's (moving average).
 METRIC_GROUP_PHASE_DURATION = "training.group.phase.duration"
 #: training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is flagged: a pipeline
 #: stage longer than the mean stage (`stage_imbalance`, with its stage), or work split unevenly
@@ -803,16 +807,16 @@ METRICS: dict[str, MetricSpec] = {
     METRIC_GROUP_PHASE_START: MetricSpec(
         "gauge",
         "s",
-        "When a process group's communication phase begins in the job's step: its members' "
-        "first collective launch after their own step start (each on its own clock, so no "
-        "host clock is trusted), the median member's (moving average).",
+        "When a process group's communication phase of one op begins in the job's step: its "
+        "members' first collective launch after their own step start (each on its own clock, "
+        "so no host clock is trusted), the median member's (moving average).",
     ),
     METRIC_GROUP_PHASE_DURATION: MetricSpec(
         "gauge",
         "s",
-        "How long a process group's communication phase lasts in the job's step: from its "
-        "members' first collective launch to their last collective's end, the median member's"
-        " (moving average).",
+        "How long a process group's communication phase of one op lasts in the job's step: "
+        "from its members' first collective launch to their last collective's end, the median"
+        " member's (moving average).",
     ),
     METRIC_IMBALANCE: MetricSpec(
         "gauge",

@@ -137,10 +137,11 @@ const (
 	// cause, for each kind that saves something
 	eventAttribution = "training.attribution"
 
-	// eventGroupPhase is training.group.phase: one process group's communication phase in this
-	// step: `training.collective.pg`, `training.group.phase.start`,
-	// `training.group.phase.duration` and `training.group.switches` (the `training.group.phase.*`
-	// metrics are built from them); at most 64 a step, the longest
+	// eventGroupPhase is training.group.phase: one communication phase of one process group in
+	// this step (its collectives of one op): `training.collective.pg`, `training.collective.op`,
+	// `training.group.phase.start`, `training.group.phase.duration`, `training.group.switches` and
+	// `training.group.hosts` (the `training.group.phase.*` metrics are built from them); at most
+	// 64 a step, the longest
 	eventGroupPhase = "training.group.phase"
 )
 
@@ -472,9 +473,15 @@ const (
 	// member's last collective's end in the step, the median member's
 	attrGroupPhaseDuration = "training.group.phase.duration"
 
+	// attrGroupHosts is training.group.hosts (string): the hosts of a process group's members,
+	// sorted and comma separated (`many` past 16): groups that share a host are tied, since its
+	// ranks step together
+	attrGroupHosts = "training.group.hosts"
+
 	// attrGroupSwitches is training.group.switches (string): the leaf switches of a process
-	// group's members, sorted and comma separated (`unknown` where not known): a group behind more
-	// than one switch crosses their uplinks, where groups whose phases overlap collide
+	// group's members, sorted and comma separated (`unknown` where not known, `many` past 8): a
+	// group behind more than one switch crosses their uplinks, where groups whose phases overlap
+	// collide
 	attrGroupSwitches = "training.group.switches"
 
 	// attrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
@@ -558,14 +565,14 @@ const (
 	metricAttribution = "training.attribution"
 
 	// metricGroupPhaseStart is training.group.phase.start (gauge, s): When a process group's
-	// communication phase begins in the job's step: its members' first collective launch after
-	// their own step start (each on its own clock, so no host clock is trusted), the median
+	// communication phase of one op begins in the job's step: its members' first collective launch
+	// after their own step start (each on its own clock, so no host clock is trusted), the median
 	// member's (moving average).
 	metricGroupPhaseStart = "training.group.phase.start"
 
 	// metricGroupPhaseDuration is training.group.phase.duration (gauge, s): How long a process
-	// group's communication phase lasts in the job's step: from its members' first collective
-	// launch to their last collective's end, the median member's (moving average).
+	// group's communication phase of one op lasts in the job's step: from its members' first
+	// collective launch to their last collective's end, the median member's (moving average).
 	metricGroupPhaseDuration = "training.group.phase.duration"
 
 	// metricImbalance is training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -842,21 +843,28 @@ func checkGroupPhaseGauges(t *testing.T, behind bool) {
 	}
 	starts := findMetric(t, md, semconv.MetricGroupPhaseStart).Gauge().DataPoints()
 	durations := findMetric(t, md, semconv.MetricGroupPhaseDuration).Gauge().DataPoints()
-	if starts.Len() != 2 || durations.Len() != 2 {
-		t.Fatalf("%d start and %d duration points, want dp0's and dp1's", starts.Len(),
-			durations.Len())
+	if starts.Len() != 4 || durations.Len() != 4 {
+		t.Fatalf("%d start and %d duration points, want dp0's and dp1's all-gather and"+
+			" reduce-scatter", starts.Len(), durations.Len())
 	}
-	for i := range 2 {
+	for i := range 4 {
 		a := attrs(durations.At(i).Attributes())
-		pg, sw := a[semconv.AttrCollectivePG], a[semconv.AttrGroupSwitches]
-		if pg != fmt.Sprintf("dp%d", i) || sw != fmt.Sprintf("leaf%d", i) {
-			t.Errorf("point %d: group %v behind %v", i, pg, sw)
+		stage := i / 2
+		want := map[string]any{
+			semconv.AttrJobID:         "job",
+			semconv.AttrCollectivePG:  fmt.Sprintf("dp%d", stage),
+			semconv.AttrCollectiveOp:  []string{semconv.OpAllGather, semconv.OpReduceScatter}[i%2],
+			semconv.AttrGroupSwitches: fmt.Sprintf("leaf%d", stage),
+			semconv.AttrGroupHosts:    fmt.Sprintf("node%d,node%d", 2*stage, 2*stage+1),
 		}
-		if d := durations.At(i).DoubleValue(); math.Abs(d-0.011) > 0.001 {
-			t.Errorf("%v: phase lasts %g s, want 0.011 (reduce-scatter, optimizer, all-gather)", pg, d)
+		if !reflect.DeepEqual(a, want) {
+			t.Errorf("point %d: %v, want %v", i, a, want)
+		}
+		if d := durations.At(i).DoubleValue(); math.Abs(d-0.004) > 0.0005 {
+			t.Errorf("%v: phase lasts %g s, want 0.004", a, d)
 		}
 		if s := starts.At(i).DoubleValue(); s < 0.12 {
-			t.Errorf("%v: phase starts %g s into the step, before its compute ends", pg, s)
+			t.Errorf("%v: phase starts %g s into the step, before its compute ends", a, s)
 		}
 	}
 }

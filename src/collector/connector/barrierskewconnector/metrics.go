@@ -67,7 +67,7 @@ type attributionGauge struct {
 
 // groupKey is one process group of one job, with the switches its members sit behind.
 type groupKey struct {
-	job, pg, switches string
+	job, pg, op, switches, hosts string
 }
 
 // groupGauge is a group's communication phase in the job's step (moving averages).
@@ -480,7 +480,8 @@ func (a *aggregator) observeAttribution(now time.Time, res *diagnosis.StepResult
 func (a *aggregator) observeGroups(now time.Time, res *diagnosis.StepResult) {
 	for _, gp := range res.Groups {
 		created := false
-		g := lookup(a, a.groups, groupKey{job: res.Job, pg: gp.PG, switches: gp.Switches},
+		g := lookup(a, a.groups, groupKey{job: res.Job, pg: gp.PG, op: gp.Op,
+			switches: gp.Switches, hosts: gp.Hosts},
 			func() *groupGauge { created = true; return &groupGauge{} })
 		if g == nil {
 			continue
@@ -727,7 +728,13 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 			if x.pg != y.pg {
 				return x.pg < y.pg
 			}
-			return x.switches < y.switches
+			if x.op != y.op {
+				return x.op < y.op
+			}
+			if x.switches != y.switches {
+				return x.switches < y.switches
+			}
+			return x.hosts < y.hosts
 		}) {
 			g := a.groups[key]
 			for _, pt := range []struct {
@@ -737,7 +744,9 @@ func (a *aggregator) build(now time.Time) pmetric.Metrics {
 				dp := pt.points.AppendEmpty()
 				dp.Attributes().PutStr(semconv.AttrJobID, key.job)
 				dp.Attributes().PutStr(semconv.AttrCollectivePG, key.pg)
+				dp.Attributes().PutStr(semconv.AttrCollectiveOp, key.op)
 				dp.Attributes().PutStr(semconv.AttrGroupSwitches, key.switches)
+				dp.Attributes().PutStr(semconv.AttrGroupHosts, key.hosts)
 				dp.SetTimestamp(ts)
 				dp.SetDoubleValue(pt.value)
 			}

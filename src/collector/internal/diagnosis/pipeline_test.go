@@ -370,11 +370,12 @@ func TestDataImbalanceWithoutStagesNeedsInputsThatExplainTheWork(t *testing.T) {
 	}
 }
 
-// TestGroupPhases: each data-parallel group's communication phase, from its members' own
-// clocks (offsets of up to 2 s between hosts change nothing), with the switches it spans.
-// A 2-stage job of 2 replicas on hosts of one GPU, two hosts a leaf: stage 0 (ranks 0, 1)
-// sits behind leaf0, stage 1 (ranks 2, 3) behind leaf1; each stage's reduce-scatter,
-// optimizer and all-gather come after its 4 microbatches.
+// TestGroupPhases: each data-parallel group's communication phases, one per op, from its
+// members' own clocks (offsets of up to 2 s between hosts change nothing), with the switches
+// and hosts it spans. A 2-stage job of 2 replicas on hosts of one GPU, two hosts a leaf:
+// stage 0 (ranks 0, 1) sits behind leaf0, stage 1 (ranks 2, 3) behind leaf1; each stage's
+// reduce-scatter (4 ms), optimizer (3 ms) and all-gather (4 ms) come after its 4
+// microbatches.
 func TestGroupPhases(t *testing.T) {
 	p := fixture.NewPipeline(2, 2, 4, 1, 7)
 	p.Ranks = fixture.LeafSpine(len(p.Ranks), 1, 2)
@@ -383,21 +384,34 @@ func TestGroupPhases(t *testing.T) {
 		p.Ranks[i].ClockOffset = time.Duration(rng.IntN(4000)-2000) * time.Millisecond
 	}
 	results := run(t, p, join.DefaultConfig(), 8)
-	last := results[len(results)-1]
-	if len(last.Groups) != 2 || last.Groups[0].PG != "dp0" || last.Groups[1].PG != "dp1" {
-		t.Fatalf("groups %+v, want dp0 and dp1 (messages are no group's phase)", last.Groups)
+	groups := results[len(results)-1].Groups
+	if len(groups) != 4 {
+		t.Fatalf("groups %+v, want dp0 and dp1, each an all-gather and a reduce-scatter phase"+
+			" (messages are no group's phase)", groups)
 	}
-	for stage, g := range last.Groups {
-		if g.Switches != fmt.Sprintf("leaf%d", stage) {
-			t.Errorf("%s: switches %q", g.PG, g.Switches)
+	for i, g := range groups {
+		stage := i / 2
+		op := []string{semconv.OpAllGather, semconv.OpReduceScatter}[i%2]
+		if g.PG != fmt.Sprintf("dp%d", stage) || g.Op != op {
+			t.Fatalf("phase %d is %s %s, want dp%d %s", i, g.PG, g.Op, stage, op)
 		}
-		// reduce-scatter 4 ms, optimizer 3 ms, all-gather 4 ms.
-		if math.Abs(g.Duration-0.011) > 0.001 {
-			t.Errorf("%s: phase lasts %.4f s, want 0.011", g.PG, g.Duration)
+		hosts := fmt.Sprintf("node%d,node%d", 2*stage, 2*stage+1)
+		if g.Switches != fmt.Sprintf("leaf%d", stage) || g.Hosts != hosts {
+			t.Errorf("%s %s: switches %q hosts %q", g.PG, g.Op, g.Switches, g.Hosts)
+		}
+		if math.Abs(g.Duration-0.004) > 0.0005 {
+			t.Errorf("%s %s: phase lasts %.4f s, want 0.004", g.PG, g.Op, g.Duration)
 		}
 		// After its own microbatches' compute: 4 x (10 + 20) ms and the messages at least.
 		if g.Start < 0.12 || g.Start > 0.25 {
-			t.Errorf("%s: phase starts %.4f s into the step", g.PG, g.Start)
+			t.Errorf("%s %s: phase starts %.4f s into the step", g.PG, g.Op, g.Start)
+		}
+	}
+	// The all-gather follows the reduce-scatter and the optimizer: 4 + 3 ms later.
+	for stage := range 2 {
+		gap := groups[2*stage].Start - groups[2*stage+1].Start
+		if math.Abs(gap-0.007) > 0.0005 {
+			t.Errorf("dp%d: all-gather %.4f s after the reduce-scatter, want 0.007", stage, gap)
 		}
 	}
 }

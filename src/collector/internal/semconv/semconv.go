@@ -138,10 +138,11 @@ const (
 	// cause, for each kind that saves something
 	EventAttribution = "training.attribution"
 
-	// EventGroupPhase is training.group.phase: one process group's communication phase in this
-	// step: `training.collective.pg`, `training.group.phase.start`,
-	// `training.group.phase.duration` and `training.group.switches` (the `training.group.phase.*`
-	// metrics are built from them); at most 64 a step, the longest
+	// EventGroupPhase is training.group.phase: one communication phase of one process group in
+	// this step (its collectives of one op): `training.collective.pg`, `training.collective.op`,
+	// `training.group.phase.start`, `training.group.phase.duration`, `training.group.switches` and
+	// `training.group.hosts` (the `training.group.phase.*` metrics are built from them); at most
+	// 64 a step, the longest
 	EventGroupPhase = "training.group.phase"
 )
 
@@ -473,9 +474,15 @@ const (
 	// member's last collective's end in the step, the median member's
 	AttrGroupPhaseDuration = "training.group.phase.duration"
 
+	// AttrGroupHosts is training.group.hosts (string): the hosts of a process group's members,
+	// sorted and comma separated (`many` past 16): groups that share a host are tied, since its
+	// ranks step together
+	AttrGroupHosts = "training.group.hosts"
+
 	// AttrGroupSwitches is training.group.switches (string): the leaf switches of a process
-	// group's members, sorted and comma separated (`unknown` where not known): a group behind more
-	// than one switch crosses their uplinks, where groups whose phases overlap collide
+	// group's members, sorted and comma separated (`unknown` where not known, `many` past 8): a
+	// group behind more than one switch crosses their uplinks, where groups whose phases overlap
+	// collide
 	AttrGroupSwitches = "training.group.switches"
 
 	// AttrFabricCost is training.fabric.cost (float s): what a suspected link cost (this step's
@@ -559,14 +566,14 @@ const (
 	MetricAttribution = "training.attribution"
 
 	// MetricGroupPhaseStart is training.group.phase.start (gauge, s): When a process group's
-	// communication phase begins in the job's step: its members' first collective launch after
-	// their own step start (each on its own clock, so no host clock is trusted), the median
+	// communication phase of one op begins in the job's step: its members' first collective launch
+	// after their own step start (each on its own clock, so no host clock is trusted), the median
 	// member's (moving average).
 	MetricGroupPhaseStart = "training.group.phase.start"
 
 	// MetricGroupPhaseDuration is training.group.phase.duration (gauge, s): How long a process
-	// group's communication phase lasts in the job's step: from its members' first collective
-	// launch to their last collective's end, the median member's (moving average).
+	// group's communication phase of one op lasts in the job's step: from its members' first
+	// collective launch to their last collective's end, the median member's (moving average).
 	MetricGroupPhaseDuration = "training.group.phase.duration"
 
 	// MetricImbalance is training.imbalance (gauge 0/1, 1): 1 while an imbalance of the job is
@@ -960,8 +967,8 @@ var Metrics = map[string]MetricSpec{
 	MetricJobSlowdown:          {Instrument: "gauge", Unit: "1", Description: "A job's step time over its what-if step time with its root causes at their references (moving average; 1 when nothing holds it up)."},
 	MetricReplayError:          {Instrument: "gauge", Unit: "1", Description: "The step replay's self-check: how far the replayed step, fed the measured durations, is from the measured one, as a fraction (moving average)."},
 	MetricAttribution:          {Instrument: "gauge", Unit: "s", Description: "Seconds per step that one kind of work at its reference would save the job (moving average over the analyzed steps, a step where it saves nothing counting 0): where to look first, by kind."},
-	MetricGroupPhaseStart:      {Instrument: "gauge", Unit: "s", Description: "When a process group's communication phase begins in the job's step: its members' first collective launch after their own step start (each on its own clock, so no host clock is trusted), the median member's (moving average)."},
-	MetricGroupPhaseDuration:   {Instrument: "gauge", Unit: "s", Description: "How long a process group's communication phase lasts in the job's step: from its members' first collective launch to their last collective's end, the median member's (moving average)."},
+	MetricGroupPhaseStart:      {Instrument: "gauge", Unit: "s", Description: "When a process group's communication phase of one op begins in the job's step: its members' first collective launch after their own step start (each on its own clock, so no host clock is trusted), the median member's (moving average)."},
+	MetricGroupPhaseDuration:   {Instrument: "gauge", Unit: "s", Description: "How long a process group's communication phase of one op lasts in the job's step: from its members' first collective launch to their last collective's end, the median member's (moving average)."},
 	MetricImbalance:            {Instrument: "gauge", Unit: "1", Description: "1 while an imbalance of the job is flagged: a pipeline stage longer than the mean stage (stage_imbalance, with its stage), or work split unevenly across data-parallel replicas (data_imbalance, stage -1)."},
 	MetricImbalanceCost:        {Instrument: "gauge", Unit: "s", Description: "Seconds per step a flagged imbalance has cost the job recently: the replayed step minus the replayed step with the work balanced (0 once no longer flagged)."},
 	MetricFabricSuspect:        {Instrument: "gauge", Unit: "1", Description: "1 while a part of the fabric (a host's NIC, a host, a switch's uplink, a switch) is suspected of making the job's steps late."},

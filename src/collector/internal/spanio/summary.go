@@ -118,6 +118,8 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		ev.SetTimestamp(end)
 		a := ev.Attributes()
 		a.PutStr(semconv.AttrCollectivePG, gp.PG)
+		a.PutStr(semconv.AttrCollectiveOp, gp.Op)
+		a.PutStr(semconv.AttrGroupHosts, gp.Hosts)
 		a.PutDouble(semconv.AttrGroupPhaseStart, gp.Start)
 		a.PutDouble(semconv.AttrGroupPhaseDuration, gp.Duration)
 		a.PutStr(semconv.AttrGroupSwitches, gp.Switches)
@@ -299,6 +301,7 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 				continue
 			}
 			out.Groups = append(out.Groups, diagnosis.GroupPhase{PG: pg,
+				Op: str(a, semconv.AttrCollectiveOp), Hosts: str(a, semconv.AttrGroupHosts),
 				Start:    seconds(a, semconv.AttrGroupPhaseStart),
 				Duration: seconds(a, semconv.AttrGroupPhaseDuration),
 				Switches: str(a, semconv.AttrGroupSwitches)})
