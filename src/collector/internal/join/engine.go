@@ -48,17 +48,6 @@ type heldMember[R any] struct {
 // default max_attribute_length, whatever a sender cycles through).
 const maxTopologies = 1 << 13
 
-type releasedAt struct {
-	step int64
-	at   int64
-}
-
-type releasedKey struct {
-	key  Key
-	hash uint64
-	at   int64
-}
-
 type pending[R any] struct {
 	key Key
 	// hash is the key's (hashKey), computed once at its first arrival.
@@ -95,9 +84,7 @@ type Engine[R any] struct {
 	// A key counts as released only for the same step and for 2 x wait_timeout: a job
 	// restarted under the same id (TorchElastic keeps its run id) starts its sequence
 	// numbers over, and its collectives must join again.
-	recent     keyTable[releasedAt]
-	recentRing []releasedKey
-	recentPos  int
+	recent releasedSet
 
 	analysis *diagnosis.Analyzer
 	// startedAt and lastSeen tell a member that is late from one that is missing: a rank
@@ -128,18 +115,11 @@ type Engine[R any] struct {
 
 // New returns an engine; cfg must have passed Validate.
 func New[R any](cfg Config, clock Clock) *Engine[R] {
-	recentSize := 2 * cfg.MaxPending
-	ring := make([]releasedKey, recentSize)
-	zero := hashKey(&Key{})
-	for i := range ring {
-		ring[i].hash = zero
-	}
 	return &Engine[R]{
 		cfg:          cfg,
 		clock:        clock,
 		pending:      newKeyTable[*pending[R]](0),
-		recent:       newKeyTable[releasedAt](recentSize),
-		recentRing:   ring,
+		recent:       newReleasedSet(2 * cfg.MaxPending),
 		analysis:     diagnosis.New(cfg.Config),
 		groupMembers: make(map[groupRef][]int),
 		startedAt:    clock.Now().UnixNano(),
@@ -233,13 +213,13 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 			return e.reject(RejectedDuplicate), out
 		}
 	} else {
-		if released, ok := e.recent.get(h, &a.Key); ok {
+		if released, ok := e.recent.find(h, &a.Key); ok {
 			// A member of a released collective: late, not a new collective (unless the job
 			// restarted under the same id, at another step, or long after).
 			if released.step == a.Step && now-released.at <= e.lateWindow() {
 				return e.reject(RejectedLate), out
 			}
-			e.recent.remove(h, &a.Key)
+			e.recent.forget(h, &a.Key)
 		}
 		for e.pending.len() >= e.cfg.MaxPending {
 			out = append(out, e.release(e.oldest, ReleasedEvicted))
@@ -438,21 +418,10 @@ func (e *Engine[R]) newReleased() *Released[R] {
 }
 
 func (e *Engine[R]) rememberReleased(k *Key, hash uint64, step int64) {
-	if len(e.recentRing) == 0 {
+	if len(e.recent.ring) == 0 {
 		return
 	}
-	now := e.clock.Now().UnixNano()
-	old := &e.recentRing[e.recentPos]
-	// The slot's key may have been released again since; only its own entry goes.
-	if current, ok := e.recent.get(old.hash, &old.key); ok && current.at == old.at {
-		e.recent.remove(old.hash, &old.key)
-	}
-	*old = releasedKey{key: *k, hash: hash, at: now}
-	e.recent.set(hash, k, releasedAt{step: step, at: now})
-	e.recentPos++
-	if e.recentPos == len(e.recentRing) {
-		e.recentPos = 0
-	}
+	e.recent.add(k, hash, step, e.clock.Now().UnixNano())
 }
 
 // release removes p from the pending set and computes its figures and verdicts.

@@ -87,3 +87,102 @@ func (t *keyTable[V]) remove(h uint64, k *Key) {
 		}
 	}
 }
+
+// releasedKey is one release remembered: the collective's key (and its hash), step and
+// release time.
+type releasedKey struct {
+	key  Key
+	hash uint64
+	step int64
+	at   int64
+}
+
+// releasedSet remembers the last len(ring) releases in release order, and finds a key's
+// latest one by its hash: the map holds ring slots (12 bytes an entry, where keys and
+// times made 64), so that the lookups each collective makes stay in the cache. Keys whose
+// hash another released key holds go to a map by the full key, as in keyTable.
+type releasedSet struct {
+	ring     []releasedKey
+	pos      int
+	byHash   map[uint64]int32
+	collided map[Key]int32
+	// hash is hashKey (a test collides keys with its own).
+	hash func(*Key) uint64
+}
+
+func newReleasedSet(size int) releasedSet {
+	s := releasedSet{ring: make([]releasedKey, size), byHash: make(map[uint64]int32, size),
+		hash: hashKey}
+	// Slots never written hold the zero key, as a map entry of it would be looked up.
+	zero := hashKey(&Key{})
+	for i := range s.ring {
+		s.ring[i].hash = zero
+	}
+	return s
+}
+
+// find returns the ring slot of k's latest release (k's hash is h).
+func (s *releasedSet) find(h uint64, k *Key) (*releasedKey, bool) {
+	i, ok := s.byHash[h]
+	if !ok {
+		return nil, false
+	}
+	if s.ring[i].key != *k {
+		if i, ok = s.collided[*k]; !ok {
+			return nil, false
+		}
+	}
+	return &s.ring[i], true
+}
+
+// forget drops k (whose hash is h) from the set; its ring slot stays until it is reused.
+func (s *releasedSet) forget(h uint64, k *Key) {
+	i, ok := s.byHash[h]
+	if !ok {
+		return
+	}
+	if s.ring[i].key != *k {
+		delete(s.collided, *k)
+		return
+	}
+	delete(s.byHash, h)
+	if len(s.collided) == 0 {
+		return
+	}
+	// A key that collided with k takes its slot.
+	for ck, ci := range s.collided {
+		if s.hash(&ck) == h {
+			s.byHash[h] = ci
+			delete(s.collided, ck)
+			return
+		}
+	}
+}
+
+// add remembers a release of k (whose hash is h), in place of the oldest one remembered.
+func (s *releasedSet) add(k *Key, h uint64, step, at int64) {
+	if len(s.ring) == 0 {
+		return
+	}
+	old := &s.ring[s.pos]
+	// The slot's key may have been released again since; only its own entry goes.
+	if latest, ok := s.find(old.hash, &old.key); ok && latest.at == old.at {
+		s.forget(old.hash, &old.key)
+	}
+	*old = releasedKey{key: *k, hash: h, step: step, at: at}
+	if i, ok := s.byHash[h]; !ok || s.ring[i].key == *k {
+		s.byHash[h] = int32(s.pos)
+	} else {
+		if s.collided == nil {
+			s.collided = make(map[Key]int32)
+		}
+		s.collided[*k] = int32(s.pos)
+	}
+	s.pos++
+	if s.pos == len(s.ring) {
+		s.pos = 0
+	}
+}
+
+// len is how many keys the set holds.
+func (s *releasedSet) len() int { return len(s.byHash) + len(s.collided) }

@@ -41,3 +41,37 @@ func TestKeyTableKeepsCollidingKeysApart(t *testing.T) {
 		t.Fatal("removed key still found")
 	}
 }
+
+// Released keys whose hashes collide keep their own releases; a release's slot, once
+// reused, forgets only its own key.
+func TestReleasedSetKeepsCollidingKeysApart(t *testing.T) {
+	s := newReleasedSet(3)
+	s.hash = func(*Key) uint64 { return 7 }
+	a, b, c, d := Key{Job: "j", PG: "a"}, Key{Job: "j", PG: "b"}, Key{Job: "j", PG: "c"}, Key{Job: "j", PG: "d"}
+	find := func(k Key) (*releasedKey, bool) { return s.find(s.hash(&k), &k) }
+	for i, k := range []Key{a, b, c} {
+		s.add(&k, s.hash(&k), int64(i), int64(100+i))
+	}
+	for i, k := range []Key{a, b, c} {
+		if r, ok := find(k); !ok || r.step != int64(i) || r.at != int64(100+i) {
+			t.Fatalf("find %v: %+v %v", k, r, ok)
+		}
+	}
+	// d takes a's slot: a is forgotten, b and c stay.
+	s.add(&d, s.hash(&d), 3, 103)
+	if _, ok := find(a); ok {
+		t.Fatal("the oldest release is still found after its slot was reused")
+	}
+	for _, k := range []Key{b, c, d} {
+		if _, ok := find(k); !ok {
+			t.Fatalf("%v lost", k)
+		}
+	}
+	s.forget(s.hash(&c), &c)
+	if _, ok := find(c); ok {
+		t.Fatal("forgotten key still found")
+	}
+	if s.len() != 2 {
+		t.Fatalf("len %d, want 2", s.len())
+	}
+}
