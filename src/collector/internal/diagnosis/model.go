@@ -39,11 +39,11 @@ type model struct {
 	// collectives
 	opColl []int32
 	pgID   []int32
-	// collN is each collective's member count, and sendAt marks the positions of messages'
-	// sends: what the replay reads of a collective and a span at every position, kept
-	// apart from the records so that it stays in the cache.
-	collN    []int32
+	// sendAt marks the positions of messages' sends, and roleAt is each position's role:
+	// what the replay reads of a span, kept apart from the records so that it stays in
+	// the cache.
 	sendAt   []bool
+	roleAt   []Role
 	transfer []float64
 	// replayT is what the replay takes a collective's transfer as (see timeline); sendDur
 	// a message's send duration after it could start, and eager marks the messages whose
@@ -68,13 +68,12 @@ type model struct {
 	done, netSet     []bool
 	cursor, waitNext []int32
 	blockedOn        []int32
-	known            []int32
-	maxNet, collEnd  []float64
-	collDone         []bool
-	waitHead         []int32
-	queue            []int32
-	breaks           int
-	actualEnd        []float64
+	// colls is each collective's replay state in one record (read together at every
+	// member: apart, they were a cache miss each).
+	colls     []collSim
+	queue     []int32
+	breaks    int
+	actualEnd []float64
 
 	// what-if buffers
 	idealGap, variantGap []float64
@@ -102,6 +101,16 @@ type model struct {
 	links    linkScratch
 }
 
+// collSim is one collective's state in a replay: its members (ops first..first+n-1, p2p
+// for a message), how many are known (launched), the latest launch among them, its end
+// once done, and the first rank waiting for it (waitHead, -1 none).
+type collSim struct {
+	maxNet, end     float64
+	first, n, known int32
+	waitHead        int32
+	done, p2p       bool
+}
+
 // grow returns s with length n, reusing its capacity.
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
@@ -126,10 +135,10 @@ func (m *model) reset(sd *stepData) {
 	m.replayT = grow(m.replayT, nColls)
 	m.sendDur = grow(m.sendDur, nColls)
 	m.eager = grow(m.eager, nColls)
-	m.collN = grow(m.collN, nColls)
+	m.colls = grow(m.colls, nColls)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
-		m.collN[c] = rec.n
+		m.colls[c] = collSim{first: rec.first, n: rec.n, p2p: rec.p2p}
 		for i := rec.first; i < rec.first+rec.n; i++ {
 			m.opColl[i] = int32(c)
 		}
@@ -188,12 +197,13 @@ func (m *model) reset(sd *stepData) {
 		m.posOf[i] = int32(p)
 		m.coll[p] = m.opColl[i]
 	}
-	clear(m.sendAt)
+	m.roleAt = grow(m.roleAt, nOps)
 	for c := range sd.colls {
-		if rec := &sd.colls[c]; rec.p2p {
-			for i := rec.first; i < rec.first+rec.n; i++ {
-				m.sendAt[m.posOf[i]] = sd.ops[i].role == RoleSend
-			}
+		rec := &sd.colls[c]
+		for i := rec.first; i < rec.first+rec.n; i++ {
+			p := m.posOf[i]
+			m.roleAt[p] = sd.ops[i].role
+			m.sendAt[p] = rec.p2p && sd.ops[i].role == RoleSend
 		}
 	}
 	m.gap = grow(m.gap, nOps)
@@ -465,16 +475,9 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 	m.netSet = grow(m.netSet, nPos)
 	clear(m.done)
 	clear(m.netSet)
-	m.known = grow(m.known, nColls)
-	m.maxNet = grow(m.maxNet, nColls)
-	m.collEnd = grow(m.collEnd, nColls)
-	m.collDone = grow(m.collDone, nColls)
-	m.waitHead = grow(m.waitHead, nColls)
-	clear(m.known)
-	clear(m.collDone)
 	for c := range nColls {
-		m.maxNet[c] = math.Inf(-1)
-		m.waitHead[c] = -1
+		cs := &m.colls[c]
+		cs.known, cs.done, cs.maxNet, cs.end, cs.waitHead = 0, false, math.Inf(-1), 0, -1
 	}
 	m.waitNext = grow(m.waitNext, nRanks)
 	m.blockedOn = grow(m.blockedOn, nRanks)
@@ -548,9 +551,10 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		m.net[p] = n
 		m.netSet[p] = true
 		c := m.coll[p]
-		if m.collDone[c] {
+		cs := &m.colls[c]
+		if cs.done {
 			// Released early (see simulate); a member arriving after that ends after it.
-			m.end[p] = m.endWithLag(sd, p, max(m.collEnd[c], n+transfer[c]))
+			m.end[p] = m.endWithLag(sd, p, max(cs.end, n+transfer[c]))
 			m.done[p] = true
 			continue
 		}
@@ -565,11 +569,11 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 			m.done[p] = true
 			m.wake(c)
 		}
-		m.known[c]++
-		if n > m.maxNet[c] {
-			m.maxNet[c] = n
+		cs.known++
+		if n > cs.maxNet {
+			cs.maxNet = n
 		}
-		if m.known[c] == m.collN[c] {
+		if cs.known == cs.n {
 			m.resolve(sd, c, transfer)
 		}
 	}
@@ -580,15 +584,15 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 func (m *model) block(ri, p, c int32) {
 	m.cursor[ri] = p
 	m.blockedOn[ri] = c
-	m.waitNext[ri] = m.waitHead[c]
-	m.waitHead[c] = ri
+	m.waitNext[ri] = m.colls[c].waitHead
+	m.colls[c].waitHead = ri
 }
 
 func (m *model) wake(c int32) {
-	for ri := m.waitHead[c]; ri >= 0; ri = m.waitNext[ri] {
+	for ri := m.colls[c].waitHead; ri >= 0; ri = m.waitNext[ri] {
 		m.queue = append(m.queue, ri)
 	}
-	m.waitHead[c] = -1
+	m.colls[c].waitHead = -1
 }
 
 // endWithLag is a member's end given its collective's: later by the member's lag, how long
@@ -612,55 +616,55 @@ func (m *model) measuredEnd(sd *stepData, p int32) float64 {
 
 // resolve ends collective c for every member whose arrival is known.
 func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
-	rec := &sd.colls[c]
-	if m.settling && rec.p2p && rec.n == 2 && m.known[c] == rec.n {
+	cs := &m.colls[c]
+	if m.settling && cs.p2p && cs.n == 2 && cs.known == cs.n {
 		if ps, pr, ok := m.messageEnds(sd, c); ok {
 			m.settle(c, ps, pr)
-			m.collDone[c] = true
+			cs.done = true
 			m.end[pr] = max(m.net[pr], m.net[ps]+m.replayT[c])
 			if !m.eager[c] {
 				m.end[pr] = max(m.net[ps], m.net[pr]) + m.replayT[c]
 			}
 			m.done[pr] = true
-			m.collEnd[c] = m.end[pr]
+			cs.end = m.end[pr]
 			m.wake(c)
 			return
 		}
 	}
-	if m.settling && !rec.p2p && m.known[c] == rec.n {
+	if m.settling && !cs.p2p && cs.known == cs.n {
 		// The transfer on the replayed timeline of the actual step: from the last arrival
 		// to the first member that saw the collective complete (the others saw it later;
 		// see endWithLag).
 		first := math.Inf(1)
-		for i := rec.first; i < rec.first+rec.n; i++ {
+		for i := cs.first; i < cs.first+cs.n; i++ {
 			first = min(first, m.measuredEnd(sd, m.posOf[i]))
 		}
-		transfer[c] = max(0, first-m.maxNet[c])
+		transfer[c] = max(0, first-cs.maxNet)
 	}
-	m.collDone[c] = true
-	m.collEnd[c] = m.maxNet[c] + transfer[c]
+	cs.done = true
+	cs.end = cs.maxNet + transfer[c]
 	sendEnd := math.Inf(-1)
-	if rec.p2p {
-		for i := rec.first; i < rec.first+rec.n; i++ {
-			if p := m.posOf[i]; sd.ops[i].role == RoleSend && m.done[p] {
+	if cs.p2p {
+		for i := cs.first; i < cs.first+cs.n; i++ {
+			if p := m.posOf[i]; m.roleAt[p] == RoleSend && m.done[p] {
 				sendEnd = m.end[p]
 			}
 		}
 	}
-	for i := rec.first; i < rec.first+rec.n; i++ {
+	for i := cs.first; i < cs.first+cs.n; i++ {
 		p := m.posOf[i]
 		if m.done[p] || !m.netSet[p] {
 			continue
 		}
 		switch {
-		case rec.p2p && sd.ops[i].role == RoleRecv && !math.IsInf(sendEnd, -1):
+		case cs.p2p && m.roleAt[p] == RoleRecv && !math.IsInf(sendEnd, -1):
 			m.end[p] = max(m.net[p], sendEnd)
-		case rec.p2p && sd.ops[i].role == RoleSend:
+		case cs.p2p && m.roleAt[p] == RoleSend:
 			// A send ends with its message, or as long after its launch as it took, if
 			// that is sooner: gloo's sends complete once the bytes are written.
-			m.end[p] = max(m.net[p], min(m.collEnd[c], m.net[p]+m.sendDur[c]))
+			m.end[p] = max(m.net[p], min(cs.end, m.net[p]+m.sendDur[c]))
 		default:
-			m.end[p] = m.endWithLag(sd, p, m.collEnd[c])
+			m.end[p] = m.endWithLag(sd, p, cs.end)
 		}
 		m.done[p] = true
 	}
