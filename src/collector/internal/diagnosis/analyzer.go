@@ -159,6 +159,9 @@ type Analyzer struct {
 	// lastJob is the job last looked up by name (lookup): the join hands the analyzer one
 	// job's collectives in runs, each looked up by name several times.
 	lastJob *jobState
+	// asked and askedRanks are eachRankEnded's scratch: a bit per rank asked, and the ranks.
+	asked      []uint64
+	askedRanks []int32
 }
 
 // New returns an analyzer; cfg must have passed Check.
@@ -384,10 +387,8 @@ func (a *Analyzer) ranksEnded(j *jobState, sd *stepData) bool {
 		}
 		return false
 	}
-	for i := range sd.ops {
-		if !ended(sd.ops[i].rank) {
-			return false
-		}
+	if !a.eachRankEnded(sd, ended) {
+		return false
 	}
 	for rank, c := range j.carry {
 		if c.step == j.analyzed && !ended(rank) {
@@ -396,6 +397,44 @@ func (a *Analyzer) ranksEnded(j *jobState, sd *stepData) bool {
 	}
 	sd.ended = true
 	return true
+}
+
+// maxAskedRank bounds the ranks eachRankEnded keeps a bit for (128 KB of them at most);
+// a larger rank is asked at each of its spans.
+const maxAskedRank = 1 << 20
+
+// eachRankEnded reports whether ended holds for every rank of the step's spans, asking once
+// per rank (a step holds each rank's tens of spans; ended is two lookups).
+func (a *Analyzer) eachRankEnded(sd *stepData, ended func(int32) bool) bool {
+	all := true
+	for i := range sd.ops {
+		rank := sd.ops[i].rank
+		if rank < 0 || rank >= maxAskedRank {
+			if !ended(rank) {
+				all = false
+				break
+			}
+			continue
+		}
+		word, bit := int(rank>>6), uint64(1)<<(rank&63)
+		if word >= len(a.asked) {
+			a.asked = append(a.asked, make([]uint64, word+1-len(a.asked))...)
+		}
+		if a.asked[word]&bit != 0 {
+			continue
+		}
+		a.asked[word] |= bit
+		a.askedRanks = append(a.askedRanks, rank)
+		if !ended(rank) {
+			all = false
+			break
+		}
+	}
+	for _, rank := range a.askedRanks {
+		a.asked[rank>>6] = 0
+	}
+	a.askedRanks = a.askedRanks[:0]
+	return all
 }
 
 // stepWait is how long a step whose collectives were all released waits for ranks that
