@@ -17,6 +17,10 @@ Knobs to make a rank late on purpose:
   ``--sample-time SECONDS`` its forward also takes that long per sample (a sleep: time on a
   simulated accelerator, so that two shared CPUs do not decide it). No rank is slow, yet a
   different one is slowest in each step: a data imbalance.
+- ``--start-at EPOCH_SECONDS``: every rank waits until that wall-clock time before its first
+  step; with ``--cadence SECONDS`` step k starts no earlier than START + k x SECONDS (a
+  schedule: two jobs on one fabric on the same cadence half a period apart keep their
+  communication phases apart, ``benchmarks/collision.py``).
 
 At the end every rank prints one JSON line: ``{"event": "step_stats", "rank": ..,
 "step_time_mean_s": .., "step_time_cv": .., ...}`` (steps after ``--warmup``).
@@ -138,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jitter-steps", type=parse_range, default=None)
     parser.add_argument("--dynamic-batch", type=parse_batch_range, default=None, metavar="MIN:MAX")
     parser.add_argument("--sample-time", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--start-at", type=float, default=None, metavar="EPOCH_SECONDS")
+    parser.add_argument("--cadence", type=float, default=None, metavar="SECONDS")
     parser.add_argument("--no-instrument", action="store_true", help="baseline: no skewtrace")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
     parser.add_argument("--job-id", default=None, help="default: SKEWTRACE_JOB_ID or generated")
@@ -269,6 +275,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             model=model, optimizer=optimizer, dataloader=loader, job_id=agreed_job_id(args.job_id)
         )
 
+    if args.start_at is not None:
+        dist.barrier()  # every rank is up, then all start at the same wall-clock time
+        time.sleep(max(0.0, args.start_at - time.time()))
     step_times: list[float] = []
     step = 0
     last = time.perf_counter()
@@ -283,6 +292,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             net.extra_sleep_s = (
                 jitter_rng.uniform(0, plan.jitter_s) if (plan.jitter_s > 0 and jitter_on) else 0.0
             )
+            if args.cadence is not None and args.start_at is not None:
+                time.sleep(max(0.0, args.start_at + step * args.cadence - time.time()))
             net.sample_time_s = args.sample_time
             if args.dynamic_batch is not None:
                 size = batch_rng.randint(*args.dynamic_batch)

@@ -193,6 +193,15 @@ COLLECTOR_SMOKES = [
 
 NAMESPACE_SMOKES = [
     Smoke(
+        "collision",
+        "--quick",
+        (
+            rf"^median step time: alone {NUMBER} ms, colliding {NUMBER} ms, scheduled {NUMBER} ms,"
+            rf" interleaved {NUMBER} ms$",
+            rf"^interleaved over colliding throughput: [-+]{NUMBER}% .* target >= \+15% ",
+        ),
+    ),
+    Smoke(
         "scenarios",
         "--repeat 1 --scenario compute --steps 16",
         (
