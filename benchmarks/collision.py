@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-collision"))
     args = parser.parse_args(argv)
     if args.quick:  # runs, but too short for its figures to mean anything
-        args.rounds, args.steps, args.warmup, args.start_delay = 1, 20, 5, 12.0
+        args.rounds, args.steps, args.warmup, args.start_delay = 1, 10, 2, 8.0
     if os.geteuid() != 0:
         print("collision: needs root (network namespaces)", file=sys.stderr)
         return 2
