@@ -102,26 +102,28 @@ def parse_jitter(text: str) -> tuple[list[int], float]:
     return ranks, amount
 
 
-def parse_batch_range(text: str) -> tuple[int, int]:
+def _int_pair(text: str, flag: str, names: tuple[str, str], least: int) -> tuple[int, int]:
+    """``A:B`` as two ints with ``least <= A <= B``; an argparse error naming the flag."""
     try:
-        low_s, high_s = text.split(":")
-        low, high = int(low_s), int(high_s)
+        first_s, second_s = text.split(":")
+        first, second = int(first_s), int(second_s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--dynamic-batch {text!r}: expected MIN:MAX") from None
-    if not 1 <= low <= high:
-        raise argparse.ArgumentTypeError(f"--dynamic-batch {text!r}: need 1 <= MIN <= MAX")
-    return low, high
+        raise argparse.ArgumentTypeError(
+            f"{flag} {text!r}: expected {names[0]}:{names[1]}"
+        ) from None
+    if not least <= first <= second:
+        raise argparse.ArgumentTypeError(
+            f"{flag} {text!r}: need {least} <= {names[0]} <= {names[1]}"
+        )
+    return first, second
+
+
+def parse_batch_range(text: str) -> tuple[int, int]:
+    return _int_pair(text, "--dynamic-batch", ("MIN", "MAX"), 1)
 
 
 def parse_range(text: str) -> tuple[int, int]:
-    try:
-        start_s, end_s = text.split(":")
-        start, end = int(start_s), int(end_s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--jitter-steps {text!r}: expected START:END") from None
-    if not 0 <= start <= end:
-        raise argparse.ArgumentTypeError(f"--jitter-steps {text!r}: need 0 <= START <= END")
-    return start, end
+    return _int_pair(text, "--jitter-steps", ("START", "END"), 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
