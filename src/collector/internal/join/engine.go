@@ -109,6 +109,8 @@ type Engine[R any] struct {
 	scratchVals []float64
 	// topologies interns the members' topologies.
 	topologies map[Topology]*Topology
+	// hasher hashes the arrivals' keys (hashKey).
+	hasher keyHasher
 
 	stats Stats
 }
@@ -203,7 +205,7 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 	}
 	now := e.clock.Now().UnixNano()
 	e.touch(a.Job, a.Rank, now)
-	h := hashKey(&a.Key)
+	h := e.hasher.hash(&a.Key)
 	p, ok := e.pending.get(h, &a.Key)
 	if ok {
 		if a.PGSize != p.pgSize {

@@ -9,9 +9,45 @@ var keySeed = maphash.MakeSeed()
 // the collective keeps the hash for its release and the released ring: a key's strings
 // (job id, group) were hashed again at each of about eight map operations per collective,
 // which is most of the join's own work on a point-to-point message (two members), and the
-// released ring's old keys were cold in the cache.
+// released ring's old keys were cold in the cache. It is the hash of the key's group (job
+// and group strings, hashGroup) mixed with its sequence number (hashSeq), so that the
+// members of one collective, which arrive together, and the collectives of one group hash
+// their strings once (keyHasher).
 func hashKey(k *Key) uint64 {
-	return maphash.Comparable(keySeed, *k)
+	return hashSeq(hashGroup(k.Job, k.PG), k.Seq)
+}
+
+// hashGroup is the hash of a key's job and group strings.
+func hashGroup(job, pg string) uint64 {
+	return maphash.Comparable(keySeed, groupRef{job: job, pg: pg})
+}
+
+// hashSeq mixes a sequence number into its group's hash (a bijection of the sequence
+// number for a given group, then murmur3's finalizer).
+func hashSeq(group uint64, seq int64) uint64 {
+	h := group ^ uint64(seq)*0x9e3779b97f4a7c15
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// keyHasher is hashKey with the last group's hash kept: arrivals come in runs of one
+// group (a collective's members together, a pipeline pair's messages one after another).
+type keyHasher struct {
+	job, pg string
+	group   uint64
+	valid   bool
+}
+
+// hash returns hashKey(k).
+func (c *keyHasher) hash(k *Key) uint64 {
+	if !c.valid || k.Job != c.job || k.PG != c.pg {
+		c.job, c.pg, c.group, c.valid = k.Job, k.PG, hashGroup(k.Job, k.PG), true
+	}
+	return hashSeq(c.group, k.Seq)
 }
 
 // keyEntry is one key and its value.
