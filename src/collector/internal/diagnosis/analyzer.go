@@ -151,7 +151,9 @@ type Analyzer struct {
 	model    model
 	groups   groupScratch
 	results  []StepResult
+	// freeStep are analyzed steps kept for their buffers, freeOps their ops' capacity.
 	freeStep []*stepData
+	freeOps  int
 	// cur and curJob are the step and job of the collective being observed (nil when its
 	// step was already analyzed: its members are late).
 	cur    *stepData
@@ -163,6 +165,14 @@ type Analyzer struct {
 	asked      []uint64
 	askedRanks []int32
 }
+
+// maxFreeSteps and maxFreeOps bound the analyzed steps kept for their buffers: at most
+// four, holding at most 1<<19 ops in all (about 12 MB of ops and as much of collectives;
+// a 4096-rank pipeline step holds 204,800 ops, its buffers grown past 1<<18 by append).
+const (
+	maxFreeSteps = 4
+	maxFreeOps   = 1 << 19
+)
 
 // New returns an analyzer; cfg must have passed Check.
 func New(cfg Config) *Analyzer {
@@ -259,6 +269,7 @@ func (a *Analyzer) openStep(j *jobState, step int64, now int64) *stepData {
 	if n := len(a.freeStep); n > 0 {
 		sd = a.freeStep[n-1]
 		a.freeStep = a.freeStep[:n-1]
+		a.freeOps -= cap(sd.ops)
 	} else {
 		sd = &stepData{}
 	}
@@ -503,7 +514,8 @@ func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
 	for i := range sd.colls {
 		sd.colls[i].missing = nil
 	}
-	if len(a.freeStep) < 4 && cap(sd.ops) <= 1<<18 {
+	if len(a.freeStep) < maxFreeSteps && a.freeOps+cap(sd.ops) <= maxFreeOps {
+		a.freeOps += cap(sd.ops)
 		a.freeStep = append(a.freeStep, sd)
 	}
 }
