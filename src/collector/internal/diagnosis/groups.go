@@ -131,7 +131,7 @@ func (a *Analyzer) groupPhases(j *jobState, sd *stepData) []GroupPhase {
 			rec := &sd.colls[c]
 			for i := rec.first; i < rec.first+rec.n; i++ {
 				op := &sd.ops[i]
-				ri := m.rankIdx[op.rank]
+				ri := m.opRank[i]
 				if g.first[ri] < 0 {
 					g.touched = append(g.touched, ri)
 					g.first[ri], g.last[ri] = op.start, op.end

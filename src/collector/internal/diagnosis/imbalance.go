@@ -43,9 +43,7 @@ func (m *model) stages(sd *stepData) {
 			m.pred[ri] = -2 // a receive whose sender is not in the step
 			for i := rec.first; i < rec.first+rec.n; i++ {
 				if sd.ops[i].role == RoleSend {
-					if si, ok := m.rankIdx[sd.ops[i].rank]; ok {
-						m.pred[ri] = si
-					}
+					m.pred[ri] = m.opRank[i]
 				}
 			}
 			break

@@ -9,8 +9,10 @@ import (
 // index the step's member spans sorted by (rank, start on the rank's clock): each rank's
 // spans are one contiguous run, positions rankStart[r] .. rankStart[r+1]-1.
 type model struct {
-	// ranks
-	rankIdx   map[int32]int32
+	// ranks: rankIdx numbers the ranks of the step (rank indexes), through rankSlot (rank
+	// index + 1 of each rank, 0 none; only while reset numbers them) below maxRankSlots
+	rankIdx  map[int32]int32
+	rankSlot []int32
 	opRank    []int32 // rank index of each op index
 	rankOf    []int32
 	rankStart []int32
@@ -111,6 +113,31 @@ type collSim struct {
 	done, p2p       bool
 }
 
+// maxRankSlots bounds the ranks that rankIndex finds in a table indexed by rank (4 MB of it
+// at most); larger ones go to a map.
+const maxRankSlots = 1 << 20
+
+// rankIndex returns the rank index of rank r in this step, numbering a rank it has not seen
+// next (ranks in order of their first op).
+func (m *model) rankIndex(r int32) int32 {
+	if r >= 0 && int(r) < len(m.rankSlot) {
+		if ri := m.rankSlot[r]; ri > 0 {
+			return ri - 1
+		}
+		ri := int32(len(m.rankOf))
+		m.rankSlot[r] = ri + 1
+		m.rankOf = append(m.rankOf, r)
+		return ri
+	}
+	ri, ok := m.rankIdx[r]
+	if !ok {
+		ri = int32(len(m.rankOf))
+		m.rankIdx[r] = ri
+		m.rankOf = append(m.rankOf, r)
+	}
+	return ri
+}
+
 // grow returns s with length n, reusing its capacity.
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
@@ -128,6 +155,13 @@ func (m *model) reset(sd *stepData) {
 	}
 	clear(m.rankIdx)
 	clear(m.pgIDs)
+	maxRank := int32(-1)
+	for i := range sd.ops {
+		maxRank = max(maxRank, sd.ops[i].rank)
+	}
+	if maxRank < maxRankSlots && int(maxRank) >= len(m.rankSlot) {
+		m.rankSlot = make([]int32, maxRank+1)
+	}
 	m.rankOf = m.rankOf[:0]
 	m.opColl = grow(m.opColl, nOps)
 	m.pgID = grow(m.pgID, nColls)
@@ -142,6 +176,12 @@ func (m *model) reset(sd *stepData) {
 		for i := rec.first; i < rec.first+rec.n; i++ {
 			m.opColl[i] = int32(c)
 		}
+		// Collectives of one group come in runs (a pipeline pair's messages, in release
+		// order): the previous one's id is the likely one.
+		if c > 0 && rec.pg == sd.colls[c-1].pg {
+			m.pgID[c] = m.pgID[c-1]
+			continue
+		}
 		id, ok := m.pgIDs[rec.pg]
 		if !ok {
 			id = int32(len(m.pgIDs))
@@ -151,16 +191,14 @@ func (m *model) reset(sd *stepData) {
 	}
 	m.opRank = grow(m.opRank, nOps)
 	for i := range sd.ops {
-		r := sd.ops[i].rank
-		ri, ok := m.rankIdx[r]
-		if !ok {
-			ri = int32(len(m.rankOf))
-			m.rankIdx[r] = ri
-			m.rankOf = append(m.rankOf, r)
-		}
-		m.opRank[i] = ri
+		m.opRank[i] = m.rankIndex(sd.ops[i].rank)
 	}
 	nRanks := len(m.rankOf)
+	for _, r := range m.rankOf {
+		if r >= 0 && int(r) < len(m.rankSlot) {
+			m.rankSlot[r] = 0
+		}
+	}
 	m.rankStart = grow(m.rankStart, nRanks+1)
 	clear(m.rankStart)
 	for _, ri := range m.opRank {
