@@ -143,14 +143,14 @@ type Stats struct {
 
 // Analyzer is the step analysis of every job. It is not safe for concurrent use.
 type Analyzer struct {
-	cfg      Config
-	jobs     map[string]*jobState
-	phases   phaseCache
-	heldOps  int
-	stats    Stats
-	model    model
-	groups   groupScratch
-	results  []StepResult
+	cfg     Config
+	jobs    map[string]*jobState
+	phases  phaseCache
+	heldOps int
+	stats   Stats
+	model   model
+	groups  groupScratch
+	results []StepResult
 	// freeStep are analyzed steps kept for their buffers, freeOps their ops' capacity.
 	freeStep []*stepData
 	freeOps  int

@@ -11,8 +11,8 @@ import (
 type model struct {
 	// ranks: rankIdx numbers the ranks of the step (rank indexes), through rankSlot (rank
 	// index + 1 of each rank, 0 none; only while reset numbers them) below maxRankSlots
-	rankIdx  map[int32]int32
-	rankSlot []int32
+	rankIdx   map[int32]int32
+	rankSlot  []int32
 	opRank    []int32 // rank index of each op index
 	rankOf    []int32
 	rankStart []int32
