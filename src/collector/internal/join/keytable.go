@@ -181,6 +181,12 @@ func (s *releasedSet) forget(h uint64, k *Key) {
 		delete(s.collided, *k)
 		return
 	}
+	s.forgetSlot(h)
+}
+
+// forgetSlot drops the entry of hash h from byHash, whose key it holds (a key that collided
+// with it takes its place).
+func (s *releasedSet) forgetSlot(h uint64) {
 	delete(s.byHash, h)
 	if len(s.collided) == 0 {
 		return
@@ -201,8 +207,13 @@ func (s *releasedSet) add(k *Key, h uint64, step, at int64) {
 		return
 	}
 	old := &s.ring[s.pos]
-	// The slot's key may have been released again since; only its own entry goes.
-	if latest, ok := s.find(old.hash, &old.key); ok && latest.at == old.at {
+	// The slot's key may have been released again since; only its own entry goes. (find
+	// and forget, with the slot's hash looked up once where it holds the key's entry.)
+	if i, ok := s.byHash[old.hash]; ok && s.ring[i].key == old.key {
+		if s.ring[i].at == old.at {
+			s.forgetSlot(old.hash)
+		}
+	} else if latest, ok := s.find(old.hash, &old.key); ok && latest.at == old.at {
 		s.forget(old.hash, &old.key)
 	}
 	*old = releasedKey{key: *k, hash: h, step: step, at: at}
