@@ -153,7 +153,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 				continue
 			}
 			rank := m.rankOf[ri]
-			roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology[rank],
+			roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology.at(rank),
 				Cause: m.cause(a, j, sd, ri), Cost: cost, Stage: -1})
 			fixRank[ri] = true
 		}
@@ -234,7 +234,7 @@ func (m *model) linkRanks(j *jobState, s Suspect, cost float64, roots []RootCaus
 		return roots
 	}
 	for _, rank := range m.rankOf {
-		t := j.topology[rank]
+		t := j.topology.at(rank)
 		if t.Host != s.Host && !(s.Kind == SuspectHost && t.Host == s.Name) {
 			continue
 		}
@@ -280,7 +280,7 @@ func (m *model) missing(j *jobState, sd *stepData, roots []RootCause) []RootCaus
 				continue
 			}
 			seen[rank] = true
-			out = append(out, RootCause{Rank: int(rank), Topology: j.topology[rank],
+			out = append(out, RootCause{Rank: int(rank), Topology: j.topology.at(rank),
 				Cause: semconv.CauseUnknown})
 		}
 	}

@@ -70,7 +70,7 @@ type jobState struct {
 	stepsSeen int
 	lastUsed  int64
 
-	topology map[int32]Topology
+	topology rankTable[Topology]
 	carry    map[int32]carry
 	// history holds every rank's own gaps per position in the step (the reference of a rank
 	// without peers, and a cap on the peers' reference of the others).
@@ -86,6 +86,11 @@ type jobState struct {
 	// each collective released asks, and a pipeline pair's sixteen messages a step ask
 	// alike (three lookups by strings each).
 	refs map[slowdownKey]float64
+	// lastRefKey and lastRef are the last reference Slowdown read (valid while lastRefValid:
+	// until the baselines change).
+	lastRefKey   slowdownKey
+	lastRef      float64
+	lastRefValid bool
 
 	// flags is the job's flag state (decided here unless flag_decision is deferred: then
 	// kept for the analysis' own use, and the summaries leave the flags to a verdict stage).
@@ -96,7 +101,7 @@ type jobState struct {
 	// waits for ranks that have not ended it.
 	stepTime ewma
 	// latest is the highest step each rank had a collective or a phase in.
-	latest map[int32]int64
+	latest rankTable[int64]
 	// activity counts the collectives observed: past max_jobs the job with the least goes,
 	// so a training job keeps its state however many one-off job ids arrive.
 	activity int64
@@ -227,7 +232,6 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		open:           make(map[int64]*stepData),
 		analyzed:       -1,
 		lastUsed:       now,
-		topology:       make(map[int32]Topology),
 		carry:          make(map[int32]carry),
 		history:        make(map[int32][]ewma),
 		work:           make(map[int32]*workHistory),
@@ -235,7 +239,6 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		classBaselines: make(map[classKey]*ewma),
 		groupClasses:   make(map[string]groupClass),
 		flags:          newFlagState(),
-		latest:         make(map[int32]int64),
 	}
 	a.jobs[name] = j
 	a.lastJob = j
@@ -344,9 +347,9 @@ func (a *Analyzer) AddMember(s *Span) {
 	a.heldOps++
 	j := a.curJob
 	j.sawRank(int32(s.Rank), sd.step)
-	if t, ok := j.topology[int32(s.Rank)]; (!ok && len(j.topology) < maxTrackedRanks) ||
+	if t, ok := j.topology.get(int32(s.Rank)); (!ok && j.topology.len() < maxTrackedRanks) ||
 		(ok && t != s.Topology) {
-		j.topology[int32(s.Rank)] = s.Topology
+		j.topology.set(int32(s.Rank), s.Topology)
 	}
 }
 
@@ -371,12 +374,12 @@ func (a *Analyzer) ObservePhase(job string, step int64, rank int, kind PhaseKind
 
 // sawRank notes that a rank reached a step.
 func (j *jobState) sawRank(rank int32, step int64) {
-	if last, ok := j.latest[rank]; ok {
+	if last, ok := j.latest.get(rank); ok {
 		if step > last {
-			j.latest[rank] = step
+			j.latest.set(rank, step)
 		}
-	} else if len(j.latest) < maxTrackedRanks {
-		j.latest[rank] = step
+	} else if j.latest.len() < maxTrackedRanks {
+		j.latest.set(rank, step)
 	}
 }
 
@@ -389,7 +392,7 @@ func (a *Analyzer) ranksEnded(j *jobState, sd *stepData) bool {
 		return true
 	}
 	ended := func(rank int32) bool {
-		if last, ok := j.latest[rank]; ok && last > sd.step {
+		if last, ok := j.latest.get(rank); ok && last > sd.step {
 			return true
 		}
 		if e := a.phases.get(j.name, sd.step, rank); e != nil {

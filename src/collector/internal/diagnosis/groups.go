@@ -148,7 +148,7 @@ func (a *Analyzer) groupPhases(j *jobState, sd *stepData) []GroupPhase {
 				g.starts = append(g.starts, float64(g.first[ri]-s)/1e9)
 				g.durations = append(g.durations, float64(g.last[ri]-g.first[ri])/1e9)
 			}
-			topo := j.topology[m.rankOf[ri]]
+			topo := j.topology.at(m.rankOf[ri])
 			g.switches = addName(g.switches, topo.Switch, maxGroupSwitches)
 			g.hosts = addName(g.hosts, topo.Host, maxGroupHosts)
 			g.first[ri], g.last[ri] = -1, -1

@@ -146,7 +146,7 @@ func (m *model) distinctPlaces(j *jobState, sd *stepData, rec *collRec) (int32, 
 		var hosts, switches [smallGroup]string
 		nh, ns := 0, 0
 		for i := rec.first; i < rec.first+rec.n; i++ {
-			t := j.topology[sd.ops[i].rank]
+			t := j.topology.at(sd.ops[i].rank)
 			if !slices.Contains(hosts[:nh], t.Host) {
 				hosts[nh] = t.Host
 				nh++
@@ -161,7 +161,7 @@ func (m *model) distinctPlaces(j *jobState, sd *stepData, rec *collRec) (int32, 
 	hosts := make(map[string]struct{})
 	switches := make(map[string]struct{})
 	for i := rec.first; i < rec.first+rec.n; i++ {
-		t := j.topology[sd.ops[i].rank]
+		t := j.topology.at(sd.ops[i].rank)
 		hosts[t.Host] = struct{}{}
 		switches[t.Switch] = struct{}{}
 	}
@@ -178,6 +178,7 @@ func complete(rec *collRec) bool {
 func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 	// The baselines change here, and only here: the references Slowdown read go.
 	clear(j.refs)
+	j.lastRefValid = false
 	l := &m.links
 	n := len(sd.colls)
 	l.refT = grow(l.refT, n)
@@ -342,16 +343,25 @@ func (a *Analyzer) Slowdown(job, pg, op string, bytes int64, members int, transf
 		return 0
 	}
 	k := slowdownKey{pg: pg, op: op, bytes: bytes, members: members}
-	ref, ok := j.refs[k]
-	if !ok {
-		ref = j.transferRef(&k)
-		if j.refs == nil {
-			j.refs = make(map[slowdownKey]float64)
+	var ref float64
+	if j.lastRefValid && k == j.lastRefKey {
+		// A group's collectives come in runs (a pipeline pair's messages): the last one's
+		// reference, as j.refs holds it.
+		ref = j.lastRef
+	} else {
+		var ok bool
+		ref, ok = j.refs[k]
+		if !ok {
+			ref = j.transferRef(&k)
+			if j.refs == nil {
+				j.refs = make(map[slowdownKey]float64)
+			}
+			if len(j.refs) >= maxSlowdownRefs {
+				clear(j.refs)
+			}
+			j.refs[k] = ref
 		}
-		if len(j.refs) >= maxSlowdownRefs {
-			clear(j.refs)
-		}
-		j.refs[k] = ref
+		j.lastRefKey, j.lastRef, j.lastRefValid = k, ref, true
 	}
 	if math.IsInf(ref, 1) || ref <= 0 {
 		return 0
@@ -540,7 +550,7 @@ func (m *model) markGroup(j *jobState, sd *stepData, g int32, slow bool) {
 	switches := make(map[string]struct{})
 	hosts := make(map[string]struct{})
 	for i := rec.first; i < rec.first+rec.n; i++ {
-		t := j.topology[sd.ops[i].rank]
+		t := j.topology.at(sd.ops[i].rank)
 		if knownName(t.Switch) {
 			switches[t.Switch] = struct{}{}
 		}
@@ -550,7 +560,7 @@ func (m *model) markGroup(j *jobState, sd *stepData, g int32, slow bool) {
 	// memory): it says nothing about them.
 	usesNICs := len(hosts) > 1
 	for i := rec.first; i < rec.first+rec.n; i++ {
-		t := j.topology[sd.ops[i].rank]
+		t := j.topology.at(sd.ops[i].rank)
 		if !knownName(t.Host) {
 			continue
 		}

@@ -179,10 +179,10 @@ func TestCoverChoosesWhatLostTheMostTime(t *testing.T) {
 // for a group across hosts, uplinks only for a group across switches; a slow group lists
 // itself under each of its elements once, however many of its members share it.
 func TestMarkElementsCountsTheGroupsEachElementCarries(t *testing.T) {
-	j := &jobState{topology: map[int32]Topology{}}
+	j := &jobState{}
 	for r := range int32(8) {
-		j.topology[r] = Topology{Host: fmt.Sprintf("node%d", r/2), NIC: "eth0",
-			Switch: fmt.Sprintf("leaf%d", r/4)}
+		j.topology.set(r, Topology{Host: fmt.Sprintf("node%d", r/2), NIC: "eth0",
+			Switch: fmt.Sprintf("leaf%d", r/4)})
 	}
 	sd := &stepData{}
 	m := &model{}
