@@ -35,7 +35,10 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	m.settling = !m.held
 	exit := m.simulate(sd, m.gap, m.replayT)
 	m.settling = false
-	m.actualEnd = append(m.actualEnd[:0], m.end...)
+	m.actualEnd = grow(m.actualEnd, len(m.ps))
+	for p := range m.ps {
+		m.actualEnd[p] = m.ps[p].end
+	}
 	if e, ok := m.replayError(a, j, sd); ok {
 		j.replayError.add(e, historyAlpha)
 		res.ReplayError = e

@@ -35,17 +35,11 @@ type model struct {
 	candidate []bool
 	prevPG    []int32   // position of the rank's previous span in the same group, or -1
 	netDur    []float64 // duration after the group's previous span ended, seconds
-	lag       []float64 // how long after its collective ended the rank saw it, seconds
 	refGap    []float64 // the peers' median gap at the same position of the step
 
 	// collectives
-	opColl []int32
-	pgID   []int32
-	// sendAt marks the positions of messages' sends, and roleAt is each position's role:
-	// what the replay reads of a span, kept apart from the records so that it stays in
-	// the cache.
-	sendAt   []bool
-	roleAt   []Role
+	opColl   []int32
+	pgID     []int32
 	transfer []float64
 	// replayT is what the replay takes a collective's transfer as (see timeline); sendDur
 	// a message's send duration after it could start, and eager marks the messages whose
@@ -65,9 +59,10 @@ type model struct {
 	pgOverlaps []bool
 	pgLastEnd  []int64
 
-	// simulation
-	launch, net, end []float64
-	done, netSet     []bool
+	// simulation: ps is each position's replay state, epoch the current replay's number
+	// (a position is done, or launched, in the replay whose epoch it holds).
+	ps               []posSim
+	epoch            uint32
 	cursor, waitNext []int32
 	blockedOn        []int32
 	// colls is each collective's replay state in one record (read together at every
@@ -101,6 +96,17 @@ type model struct {
 	vals     []float64
 	scratch  []float64
 	links    linkScratch
+}
+
+// posSim is one position's state in a replay, with what the replay reads of its span
+// (its role, whether it is a message's send) and its lag (how long after its collective
+// ended the rank saw it, seconds: measured by the replay of the actual step, kept by the
+// what-ifs): read together at every member, kept apart they were a cache miss each.
+type posSim struct {
+	launch, net, end, lag float64
+	doneAt, netAt         uint32
+	role                  Role
+	send                  bool
 }
 
 // collSim is one collective's state in a replay: its members (ops first..first+n-1, p2p
@@ -230,18 +236,17 @@ func (m *model) reset(sd *stepData) {
 	}
 	m.posOf = grow(m.posOf, nOps)
 	m.coll = grow(m.coll, nOps)
-	m.sendAt = grow(m.sendAt, nOps)
+	m.ps = grow(m.ps, nOps)
 	for p, i := range m.order {
 		m.posOf[i] = int32(p)
 		m.coll[p] = m.opColl[i]
 	}
-	m.roleAt = grow(m.roleAt, nOps)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		for i := rec.first; i < rec.first+rec.n; i++ {
 			p := m.posOf[i]
-			m.roleAt[p] = sd.ops[i].role
-			m.sendAt[p] = rec.p2p && sd.ops[i].role == RoleSend
+			m.ps[p].role = sd.ops[i].role
+			m.ps[p].send = rec.p2p && sd.ops[i].role == RoleSend
 		}
 	}
 	m.gap = grow(m.gap, nOps)
@@ -249,8 +254,9 @@ func (m *model) reset(sd *stepData) {
 	m.depEnd = grow(m.depEnd, nOps)
 	m.prevPG = grow(m.prevPG, nOps)
 	m.netDur = grow(m.netDur, nOps)
-	m.lag = grow(m.lag, nOps)
-	clear(m.lag)
+	for p := range m.ps {
+		m.ps[p].lag = 0
+	}
 	m.held = false
 	m.refGap = grow(m.refGap, nOps)
 	m.entry = grow(m.entry, nRanks)
@@ -470,7 +476,7 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 // minus the later launch of the two.
 func (m *model) settle(c, ps, pr int32) {
 	ds, dr := m.sendDur[c], m.netDur[pr]
-	ns, nr := m.net[ps], m.net[pr]
+	ns, nr := m.ps[ps].net, m.ps[pr].net
 	if ns+ds < nr-eagerSlack(ds) {
 		m.eager[c] = true
 		m.replayT[c], m.transfer[c] = ds, ds
@@ -495,7 +501,7 @@ func (m *model) messageEnds(sd *stepData, c int32) (int32, int32, bool) {
 	if sd.ops[rec.first].role == RoleRecv {
 		ps, pr = pr, ps
 	}
-	ok := sd.ops[m.order[ps]].role == RoleSend && m.netSet[ps] && m.netSet[pr]
+	ok := sd.ops[m.order[ps]].role == RoleSend && m.netSet(ps) && m.netSet(pr)
 	return ps, pr, ok
 }
 
@@ -503,16 +509,17 @@ func (m *model) messageEnds(sd *stepData, c int32) (int32, int32, bool) {
 func eagerSlack(d float64) float64 { return max(1e-4, d/10) }
 
 // simulate replays the step from gaps and transfers and returns the latest rank's exit
-// (the end of its span that ended last) on the virtual timeline. The ends are in m.end.
+// (the end of its span that ended last) on the virtual timeline. The ends are in m.ps.
 func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
-	nPos, nColls, nRanks := len(m.order), len(sd.colls), len(m.rankOf)
-	m.launch = grow(m.launch, nPos)
-	m.net = grow(m.net, nPos)
-	m.end = grow(m.end, nPos)
-	m.done = grow(m.done, nPos)
-	m.netSet = grow(m.netSet, nPos)
-	clear(m.done)
-	clear(m.netSet)
+	nColls, nRanks := len(sd.colls), len(m.rankOf)
+	// A new epoch: no position is done or launched in it yet.
+	m.epoch++
+	if m.epoch == 0 {
+		for p := range m.ps {
+			m.ps[p].doneAt, m.ps[p].netAt = 0, 0
+		}
+		m.epoch = 1
+	}
 	for c := range nColls {
 		cs := &m.colls[c]
 		cs.known, cs.done, cs.maxNet, cs.end, cs.waitHead = 0, false, math.Inf(-1), 0, -1
@@ -553,7 +560,7 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 	}
 	exit := math.Inf(-1)
 	for ri := range nRanks {
-		exit = max(exit, m.end[m.lastEnd[ri]])
+		exit = max(exit, m.ps[m.lastEnd[ri]].end)
 	}
 	return exit
 }
@@ -562,49 +569,51 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 // reports whether the rank finished.
 func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 	first, stop := m.rankStart[ri], m.rankStart[ri+1]
+	epoch := m.epoch
 	for p := m.cursor[ri]; p < stop; p++ {
 		d, q := m.depEnd[p], m.prevPG[p]
-		if d >= 0 && !m.done[d] {
+		if d >= 0 && m.ps[d].doneAt != epoch {
 			m.block(ri, p, m.coll[d])
 			return false
 		}
-		if q >= 0 && !m.done[q] {
+		if q >= 0 && m.ps[q].doneAt != epoch {
 			m.block(ri, p, m.coll[q])
 			return false
 		}
 		base := m.entry[ri]
 		if p > first {
-			base = m.launch[p-1]
+			base = m.ps[p-1].launch
 		}
-		if d >= 0 && m.end[d] > base {
-			base = m.end[d]
+		if d >= 0 && m.ps[d].end > base {
+			base = m.ps[d].end
 		}
-		m.launch[p] = base + gaps[p]
-		n := m.launch[p]
+		ps := &m.ps[p]
+		ps.launch = base + gaps[p]
+		n := ps.launch
 		// The group's previous collective completed before this one could start: its end
 		// on this rank less the lag with which the rank saw it (see endWithLag).
-		if q >= 0 && m.end[q]-m.lag[q] > n {
-			n = m.end[q] - m.lag[q]
+		if q >= 0 && m.ps[q].end-m.ps[q].lag > n {
+			n = m.ps[q].end - m.ps[q].lag
 		}
-		m.net[p] = n
-		m.netSet[p] = true
+		ps.net = n
+		ps.netAt = epoch
 		c := m.coll[p]
 		cs := &m.colls[c]
 		if cs.done {
 			// Released early (see simulate); a member arriving after that ends after it.
-			m.end[p] = m.endWithLag(sd, p, max(cs.end, n+transfer[c]))
-			m.done[p] = true
+			ps.end = m.endWithLag(sd, p, max(cs.end, n+transfer[c]))
+			ps.doneAt = epoch
 			continue
 		}
-		if m.sendAt[p] && (m.settling || m.eager[c]) {
+		if ps.send && (m.settling || m.eager[c]) {
 			// An eager send does not wait for its receiver; in the replay of the actual
 			// step no send does (each ends as measured, see settle).
 			d := transfer[c]
 			if m.settling {
 				d = m.sendDur[c]
 			}
-			m.end[p] = n + d
-			m.done[p] = true
+			ps.end = n + d
+			ps.doneAt = epoch
 			m.wake(c)
 		}
 		cs.known++
@@ -618,6 +627,12 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 	m.cursor[ri] = stop
 	return true
 }
+
+// done reports whether position p's span ended in the current replay.
+func (m *model) done(p int32) bool { return m.ps[p].doneAt == m.epoch }
+
+// netSet reports whether position p's span was launched in the current replay.
+func (m *model) netSet(p int32) bool { return m.ps[p].netAt == m.epoch }
 
 func (m *model) block(ri, p, c int32) {
 	m.cursor[ri] = p
@@ -640,16 +655,16 @@ func (m *model) wake(c int32) {
 // the collective's end); the what-ifs keep it, as the rank's overhead.
 func (m *model) endWithLag(sd *stepData, p int32, end float64) float64 {
 	if m.settling {
-		m.lag[p] = max(0, m.measuredEnd(sd, p)-end)
+		m.ps[p].lag = max(0, m.measuredEnd(sd, p)-end)
 	}
-	return end + m.lag[p]
+	return end + m.ps[p].lag
 }
 
 // measuredEnd is where a span ended on the replayed timeline of the actual step: its launch
 // there plus its duration on its rank's clock.
 func (m *model) measuredEnd(sd *stepData, p int32) float64 {
 	op := &sd.ops[m.order[p]]
-	return m.launch[p] + float64(op.end-op.start)/1e9
+	return m.ps[p].launch + float64(op.end-op.start)/1e9
 }
 
 // resolve ends collective c for every member whose arrival is known.
@@ -659,12 +674,13 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 		if ps, pr, ok := m.messageEnds(sd, c); ok {
 			m.settle(c, ps, pr)
 			cs.done = true
-			m.end[pr] = max(m.net[pr], m.net[ps]+m.replayT[c])
+			sp, rp := &m.ps[ps], &m.ps[pr]
+			rp.end = max(rp.net, sp.net+m.replayT[c])
 			if !m.eager[c] {
-				m.end[pr] = max(m.net[ps], m.net[pr]) + m.replayT[c]
+				rp.end = max(sp.net, rp.net) + m.replayT[c]
 			}
-			m.done[pr] = true
-			cs.end = m.end[pr]
+			rp.doneAt = m.epoch
+			cs.end = rp.end
 			m.wake(c)
 			return
 		}
@@ -684,27 +700,28 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 	sendEnd := math.Inf(-1)
 	if cs.p2p {
 		for i := cs.first; i < cs.first+cs.n; i++ {
-			if p := m.posOf[i]; m.roleAt[p] == RoleSend && m.done[p] {
-				sendEnd = m.end[p]
+			if p := m.posOf[i]; m.ps[p].role == RoleSend && m.done(p) {
+				sendEnd = m.ps[p].end
 			}
 		}
 	}
 	for i := cs.first; i < cs.first+cs.n; i++ {
 		p := m.posOf[i]
-		if m.done[p] || !m.netSet[p] {
+		ps := &m.ps[p]
+		if ps.doneAt == m.epoch || ps.netAt != m.epoch {
 			continue
 		}
 		switch {
-		case cs.p2p && m.roleAt[p] == RoleRecv && !math.IsInf(sendEnd, -1):
-			m.end[p] = max(m.net[p], sendEnd)
-		case cs.p2p && m.roleAt[p] == RoleSend:
+		case cs.p2p && ps.role == RoleRecv && !math.IsInf(sendEnd, -1):
+			ps.end = max(ps.net, sendEnd)
+		case cs.p2p && ps.role == RoleSend:
 			// A send ends with its message, or as long after its launch as it took, if
 			// that is sooner: gloo's sends complete once the bytes are written.
-			m.end[p] = max(m.net[p], min(cs.end, m.net[p]+m.sendDur[c]))
+			ps.end = max(ps.net, min(cs.end, ps.net+m.sendDur[c]))
 		default:
-			m.end[p] = m.endWithLag(sd, p, cs.end)
+			ps.end = m.endWithLag(sd, p, cs.end)
 		}
-		m.done[p] = true
+		ps.doneAt = m.epoch
 	}
 	m.wake(c)
 }
