@@ -113,7 +113,9 @@ type posSim struct {
 // for a message), how many are known (launched), the latest launch among them, its end
 // once done, and the first rank waiting for it (waitHead, -1 none).
 type collSim struct {
-	maxNet, end     float64
+	// t is the collective's transfer in this replay (the replay's transfer[c], which the
+	// replay of the actual step settles).
+	maxNet, end, t  float64
 	first, n, known int32
 	waitHead        int32
 	done, p2p       bool
@@ -480,6 +482,7 @@ func (m *model) settle(c, ps, pr int32) {
 	if ns+ds < nr-eagerSlack(ds) {
 		m.eager[c] = true
 		m.replayT[c], m.transfer[c] = ds, ds
+		m.colls[c].t = ds
 		return
 	}
 	// A message takes no longer than its send did when the receive came last: a receive
@@ -491,6 +494,8 @@ func (m *model) settle(c, ps, pr int32) {
 		t = min(t, ds)
 	}
 	m.replayT[c], m.transfer[c] = t, t
+	// The replay of the actual step replays m.replayT.
+	m.colls[c].t = t
 }
 
 // messageEnds returns the positions of a message's send and receive, ok false unless both
@@ -523,6 +528,7 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 	for c := range nColls {
 		cs := &m.colls[c]
 		cs.known, cs.done, cs.maxNet, cs.end, cs.waitHead = 0, false, math.Inf(-1), 0, -1
+		cs.t = transfer[c]
 	}
 	m.waitNext = grow(m.waitNext, nRanks)
 	m.blockedOn = grow(m.blockedOn, nRanks)
@@ -601,14 +607,14 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		cs := &m.colls[c]
 		if cs.done {
 			// Released early (see simulate); a member arriving after that ends after it.
-			ps.end = m.endWithLag(sd, p, max(cs.end, n+transfer[c]))
+			ps.end = m.endWithLag(sd, p, max(cs.end, n+cs.t))
 			ps.doneAt = epoch
 			continue
 		}
 		if ps.send && (m.settling || m.eager[c]) {
 			// An eager send does not wait for its receiver; in the replay of the actual
 			// step no send does (each ends as measured, see settle).
-			d := transfer[c]
+			d := cs.t
 			if m.settling {
 				d = m.sendDur[c]
 			}
@@ -675,9 +681,9 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 			m.settle(c, ps, pr)
 			cs.done = true
 			sp, rp := &m.ps[ps], &m.ps[pr]
-			rp.end = max(rp.net, sp.net+m.replayT[c])
+			rp.end = max(rp.net, sp.net+cs.t)
 			if !m.eager[c] {
-				rp.end = max(sp.net, rp.net) + m.replayT[c]
+				rp.end = max(sp.net, rp.net) + cs.t
 			}
 			rp.doneAt = m.epoch
 			cs.end = rp.end
@@ -694,9 +700,10 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 			first = min(first, m.measuredEnd(sd, m.posOf[i]))
 		}
 		transfer[c] = max(0, first-cs.maxNet)
+		cs.t = transfer[c]
 	}
 	cs.done = true
-	cs.end = cs.maxNet + transfer[c]
+	cs.end = cs.maxNet + cs.t
 	sendEnd := math.Inf(-1)
 	if cs.p2p {
 		for i := cs.first; i < cs.first+cs.n; i++ {
