@@ -224,7 +224,7 @@ func (m *model) reset(sd *stepData) {
 	}
 	for ri := range nRanks {
 		run := m.order[m.rankStart[ri]:m.rankStart[ri+1]]
-		slices.SortFunc(run, func(x, y int32) int {
+		byStart := func(x, y int32) int {
 			ox, oy := &sd.ops[x], &sd.ops[y]
 			switch {
 			case ox.start != oy.start:
@@ -234,7 +234,12 @@ func (m *model) reset(sd *stepData) {
 			default:
 				return int(x - y)
 			}
-		})
+		}
+		// A rank's spans are mostly released in the order they started (the order is
+		// total: one sorted order).
+		if !slices.IsSortedFunc(run, byStart) {
+			slices.SortFunc(run, byStart)
+		}
 	}
 	m.posOf = grow(m.posOf, nOps)
 	m.coll = grow(m.coll, nOps)

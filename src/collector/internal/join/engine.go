@@ -297,6 +297,10 @@ func (e *Engine[R]) open(a *Arrival[R], hash uint64) *pending[R] {
 		p = &pending[R]{}
 	}
 	p.key = a.Key
+	// The hasher's copies of the job and group strings (equal to the arrival's: it hashed
+	// them last): the collectives of a run of one group then share them, and the analysis
+	// compares them by pointer (each arrival's own strings are elsewhere in memory).
+	p.key.Job, p.key.PG = e.hasher.job, e.hasher.pg
 	p.hash = hash
 	p.op = a.Op
 	p.step = a.Step
