@@ -66,8 +66,11 @@ type model struct {
 	cursor, waitNext []int32
 	blockedOn        []int32
 	// colls is each collective's replay state in one record (read together at every
-	// member: apart, they were a cache miss each).
+	// member: apart, they were a cache miss each), in the replay's numbering (simOf, and
+	// simColl of each position; see numberReplay).
 	colls     []collSim
+	simOf     []int32
+	simColl   []int32
 	queue     []int32
 	breaks    int
 	actualEnd []float64
@@ -114,8 +117,12 @@ type posSim struct {
 // once done, and the first rank waiting for it (waitHead, -1 none).
 type collSim struct {
 	// t is the collective's transfer in this replay (the replay's transfer[c], which the
-	// replay of the actual step settles).
+	// replay of the actual step settles); sendDur and eager are a message's (m.sendDur,
+	// m.eager), orig its index in the step (sd.colls).
 	maxNet, end, t  float64
+	sendDur         float64
+	orig            int32
+	eager           bool
 	first, n, known int32
 	waitHead        int32
 	done, p2p       bool
@@ -177,10 +184,8 @@ func (m *model) reset(sd *stepData) {
 	m.replayT = grow(m.replayT, nColls)
 	m.sendDur = grow(m.sendDur, nColls)
 	m.eager = grow(m.eager, nColls)
-	m.colls = grow(m.colls, nColls)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
-		m.colls[c] = collSim{first: rec.first, n: rec.n, p2p: rec.p2p}
 		for i := rec.first; i < rec.first+rec.n; i++ {
 			m.opColl[i] = int32(c)
 		}
@@ -248,6 +253,7 @@ func (m *model) reset(sd *stepData) {
 		m.posOf[i] = int32(p)
 		m.coll[p] = m.opColl[i]
 	}
+	m.numberReplay(sd)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		for i := rec.first; i < rec.first+rec.n; i++ {
@@ -272,6 +278,42 @@ func (m *model) reset(sd *stepData) {
 	m.lastEnd = grow(m.lastEnd, nRanks)
 	m.excess = grow(m.excess, nRanks)
 	m.classOf = grow(m.classOf, nRanks)
+}
+
+// numberReplay numbers the collectives for the replay in the order of their first member's
+// position (simOf; the record colls[simOf[c]] is collective c's, simColl[p] position p's
+// collective's) and lays out their records: each rank then reads its collectives' records
+// in a few runs, where in release order each was a cache miss. The replay does not depend
+// on the numbering.
+func (m *model) numberReplay(sd *stepData) {
+	nColls := len(sd.colls)
+	m.simOf = grow(m.simOf, nColls)
+	for c := range m.simOf {
+		m.simOf[c] = -1
+	}
+	m.simColl = grow(m.simColl, len(m.order))
+	m.colls = grow(m.colls, nColls)
+	next := int32(0)
+	number := func(c int32) int32 {
+		rec := &sd.colls[c]
+		s := next
+		next++
+		m.simOf[c] = s
+		m.colls[s] = collSim{first: rec.first, n: rec.n, p2p: rec.p2p, orig: c}
+		return s
+	}
+	for p, c := range m.coll {
+		s := m.simOf[c]
+		if s < 0 {
+			s = number(c)
+		}
+		m.simColl[p] = s
+	}
+	for c := range nColls {
+		if m.simOf[c] < 0 {
+			number(int32(c))
+		}
+	}
 }
 
 // markOverlapping sets m.pgOverlaps for the groups of which the rank launched a collective
@@ -467,6 +509,8 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		m.replayT[c] = t
 		m.sendDur[c] = sent
 		m.eager[c] = false
+		cs := &m.colls[m.simOf[c]]
+		cs.sendDur, cs.eager = sent, false
 	}
 }
 
@@ -487,7 +531,8 @@ func (m *model) settle(c, ps, pr int32) {
 	if ns+ds < nr-eagerSlack(ds) {
 		m.eager[c] = true
 		m.replayT[c], m.transfer[c] = ds, ds
-		m.colls[c].t = ds
+		cs := &m.colls[m.simOf[c]]
+		cs.t, cs.eager = ds, true
 		return
 	}
 	// A message takes no longer than its send did when the receive came last: a receive
@@ -500,7 +545,7 @@ func (m *model) settle(c, ps, pr int32) {
 	}
 	m.replayT[c], m.transfer[c] = t, t
 	// The replay of the actual step replays m.replayT.
-	m.colls[c].t = t
+	m.colls[m.simOf[c]].t = t
 }
 
 // messageEnds returns the positions of a message's send and receive, ok false unless both
@@ -533,7 +578,7 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 	for c := range nColls {
 		cs := &m.colls[c]
 		cs.known, cs.done, cs.maxNet, cs.end, cs.waitHead = 0, false, math.Inf(-1), 0, -1
-		cs.t = transfer[c]
+		cs.t = transfer[cs.orig]
 	}
 	m.waitNext = grow(m.waitNext, nRanks)
 	m.blockedOn = grow(m.blockedOn, nRanks)
@@ -584,11 +629,11 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 	for p := m.cursor[ri]; p < stop; p++ {
 		d, q := m.depEnd[p], m.prevPG[p]
 		if d >= 0 && m.ps[d].doneAt != epoch {
-			m.block(ri, p, m.coll[d])
+			m.block(ri, p, m.simColl[d])
 			return false
 		}
 		if q >= 0 && m.ps[q].doneAt != epoch {
-			m.block(ri, p, m.coll[q])
+			m.block(ri, p, m.simColl[q])
 			return false
 		}
 		base := m.entry[ri]
@@ -608,7 +653,7 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		}
 		ps.net = n
 		ps.netAt = epoch
-		c := m.coll[p]
+		c := m.simColl[p]
 		cs := &m.colls[c]
 		if cs.done {
 			// Released early (see simulate); a member arriving after that ends after it.
@@ -616,12 +661,12 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 			ps.doneAt = epoch
 			continue
 		}
-		if ps.send && (m.settling || m.eager[c]) {
+		if ps.send && (m.settling || cs.eager) {
 			// An eager send does not wait for its receiver; in the replay of the actual
 			// step no send does (each ends as measured, see settle).
 			d := cs.t
 			if m.settling {
-				d = m.sendDur[c]
+				d = cs.sendDur
 			}
 			ps.end = n + d
 			ps.doneAt = epoch
@@ -679,20 +724,21 @@ func (m *model) measuredEnd(sd *stepData, p int32) float64 {
 }
 
 // resolve ends collective c for every member whose arrival is known.
-func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
-	cs := &m.colls[c]
+func (m *model) resolve(sd *stepData, s int32, transfer []float64) {
+	cs := &m.colls[s]
+	c := cs.orig
 	if m.settling && cs.p2p && cs.n == 2 && cs.known == cs.n {
 		if ps, pr, ok := m.messageEnds(sd, c); ok {
 			m.settle(c, ps, pr)
 			cs.done = true
 			sp, rp := &m.ps[ps], &m.ps[pr]
 			rp.end = max(rp.net, sp.net+cs.t)
-			if !m.eager[c] {
+			if !cs.eager {
 				rp.end = max(sp.net, rp.net) + cs.t
 			}
 			rp.doneAt = m.epoch
 			cs.end = rp.end
-			m.wake(c)
+			m.wake(s)
 			return
 		}
 	}
@@ -729,11 +775,11 @@ func (m *model) resolve(sd *stepData, c int32, transfer []float64) {
 		case cs.p2p && ps.role == RoleSend:
 			// A send ends with its message, or as long after its launch as it took, if
 			// that is sooner: gloo's sends complete once the bytes are written.
-			ps.end = max(ps.net, min(cs.end, ps.net+m.sendDur[c]))
+			ps.end = max(ps.net, min(cs.end, ps.net+cs.sendDur))
 		default:
 			ps.end = m.endWithLag(sd, p, cs.end)
 		}
 		ps.doneAt = m.epoch
 	}
-	m.wake(c)
+	m.wake(s)
 }
