@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"fmt"
 	"math"
 	"slices"
 )
@@ -68,12 +69,19 @@ type model struct {
 	// colls is each collective's replay state in one record (read together at every
 	// member: apart, they were a cache miss each), in the replay's numbering (simOf, and
 	// simColl of each position; see numberReplay).
-	colls     []collSim
-	simOf     []int32
-	simColl   []int32
-	queue     []int32
-	breaks    int
-	actualEnd []float64
+	colls   []collSim
+	simOf   []int32
+	simColl []int32
+	// tape is the order of the step's replays without settling (see replayTape), valid
+	// once the first of them recorded it (tapeValid; recording while it does), with the
+	// breaks it made.
+	tape       []tapeEvent
+	tapeValid  bool
+	recording  bool
+	tapeBreaks int
+	queue      []int32
+	breaks     int
+	actualEnd  []float64
 
 	// what-if buffers
 	idealGap, variantGap []float64
@@ -254,6 +262,7 @@ func (m *model) reset(sd *stepData) {
 		m.coll[p] = m.opColl[i]
 	}
 	m.numberReplay(sd)
+	m.tapeValid = false
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		for i := rec.first; i < rec.first+rec.n; i++ {
@@ -580,6 +589,18 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 		cs.known, cs.done, cs.maxNet, cs.end, cs.waitHead = 0, false, math.Inf(-1), 0, -1
 		cs.t = transfer[cs.orig]
 	}
+	if !m.settling {
+		if m.tapeValid {
+			if verifyTape {
+				return m.verifiedTape(sd, gaps, transfer)
+			}
+			return m.replayTape(sd, gaps, transfer)
+		}
+		// The step's first replay without settling records its order for the others.
+		m.recording = true
+		m.tape = m.tape[:0]
+		defer m.recorded(m.breaks)
+	}
 	m.waitNext = grow(m.waitNext, nRanks)
 	m.blockedOn = grow(m.blockedOn, nRanks)
 	m.cursor = grow(m.cursor, nRanks)
@@ -621,6 +642,113 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 	return exit
 }
 
+// tapeEvent is one event of a replay: the launch of position x (ri its rank where x is the
+// rank's first position, else -1), or where x < 0 the resolve of collective -x-1 (the
+// replay's numbering).
+type tapeEvent struct {
+	x, ri int32
+}
+
+// recorded ends the recording of the tape (see simulate), breaks the count before it.
+func (m *model) recorded(breaks int) {
+	m.recording = false
+	m.tapeValid = true
+	m.tapeBreaks = m.breaks - breaks
+}
+
+// replayTape is simulate without settling along the tape the step's first replay without
+// settling recorded. What such a replay does, in which order, does not depend on the gaps
+// and transfers: which spans wait for which, and so which rank advances when, which
+// collective completes when and which the replay breaks the order at, follows from the
+// step's spans and their roles alone (and the eager messages the replay of the actual step
+// settled). So every replay without settling of a step launches its spans and resolves its
+// collectives in the same order, computing each value as advance and resolve do; only the
+// values differ. It returns the latest rank's exit as simulate does.
+func (m *model) replayTape(sd *stepData, gaps, transfer []float64) float64 {
+	epoch := m.epoch
+	for _, ev := range m.tape {
+		if ev.x < 0 {
+			m.resolve(sd, -ev.x-1, transfer)
+			continue
+		}
+		p := ev.x
+		d, q := m.depEnd[p], m.prevPG[p]
+		var base float64
+		if ev.ri >= 0 {
+			base = m.entry[ev.ri]
+		} else {
+			base = m.ps[p-1].launch
+		}
+		if d >= 0 && m.ps[d].end > base {
+			base = m.ps[d].end
+		}
+		ps := &m.ps[p]
+		ps.launch = base + gaps[p]
+		n := ps.launch
+		if q >= 0 && m.ps[q].end-m.ps[q].lag > n {
+			n = m.ps[q].end - m.ps[q].lag
+		}
+		ps.net = n
+		ps.netAt = epoch
+		cs := &m.colls[m.simColl[p]]
+		if cs.done {
+			ps.end = m.endWithLag(sd, p, max(cs.end, n+cs.t))
+			ps.doneAt = epoch
+			continue
+		}
+		if ps.send && cs.eager {
+			ps.end = n + cs.t
+			ps.doneAt = epoch
+		}
+		if n > cs.maxNet {
+			cs.maxNet = n
+		}
+	}
+	// No rank waited in the queue: what resolve woke is dropped.
+	m.queue = m.queue[:0]
+	m.breaks += m.tapeBreaks
+	exit := math.Inf(-1)
+	for ri := range m.rankOf {
+		exit = max(exit, m.ps[m.lastEnd[ri]].end)
+	}
+	return exit
+}
+
+// verifyTape makes every replay along a tape run again without it and panic where an end,
+// the exit or the breaks differ by a bit (tests).
+var verifyTape bool
+
+// verifiedTape is replayTape checked against simulate without the tape.
+func (m *model) verifiedTape(sd *stepData, gaps, transfer []float64) float64 {
+	before := m.breaks
+	exit := m.replayTape(sd, gaps, transfer)
+	breaks := m.breaks - before
+	ends := make([]uint64, len(m.ps))
+	for p := range m.ps {
+		ends[p] = math.Float64bits(m.ps[p].end)
+	}
+	tape, tapeBreaks := slices.Clone(m.tape), m.tapeBreaks
+	m.tapeValid = false
+	again := m.simulate(sd, gaps, transfer)
+	for p := range m.ps {
+		if math.Float64bits(m.ps[p].end) != ends[p] {
+			panic(fmt.Sprintf("replay along the tape: position %d ends at %v, without it at %v",
+				p, math.Float64frombits(ends[p]), m.ps[p].end))
+		}
+	}
+	if math.Float64bits(exit) != math.Float64bits(again) || m.breaks-before-breaks != breaks {
+		panic(fmt.Sprintf("replay along the tape: exit %v, %d breaks; without it %v, %d", exit,
+			breaks, again, m.breaks-before-breaks))
+	}
+	m.tape, m.tapeBreaks, m.tapeValid = tape, tapeBreaks, true
+	m.breaks = before + breaks
+	tapesVerified++
+	return exit
+}
+
+// tapesVerified counts the replays verifiedTape checked.
+var tapesVerified int
+
 // advance moves rank ri through its spans until one waits for an unresolved end; it
 // reports whether the rank finished.
 func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
@@ -635,6 +763,13 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		if q >= 0 && m.ps[q].doneAt != epoch {
 			m.block(ri, p, m.simColl[q])
 			return false
+		}
+		if m.recording {
+			ev := tapeEvent{x: p, ri: -1}
+			if p == first {
+				ev.ri = ri
+			}
+			m.tape = append(m.tape, ev)
 		}
 		base := m.entry[ri]
 		if p > first {
@@ -727,6 +862,9 @@ func (m *model) measuredEnd(sd *stepData, p int32) float64 {
 func (m *model) resolve(sd *stepData, s int32, transfer []float64) {
 	cs := &m.colls[s]
 	c := cs.orig
+	if m.recording {
+		m.tape = append(m.tape, tapeEvent{x: -s - 1})
+	}
 	if m.settling && cs.p2p && cs.n == 2 && cs.known == cs.n {
 		if ps, pr, ok := m.messageEnds(sd, c); ok {
 			m.settle(c, ps, pr)

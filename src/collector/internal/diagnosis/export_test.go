@@ -1,0 +1,13 @@
+package diagnosis
+
+// VerifyTape makes every replay along a tape check itself against the replay without it
+// (see verifiedTape) and returns a function that turns it off and returns how many it
+// checked.
+func VerifyTape() func() int {
+	verifyTape = true
+	before := tapesVerified
+	return func() int {
+		verifyTape = false
+		return tapesVerified - before
+	}
+}
