@@ -557,15 +557,14 @@ func (m *model) settle(c, ps, pr int32) {
 	m.colls[m.simOf[c]].t = t
 }
 
-// messageEnds returns the positions of a message's send and receive, ok false unless both
-// were reached in the last replay.
-func (m *model) messageEnds(sd *stepData, c int32) (int32, int32, bool) {
-	rec := &sd.colls[c]
-	ps, pr := m.posOf[rec.first], m.posOf[rec.first+1]
-	if sd.ops[rec.first].role == RoleRecv {
+// messageEnds returns the positions of a message's send and receive (cs its replay record),
+// ok false unless both were reached in the last replay.
+func (m *model) messageEnds(cs *collSim) (int32, int32, bool) {
+	ps, pr := m.posOf[cs.first], m.posOf[cs.first+1]
+	if m.ps[ps].role == RoleRecv {
 		ps, pr = pr, ps
 	}
-	ok := sd.ops[m.order[ps]].role == RoleSend && m.netSet(ps) && m.netSet(pr)
+	ok := m.ps[ps].role == RoleSend && m.netSet(ps) && m.netSet(pr)
 	return ps, pr, ok
 }
 
@@ -866,7 +865,7 @@ func (m *model) resolve(sd *stepData, s int32, transfer []float64) {
 		m.tape = append(m.tape, tapeEvent{x: -s - 1})
 	}
 	if m.settling && cs.p2p && cs.n == 2 && cs.known == cs.n {
-		if ps, pr, ok := m.messageEnds(sd, c); ok {
+		if ps, pr, ok := m.messageEnds(cs); ok {
 			m.settle(c, ps, pr)
 			cs.done = true
 			sp, rp := &m.ps[ps], &m.ps[pr]
