@@ -542,10 +542,5 @@ func (a *Analyzer) HasFlags(job string) bool {
 	if j == nil {
 		return false
 	}
-	for _, t := range j.flags.ranks {
-		if t.flagged {
-			return true
-		}
-	}
-	return false
+	return j.flags.flaggedRanks > 0
 }

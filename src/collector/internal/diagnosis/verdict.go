@@ -82,9 +82,11 @@ func costAlpha(cfg *Config) float64 { return 2 / float64(cfg.FlagWindow+1) }
 // does Verdicts (from step summaries, for the gateway).
 type flagState struct {
 	// steps counts the steps decided; the first warmupSteps vote for no flag.
-	steps    int
-	ranks    map[int32]*track
-	suspects map[string]*suspectTrack
+	steps int
+	ranks map[int32]*track
+	// flaggedRanks counts the ranks flagged (set by decide, where flags change).
+	flaggedRanks int
+	suspects     map[string]*suspectTrack
 	// imbalances holds the flag state of the job's stage and data imbalances.
 	imbalances map[string]*imbalanceTrack
 	slowdown   ewma
@@ -191,6 +193,7 @@ func updateFlags(cfg *Config, j *flagState, roots []RootCause, located []Suspect
 			flagged = append(flagged, t.flag(rank))
 		}
 	}
+	j.flaggedRanks = len(flagged)
 	var suspects []SuspectFlag
 	for id, s := range j.suspects {
 		s.flagged = flagRule(s.hist, s.flagged, cfg)
