@@ -83,6 +83,9 @@ type model struct {
 	breaks     int
 	actualEnd  []float64
 
+	// sortKeys is reset's scratch for ordering a rank's spans.
+	sortKeys []spanKey
+
 	// what-if buffers
 	idealGap, variantGap []float64
 	idealT, variantT     []float64
@@ -236,23 +239,20 @@ func (m *model) reset(sd *stepData) {
 		m.cursor[ri]++
 	}
 	for ri := range nRanks {
+		// A rank's spans by start, then end, then op index (a total order: one sorted
+		// order), sorted on their keys copied out of the op records.
 		run := m.order[m.rankStart[ri]:m.rankStart[ri+1]]
-		byStart := func(x, y int32) int {
-			ox, oy := &sd.ops[x], &sd.ops[y]
-			switch {
-			case ox.start != oy.start:
-				return cmpInt64(ox.start, oy.start)
-			case ox.end != oy.end:
-				return cmpInt64(ox.end, oy.end)
-			default:
-				return int(x - y)
+		keys := m.sortKeys[:0]
+		for _, i := range run {
+			keys = append(keys, spanKey{start: sd.ops[i].start, end: sd.ops[i].end, i: i})
+		}
+		if !slices.IsSortedFunc(keys, cmpSpanKey) {
+			slices.SortFunc(keys, cmpSpanKey)
+			for k := range keys {
+				run[k] = keys[k].i
 			}
 		}
-		// A rank's spans are mostly released in the order they started (the order is
-		// total: one sorted order).
-		if !slices.IsSortedFunc(run, byStart) {
-			slices.SortFunc(run, byStart)
-		}
+		m.sortKeys = keys
 	}
 	m.posOf = grow(m.posOf, nOps)
 	m.coll = grow(m.coll, nOps)
@@ -372,6 +372,23 @@ const asyncEndLag = 2_000_000
 // asyncBatchWindow: spans launched this soon after an asynchronous span were issued with it
 // (a send and a receive of one batch_isend_irecv), not after waiting for it.
 const asyncBatchWindow = 1_000_000
+
+// spanKey is what a rank's spans are ordered by: start, end, op index.
+type spanKey struct {
+	start, end int64
+	i          int32
+}
+
+func cmpSpanKey(x, y spanKey) int {
+	switch {
+	case x.start != y.start:
+		return cmpInt64(x.start, y.start)
+	case x.end != y.end:
+		return cmpInt64(x.end, y.end)
+	default:
+		return int(x.i - y.i)
+	}
+}
 
 func cmpInt64(x, y int64) int {
 	if x < y {
