@@ -21,6 +21,21 @@ Scenarios, each run ``--rounds`` times in turn (so that load drift hits them ali
 - ``interleaved``: the same cadence, B's slots half a period after A's: the ordering
   constraint an interleaving controller sets, the two all-reduces taking turns on the uplinks.
 
+With ``--controlled`` (the loop closed), two more scenarios per round, both jobs instrumented
+by skewtrace and a real ``otelcol-skewtrace`` and ``skewtrace pacer`` in the operations
+namespace (:class:`skewtrace.cluster.services.Services`):
+
+- ``observed``: A and B start together and run free, their spans and metrics flowing to the
+  Collector; the ranks do not ask the pacer (the baseline the controller must beat, with the
+  instrumentation's own cost in it);
+- ``controlled``: the same with the pacer on ``--policy interleave`` (its effect guard off,
+  ``--interleave-effect-pairs 0``, so the figure is the schedule's own and not half spent on
+  measuring) and every rank polling it: the controller reads the Collector's group phases,
+  publishes one schedule both jobs agree on, and the ranks hold to their slots
+  (:meth:`skewtrace.controller.decision.DecisionBody.hold_for`). Steps before
+  ``--controlled-warmup`` (the time it takes the Collector and the pacer to see the
+  collision) are left out of both.
+
 Started half a step apart and left to run free, the two jobs drift back into collisions
 within tens of steps (measured: the offset alone gave -7% to +32% in three runs), so the
 constraint must hold every step, as a schedule does. Printed: each job's mean step time after
@@ -30,6 +45,7 @@ collide.
 
     python benchmarks/collision.py                  # ~4 minutes here
     python benchmarks/collision.py --quick          # the smoke run
+    python benchmarks/collision.py --controlled     # also the closed loop (~8 minutes)
 
 Needs root and iproute2 (network namespaces).
 """
@@ -37,13 +53,14 @@ Needs root and iproute2 (network namespaces).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +85,16 @@ JOB_A = JobSpec("A", ("node0", "node2"))
 JOB_B = JobSpec("B", ("node1", "node3"))
 
 
+@dataclass(frozen=True)
+class Telemetry:
+    """How instrumented ranks reach the services (``--controlled``)."""
+
+    otlp: str
+    pacer: str | None
+    topology: Path
+    services: Any = None
+
+
 def launch(
     fabric: Fabric,
     job: JobSpec,
@@ -75,17 +102,22 @@ def launch(
     start_at: float,
     cadence: float | None,
     logs: Path,
+    telemetry: Telemetry | None = None,
 ) -> list[subprocess.Popen[str]]:
     port = free_port()
     master = fabric.node(job.nodes[0]).data_ip
     procs = []
+    steps, warmup = args.steps, args.warmup
+    if telemetry is not None:
+        steps, warmup = args.controlled_steps, args.controlled_warmup
     for rank, node in enumerate(job.nodes):
         argv = [
-            sys.executable, str(SCRIPT), "--no-instrument", "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--hidden", str(args.hidden),
+            sys.executable, str(SCRIPT), "--steps", str(steps),
+            "--warmup", str(warmup), "--hidden", str(args.hidden),
             "--batch-size", str(args.batch_size), "--sample-time", str(args.sample_time),
             "--start-at", f"{start_at:.3f}", "--backend", "gloo",
             *(["--cadence", f"{cadence:.4f}"] if cadence else []),
+            *(["--no-instrument"] if telemetry is None else ["--job-id", f"job-{job.name}"]),
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -97,6 +129,21 @@ def launch(
             "GLOO_SOCKET_IFNAME": NIC,
             "OMP_NUM_THREADS": "1",
         }
+        env.pop("SKEWTRACE_PACER_URL", None)
+        if telemetry is not None:
+            env.update(
+                {
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": telemetry.otlp,
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                    "SKEWTRACE_EXPORT_INTERVAL_MILLIS": "200",
+                    "SKEWTRACE_TOPOLOGY": str(telemetry.topology),
+                    # A slot may be up to half a period away.
+                    "SKEWTRACE_PACER_RANK_MAX_DELAY_MILLIS": "200",
+                    "SKEWTRACE_PACER_POLL_INTERVAL_MILLIS": "500",
+                }
+            )
+            if telemetry.pacer is not None:
+                env["SKEWTRACE_PACER_URL"] = telemetry.pacer
         log = (logs / f"{job.name}{rank}.log").open("w")
         command = fabric.exec_argv(node, argv)
         procs.append(
@@ -124,12 +171,14 @@ def run(
     jobs: list[tuple[JobSpec, float]],
     logs: Path,
     cadence: float | None = None,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, float]:
     t0 = time.time() + args.start_delay
     running = {
-        job.name: launch(fabric, job, args, t0 + offset, cadence, logs) for job, offset in jobs
+        job.name: launch(fabric, job, args, t0 + offset, cadence, logs, telemetry)
+        for job, offset in jobs
     }
-    timeout = args.start_delay + 60 + args.steps * 2.0
+    timeout = args.start_delay + 60 + max(args.steps, args.controlled_steps) * 2.0
     return {name: step_time(procs, timeout) for name, procs in running.items()}
 
 
@@ -148,20 +197,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--start-delay", type=float, default=START_DELAY_S, help="seconds to start the ranks"
     )
+    parser.add_argument(
+        "--controlled", action="store_true", help="also observed vs controlled (the loop)"
+    )
+    parser.add_argument("--controlled-steps", type=int, default=200)
+    parser.add_argument(
+        "--controlled-warmup", type=int, default=80, help="steps before the controller is in"
+    )
     parser.add_argument("--quick", action="store_true", help="one short round (smoke)")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-collision"))
     args = parser.parse_args(argv)
     if args.quick:  # runs, but too short for its figures to mean anything
         args.rounds, args.steps, args.warmup, args.start_delay = 1, 10, 2, 8.0
+        args.controlled_steps, args.controlled_warmup = 30, 10
     if os.geteuid() != 0:
         print("collision: needs root (network namespaces)", file=sys.stderr)
         return 2
     args.logs.mkdir(parents=True, exist_ok=True)
     spec = FabricSpec(leaves=2, nodes_per_leaf=2, nic_mbit=args.mbit, uplink_mbit=args.mbit)
-    names = ("colliding", "scheduled", "interleaved")
+    names: tuple[str, ...] = ("colliding", "scheduled", "interleaved")
+    if args.controlled:
+        names = (*names, "observed", "controlled")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in ("alone", *names)}
-    with Fabric(spec) as fabric:
+    with contextlib.ExitStack() as stack:
+        fabric = stack.enter_context(Fabric(spec))
         print(f"fabric: {fabric.describe()}; two 2-rank jobs crossing both uplinks")
+        telemetry = None
+        if args.controlled:
+            telemetry = start_services(stack, fabric, args.logs)
         for round_ in range(args.rounds):
             alone = run(fabric, args, [(JOB_A, 0.0)], args.logs)
             results["alone"].append(alone)
@@ -171,6 +234,17 @@ def main(argv: list[str] | None = None) -> int:
             results["scheduled"].append(run(fabric, args, both, args.logs, period))
             apart = [(JOB_A, 0.0), (JOB_B, period / 2)]
             results["interleaved"].append(run(fabric, args, apart, args.logs, period))
+            if telemetry is not None:
+                observed = replace(telemetry, pacer=None)
+                results["observed"].append(run(fabric, args, both, args.logs, None, observed))
+                results["controlled"].append(run(fabric, args, both, args.logs, None, telemetry))
+                for job in (JOB_A, JOB_B):
+                    body = telemetry.services.pacing(f"job-{job.name}")
+                    print(
+                        f"  pacer for job-{job.name}: reason {body.get('reason')}, schedule "
+                        f"{json.dumps(body.get('schedule'))}",
+                        flush=True,
+                    )
             print(
                 f"round {round_ + 1}: step time A alone {alone['A'] * 1e3:.1f} ms, period "
                 f"{period * 1e3:.1f} ms; "
@@ -198,8 +272,45 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['gain_min']:+.1%}..{summary['gain_max']:+.1%}); target >= +{TARGET_GAIN:.0%} "
         f"where phases collide: {'met' if summary['gain'] >= TARGET_GAIN else 'NOT met'}"
     )
+    if args.controlled:
+        print(
+            f"median step time: observed {summary['observed_ms']:.1f} ms, controlled "
+            f"{summary['controlled_ms']:.1f} ms (both instrumented, steps after "
+            f"{args.controlled_warmup})"
+        )
+        print(
+            f"controlled over observed throughput (the loop closed): "
+            f"{summary['controlled_gain']:+.1%} (spread over rounds "
+            f"{summary['controlled_gain_min']:+.1%}..{summary['controlled_gain_max']:+.1%}); "
+            f"target >= +{TARGET_GAIN:.0%} where phases collide: "
+            f"{'met' if summary['controlled_gain'] >= TARGET_GAIN else 'NOT met'}"
+        )
     print("SUMMARY " + json.dumps(summary))
     return 0
+
+
+def start_services(stack: contextlib.ExitStack, fabric: Fabric, logs: Path) -> Telemetry:
+    """The Collector and the pacer (``--policy interleave``, no effect guard) in the fabric's
+    operations namespace; the ranks' way to them."""
+    from skewtrace import _resources
+    from skewtrace.cluster.services import Services
+
+    found = _resources.find_otelcol(os.environ)
+    otelcol = found.found or _resources.build_otelcol(os.environ)
+    configs = [REPO / "collector-config" / "otelcol.yaml"]
+    services = stack.enter_context(
+        Services(
+            fabric,
+            otelcol,
+            configs,
+            logs,
+            env=dict(os.environ),
+            pacer_args=("--policy", "interleave", "--interleave-effect-pairs", "0"),
+        )
+    )
+    topology = fabric.write_topology_conf(logs / "topology.conf")
+    print(f"services: Collector and pacer (--policy interleave) in {fabric.ops_ns}")
+    return Telemetry(services.otlp_for_ranks, services.pacer_for_ranks, topology, services)
 
 
 def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
@@ -218,7 +329,18 @@ def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
     interleaved = gains("interleaved")
     held = gains("interleaved", "scheduled")
+    closed: dict[str, Any] = {}
+    if results.get("controlled"):
+        loop = gains("controlled", "observed")
+        closed = {
+            "observed_ms": median_ms("observed"),
+            "controlled_ms": median_ms("controlled"),
+            "controlled_gain": statistics.median(loop),
+            "controlled_gain_min": min(loop),
+            "controlled_gain_max": max(loop),
+        }
     return {
+        **closed,
         "alone_ms": 1e3 * statistics.median(r["A"] for r in results["alone"]),
         "colliding_ms": median_ms("colliding"),
         "scheduled_ms": median_ms("scheduled"),

@@ -471,6 +471,45 @@ def test_pacing_delay_applied_once_per_step_before_forward(
         assert early, "the all-reduce issued before the forward ran before the delay"
 
 
+class _HoldingPacingClient(_FakePacingClient):
+    """A pacing client with the interleave policy's hold: 0.02 s for the world group."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0, 7)
+        self.groups: list[list[str]] = []
+
+    def current_hold(self, groups: list[str]) -> float:
+        self.groups.append(list(groups))
+        return 0.02 if semconv.DEFAULT_PG_NAME in groups else 0.0
+
+
+def test_the_interleave_hold_is_applied_for_the_ranks_process_groups(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """A client's hold for the rank's process groups (by the names its collectives carry) is
+    applied where a delay is, once per step before forward; before the rank issued any
+    collective it knows no group and holds nothing."""
+    provider, exporter = memory_provider
+    model, optimizer, loader = _ddp_setup(batches=3)
+    client = _HoldingPacingClient()
+    skewtrace.instrument(
+        model=model,
+        optimizer=optimizer,
+        dataloader=loader,
+        tracer_provider=provider,
+        pacing_client=client,
+    )
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(inputs), targets).backward()
+        dist.all_reduce(torch.ones(1))
+        optimizer.step()
+    skewtrace.uninstrument()
+    assert client.groups[0] == [] and client.groups[1:] == [[semconv.DEFAULT_PG_NAME]] * 2
+    pacing = _pacing_spans_before(exporter.get_finished_spans(), ("forward",))
+    assert [s.attributes[semconv.STEP] for s in pacing] == [1, 2]
+
+
 def test_pacing_delay_before_first_collective_without_a_model(
     world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:

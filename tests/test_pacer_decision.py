@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from skewtrace.controller.decision import (
     DecisionError,
     Effect,
     RebalanceStatus,
+    Schedule,
 )
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.policies.rebalance import RebalanceParams
@@ -120,7 +122,7 @@ def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None
     assert json.dumps(pacing.to_json(), separators=(",", ":")) == (
         '{"job":"run-42","version":17,"active":true,'
         '"delays":{"0":0.0101,"1":0.0099,"2":0.0102},"spread":0.231,"reason":"active",'
-        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":1}'
+        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":2}'
     )
     rebalance = DecisionBody(
         job="run-42",
@@ -137,14 +139,14 @@ def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None
         '{"job":"run-42","version":6,"active":false,"delays":{},"spread":null,'
         '"reason":"balanced","ranks":4,"policy":"rebalance","updated_unix":1764424000.1,'
         '"shares":{"0":0.148,"1":0.2816},"shares_version":3,'
-        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":1}'
+        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":2}'
     )
     # Equal shares: no "shares", still a "shares_version".
     equal = DecisionBody(job="j", reason="balanced", policy="rebalance", shares_version=4)
     assert "shares" not in equal.to_json() and equal.to_json()["shares_version"] == 4
     unknown = DecisionBody("nobody").to_json()
     assert json.dumps(unknown, separators=(",", ":")) == (
-        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":1}'
+        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":2}'
     )
 
 
@@ -176,7 +178,7 @@ def test_an_old_body_without_body_version_reads_as_version_1() -> None:
         "updated_unix": 1764424000.1,
     }
     body = DecisionBody.from_json(old)
-    assert body.body_version == 1 == BODY_VERSION
+    assert body.body_version == 1 and BODY_VERSION == 2
     assert (body.version, body.active, dict(body.delays)) == (17, True, {0: 0.0101, 2: 0.0102})
     assert (body.spread, body.reason, body.ranks, body.policy) == (0.231, "active", 4, "pacing")
     assert body.shares is None and body.shares_version is None and body.effect is None
@@ -186,7 +188,7 @@ def test_an_old_body_without_body_version_reads_as_version_1() -> None:
     assert body.to_json() == {**old, "body_version": 1}
     # The smallest body any pacer ever sent.
     minimal = DecisionBody.from_json({"version": 3, "active": False, "delays": {}})
-    assert minimal == DecisionBody(job="", version=3)
+    assert minimal == DecisionBody(job="", version=3, body_version=1)
 
 
 def _service_bodies() -> list[dict[str, Any]]:
@@ -282,7 +284,12 @@ def test_unknown_fields_are_ignored_and_bad_informational_ones_defaulted() -> No
         }
     )
     assert body == DecisionBody(
-        job="", version=5, active=True, delays={1: 0.02}, shares_version=0, body_version=2
+        job="",
+        version=5,
+        active=True,
+        delays={1: 0.02},
+        shares_version=0,
+        body_version=BODY_VERSION + 1,
     )
 
 
@@ -347,3 +354,58 @@ def test_shares_that_the_old_client_choked_on_mean_equal_shares(
         assert client.current_shares() == (None, 0)
     finally:
         server.close()
+
+
+def test_offsets_and_schedule_round_trip_and_give_each_rank_its_hold() -> None:
+    within = DecisionBody(job="j", version=3, active=True, offsets={"dp1": 0.1})
+    assert DecisionBody.from_json(wire(within.to_json())) == within
+    assert within.hold_for(["dp1", "tp0"], 0.0, 0.05) == 0.05  # the rank's own cap
+    assert within.hold_for(["dp1"], 0.0, 0.5) == 0.1
+    assert within.hold_for(["dp0"], 0.0, 0.5) == 0.0  # not listed: no hold
+
+    across = DecisionBody(
+        job="a",
+        version=4,
+        active=True,
+        schedule=Schedule(0.16, {"dp0": 0.0, "dp1": 0.052}),
+        served_unix=1000.0,
+    )
+    assert DecisionBody.from_json(wire(across.to_json())) == across
+    # Slot 0.052 of a 0.16 s period; at controller time 1000.0 (1000.0 mod 0.16 = 0.0) the
+    # next slot is 0.052 away; just after it passed, no hold (late: run at once); before the
+    # slot by more than half a period it is reached by waiting less than half a period.
+    assert abs(across.hold_for(["dp1"], 1000.0, 0.5) - 0.052) < 1e-9
+    assert across.hold_for(["dp1"], 1000.06, 0.5) == 0.0
+    assert abs(across.hold_for(["dp0"], 1000.1, 0.5) - 0.06) < 1e-9
+    assert across.hold_for(["tp"], 1000.0, 0.5) == 0.0
+    assert replace(across, active=False).hold_for(["dp1"], 1000.0, 0.5) == 0.0
+
+
+def test_a_malformed_schedule_or_offsets_cost_the_hold_only() -> None:
+    body = {"version": 2, "active": True, "delays": {"0": 0.01}}
+    for bad in (
+        {"schedule": {"period_s": 0, "slots": {"dp0": 0.0}}},
+        {"schedule": {"period_s": 0.1, "slots": {"dp0": 0.2}}},
+        {"schedule": {"period_s": 0.1, "slots": {"dp0": -1}}},
+        {"schedule": "soon"},
+        {"offsets": {"dp0": "x"}},
+        {"offsets": [0.1]},
+    ):
+        read = DecisionBody.from_json({**body, **bad})
+        assert read.schedule is None and read.offsets is None
+        assert read.hold_for(["dp0"], 0.0, 1.0) == 0.0
+        assert read.delay_for(0, 1.0) == 0.01
+
+
+def test_an_old_client_reads_a_body_with_a_schedule() -> None:
+    # A rank of before this field parses delays with parse_decision and ignores the rest.
+    new = DecisionBody(
+        job="a",
+        version=5,
+        active=True,
+        delays={1: 0.02},
+        schedule=Schedule(0.2, {"dp0": 0.1}),
+        served_unix=5.0,
+    ).to_json()
+    assert parse_decision(wire(new), 1, 0.05) == (0.02, 5)
+    assert parse_decision(wire(new), 0, 0.05) == (0.0, 5)

@@ -3,6 +3,8 @@ uplink (skewtrace.controller.policies.interleave), under the effect guard."""
 
 from __future__ import annotations
 
+import pytest
+
 from skewtrace.controller.policies import build_policy
 from skewtrace.controller.policies.interleave import (
     REASON_INTERLEAVING,
@@ -107,3 +109,137 @@ def test_composes_with_pacing() -> None:
     out = policy.decide(JobWindow(now=0.0, ranks={}, groups=groups), policy.initial_state())
     # Pacing has no ranks to judge; interleave's offsets are on the composed outcome.
     assert out.active and out.info["offsets"] == {"dp1": 0.1}
+
+
+# Two jobs on one fabric, as in benchmarks/collision.py: a 0.1 s compute, then the gradient
+# all-reduce of 0.0525 s alone, 0.105 s while the other job's runs over the same uplinks.
+COLLIDING = (0.1, 0.105)
+
+
+def job_group(job: str, pg: str = "0", *, step_s: float = 0.205, phase=COLLIDING):
+    return GroupPhases(pg, (phase,), SPINE, (f"{job}-n0", f"{job}-n1"), 0.0, job, step_s)
+
+
+def decide_jobs(policy, job: str, groups, state=None, scheduled=0.0):
+    window = JobWindow(
+        now=0.0,
+        ranks={},
+        job=job,
+        groups=tuple(g for g in groups if g.job == job),
+        fabric=tuple(g for g in groups if g.job != job),
+        scheduled=scheduled,
+    )
+    return policy.decide(window, policy.initial_state() if state is None else state)
+
+
+def test_groups_of_two_jobs_get_one_schedule_both_jobs_agree_on() -> None:
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    # Both jobs' process groups have the same name (each job's world group).
+    groups = (job_group("A"), job_group("B"))
+    a, b = decide_jobs(policy, "A", groups), decide_jobs(policy, "B", groups)
+    assert a.reason == b.reason == REASON_INTERLEAVING and a.active and b.active
+    # The period starts at the steps as they are plus the margin (5%); the floor it is
+    # searched down to is the step without the collision: 0.205 - 0.0525 = 0.1525 s.
+    assert a.info["schedule"]["period_s"] == b.info["schedule"]["period_s"] == 0.215
+    assert a.info["interleave"]["floor_s"] == 0.152
+    # One slot at 0, the other half a period later (their phases are as long): the phases
+    # take turns around the period.
+    assert a.info["schedule"]["slots"] == {"0": 0.0}
+    assert b.info["schedule"]["slots"] == {"0": 0.1075}
+    assert a.info["interleave"]["overlap_after_s"] == 0 < a.info["interleave"]["overlap_s"]
+
+
+def _window(job: str, groups, now: float, scheduled: float) -> JobWindow:
+    return JobWindow(
+        now=now,
+        ranks={},
+        job=job,
+        groups=tuple(g for g in groups if g.job == job),
+        fabric=tuple(g for g in groups if g.job != job),
+        scheduled=scheduled,
+    )
+
+
+def test_the_period_comes_down_while_steps_keep_up_and_goes_up_when_they_do_not() -> None:
+    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
+    policy = InterleavePolicy(params)
+    out = policy.decide(
+        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
+    )
+    periods = [out.info["schedule"]["period_s"]]
+    now = 0.0
+
+    def step(step_a: float, step_b: float, scheduled: float = 1.0, dt: float = 6.0) -> float:
+        nonlocal out, now
+        now += dt
+        held = (
+            job_group("A", step_s=step_a, phase=(0.1, 0.0525)),
+            job_group("B", step_s=step_b, phase=(0.153, 0.0525)),
+        )
+        out = policy.decide(_window("B", held, now, scheduled), out.state)
+        period = float(out.info["schedule"]["period_s"])
+        # The slots keep their fraction of the period (half of it).
+        assert out.info["schedule"]["slots"]["0"] == pytest.approx(period / 2, abs=2e-6)
+        return period
+
+    # Locked (every step waits for its slot, steps = the period): 4% shorter each settle.
+    periods.append(step(0.215, 0.215))
+    assert periods[-1] == 0.206
+    # Judged only once a new period has run for interleave_settle_s, over a whole window.
+    assert step(0.206, 0.206, dt=1.0) == 0.206
+    assert step(0.206, 0.206, scheduled=0.5) == 0.206
+    while periods[-1] > 0.16:
+        periods.append(step(periods[-1], periods[-1]))
+    # Down to the floor (0.152 s) and no further.
+    assert step(periods[-1], periods[-1]) == periods[-1] >= 0.152
+    # A job whose steps outgrow the period (by more than half the margin) lengthens it one
+    # step, and that short a period is not tried again for ten settle times.
+    failed = periods[-1]
+    grown = step(failed * 1.03, failed)
+    assert grown == round(failed / 0.96, 3)
+    assert out.info["interleave"]["floor_s"] > failed
+    assert step(grown, grown) == grown
+    # Steps far over the period: as long as they are.
+    assert step(0.3, grown) == 0.3
+    # Down again while the steps keep up, to the raised floor; once it expires (ten settle
+    # times after it was raised), below it.
+    seen = [0.3]
+    for _ in range(20):
+        seen.append(step(seen[-1], seen[-1]))
+    assert min(seen) > failed
+    assert out.info["interleave"]["floor_s"] == 0.152
+
+
+def test_a_schedule_is_placed_again_only_from_a_window_without_one() -> None:
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    first = decide_jobs(policy, "B", (job_group("A"), job_group("B")))
+    held = (
+        job_group("A", step_s=0.215, phase=(0.1, 0.0525)),
+        job_group("B", step_s=0.215, phase=(0.153, 0.0525)),
+    )
+    kept = decide_jobs(policy, "B", held, first.state, scheduled=0.5)
+    assert kept.info["schedule"] == first.info["schedule"]
+    # Once no schedule is in force (the effect guard's phase without it), placed again: the
+    # phases as observed no longer collide.
+    again = decide_jobs(policy, "B", held, first.state, scheduled=0.0)
+    assert again.reason == REASON_NO_COLLISION and "schedule" not in again.info
+
+
+def test_no_schedule_without_the_jobs_step_times() -> None:
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    out = decide_jobs(policy, "A", (job_group("A"), job_group("B", step_s=0.0)))
+    assert out.reason == REASON_NO_COLLISION and not out.active
+
+
+def test_a_guarded_schedule_is_withheld_while_measuring() -> None:
+    params = InterleaveParams(interleave_effect_pairs=2, interleave_effect_phase_s=5.0)
+    policy = build_policy("interleave", [params])
+    groups = (job_group("A"), job_group("B"))
+    state = None
+    seen = []
+    for now in (0.0, 6.0):
+        window = JobWindow(now=now, ranks={}, job="B", groups=groups[1:], fabric=groups[:1])
+        out = policy.decide(window, policy.initial_state() if state is None else state)
+        state = out.state
+        seen.append((out.active, "schedule" in out.info, out.reason))
+    assert seen == [(True, True, REASON_INTERLEAVING), (False, False, "measuring")]

@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +72,8 @@ class Services:
     configs: list[Path]
     workdir: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    pacer_args: Sequence[str] = ()
+    """More ``skewtrace pacer`` flags (e.g. ``--policy interleave``)."""
     ports: dict[str, int] = field(init=False)
     spans_path: Path = field(init=False)
 
@@ -140,6 +142,7 @@ class Services:
             sys.executable, "-m", "skewtrace.cli", "pacer",
             "--otlp-grpc", f"127.0.0.1:{ports['pacer_grpc']}",
             "--http", f"{host}:{ports['pacer_http']}",
+            *self.pacer_args,
         ]  # fmt: skip
         try:
             col = self._enter(

@@ -10,6 +10,14 @@ The service (:mod:`skewtrace.controller.service`) builds a :class:`DecisionBody`
 its policy's outcome and serves :meth:`DecisionBody.to_json`; the rank client
 (:mod:`skewtrace.pacer.client`) reads an answer with :meth:`DecisionBody.from_json`.
 
+The interleave policy (``--policy interleave``) adds ``offsets`` (``{pg: seconds}``: a rank
+holds the largest of its groups' before every forward) or, for groups of several jobs, a
+``schedule`` (``{"period_s": P, "slots": {pg: seconds}}``: a rank of a listed group holds
+until the controller's clock reaches its slot modulo ``P``; :meth:`DecisionBody.hold_for`).
+``served_unix`` is the pacer's wall clock when it served the answer, from which a rank
+estimates its clock's offset to the pacer's (half the round trip is the error bound). A
+malformed ``offsets`` or ``schedule`` costs the hold only, never the delay.
+
 Compatibility. Fields are only ever added. A rank client reads ``version``, ``active`` and
 ``delays`` (and ``shares`` / ``shares_version`` for rebalancing) and ignores the rest, so a
 client of any release reads the body of any other. ``body_version`` (:data:`BODY_VERSION`)
@@ -32,11 +40,11 @@ must not import grpc, protobuf, the OTel SDK or the controller's servers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-BODY_VERSION = 1
+BODY_VERSION = 2
 """The format of the bodies this release serves: the fields below. Absent on a body: 1."""
 
 
@@ -168,6 +176,43 @@ class RebalanceStatus:
         return cls(reason, _number(raw.get("gain")), changes)
 
 
+def read_offsets(raw: Any) -> dict[str, float] | None:
+    """A body's ``offsets`` (or a schedule's ``slots``) as {pg: seconds}; None when absent or
+    not usable (not an object of names to finite numbers of at least 0)."""
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        seconds = _number(value)
+        if not isinstance(key, str) or not key or seconds is None or seconds < 0:
+            return None
+        out[key] = seconds
+    return out
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The body's ``schedule``: slots within a period shared by the jobs on one fabric."""
+
+    period_s: float
+    slots: Mapping[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"period_s": self.period_s, "slots": dict(self.slots)}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Schedule | None:
+        """None when absent or malformed (a positive period, slots in [0, period))."""
+        if not isinstance(raw, dict):
+            return None
+        period, slots = _number(raw.get("period_s")), read_offsets(raw.get("slots"))
+        if period is None or not period > 0 or slots is None:
+            return None
+        if any(slot >= period for slot in slots.values()):
+            return None
+        return cls(period, slots)
+
+
 @dataclass(frozen=True)
 class DecisionBody:
     """One job's decision as served; see the module docstring.
@@ -213,6 +258,15 @@ class DecisionBody:
     effect: Effect | None = None
     rebalance: RebalanceStatus | None = None
 
+    offsets: Mapping[str, float] | None = None
+    """The interleave policy's per-group holds within one job (None: absent)."""
+
+    schedule: Schedule | None = None
+    """The interleave policy's schedule for groups of several jobs (None: absent)."""
+
+    served_unix: float | None = None
+    """The pacer's wall clock when it served the body (set at serving)."""
+
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Further informational blocks a policy adds (server side; :meth:`from_json` ignores
     fields it does not know)."""
@@ -247,7 +301,13 @@ class DecisionBody:
             body["effect"] = self.effect.to_json()
         if self.rebalance is not None:
             body["rebalance"] = self.rebalance.to_json()
+        if self.offsets is not None:
+            body["offsets"] = dict(self.offsets)
+        if self.schedule is not None:
+            body["schedule"] = self.schedule.to_json()
         body.update(self.extra)
+        if self.served_unix is not None:
+            body["served_unix"] = self.served_unix
         body["body_version"] = self.body_version
         return body
 
@@ -301,6 +361,9 @@ class DecisionBody:
             shares_version=None if shares_version is None else read_shares_version(shares_version),
             effect=Effect.from_json(obj.get("effect")),
             rebalance=RebalanceStatus.from_json(obj.get("rebalance")),
+            offsets=read_offsets(obj.get("offsets")),
+            schedule=Schedule.from_json(obj.get("schedule")),
+            served_unix=_number(obj.get("served_unix")),
             body_version=body_version,
             malformed_delays=malformed,
         )
@@ -315,6 +378,31 @@ class DecisionBody:
                 f"pacer delay for rank {rank} is not a finite number: {self.malformed_delays[rank]}"
             )
         return min(max(self.delays.get(rank, 0.0), 0.0), max_delay_s)
+
+    def hold_for(
+        self, groups: Iterable[str], controller_now_unix: float, max_delay_s: float
+    ) -> float:
+        """How long a rank in ``groups`` holds before its forward, in [0, max_delay_s]: its
+        groups' largest ``offsets`` entry, or, under a ``schedule``, the time until the
+        controller's clock (``controller_now_unix``) reaches its groups' latest slot modulo
+        the period; 0 when the slot passed less than half a period ago (a late step runs at
+        once), while inactive, or when none of its groups is listed."""
+        if not self.active:
+            return 0.0
+        names = set(groups)
+        if self.schedule is not None:
+            slots = [slot for pg, slot in self.schedule.slots.items() if pg in names]
+            if not slots or not math.isfinite(controller_now_unix):
+                return 0.0
+            period = self.schedule.period_s
+            wait = (max(slots) - controller_now_unix) % period
+            if wait > period / 2:
+                return 0.0
+            return min(wait, max_delay_s)
+        if self.offsets:
+            mine = [offset for pg, offset in self.offsets.items() if pg in names]
+            return min(max(mine, default=0.0), max_delay_s)
+        return 0.0
 
     def normalised_shares(self) -> dict[int, float] | None:
         """The shares scaled to sum to 1 (None: equal shares)."""

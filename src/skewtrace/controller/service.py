@@ -51,7 +51,13 @@ from skewtrace._options import (
 from skewtrace._registry_instruments import counter, observable
 from skewtrace.controller._auth import grpc_server_credentials
 from skewtrace.controller._limits import LogBudget, loggable
-from skewtrace.controller.decision import DecisionBody, Effect, RebalanceStatus
+from skewtrace.controller.decision import (
+    DecisionBody,
+    Effect,
+    RebalanceStatus,
+    Schedule,
+    read_offsets,
+)
 from skewtrace.controller.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.controller.http_api import PacingHttpServer
 from skewtrace.controller.otlp_receiver import (
@@ -361,7 +367,13 @@ class PacerService:
                 state = previous.state if previous else self._policy.initial_state()
                 decision = self._policy.decide(window, state)
                 self._publish(job_id, decision, previous, now)
-                self._windows.record_decision(job_id, now, decision.delays)
+                published = self._decisions[job_id].body
+                self._windows.record_decision(
+                    job_id,
+                    now,
+                    decision.delays,
+                    scheduled=published.active and published.schedule is not None,
+                )
                 decided.append(job_id)
         for job_id in decided:
             self._decisions_counter.add(1, {semconv.JOB_ID: job_id})
@@ -393,6 +405,13 @@ class PacerService:
         elif not shares and old_shares:
             shares_version += 1  # back to equal shares
         changed = changed or shares_version != (previous.shares_version if previous else 0)
+        info = dict(decision.info)
+        offsets = read_offsets(info.pop("offsets", None))
+        schedule = Schedule.from_json(info.pop("schedule", None))
+        if previous is not None and (
+            previous.body.offsets != offsets or previous.body.schedule != schedule
+        ):
+            changed = True
         if changed:
             version += 1
             if previous is None or previous.body.active != decision.active:
@@ -416,7 +435,6 @@ class PacerService:
                 min(shares.values(), default=0.0),
                 max(shares.values(), default=0.0),
             )
-        info = dict(decision.info)
         effect = info.pop("effect", None)
         rebalance = info.pop("rebalance", None)
         body = DecisionBody(
@@ -435,6 +453,8 @@ class PacerService:
             shares_version=None if shares is None else shares_version,
             effect=None if effect is None else Effect(**effect),
             rebalance=None if rebalance is None else RebalanceStatus(**rebalance),
+            offsets=offsets,
+            schedule=schedule,
             extra=info,
         )
         self._decisions[job_id] = _JobDecision(
@@ -446,7 +466,15 @@ class PacerService:
     def decision_body(self, job_id: str) -> Mapping[str, Any] | None:
         with self._lock:
             found = self._decisions.get(job_id)
-            return dict(found.json) if found else None
+            if found is None:
+                return None
+            body = dict(found.json)
+        if found.body.schedule is not None:
+            # The clock the ranks hold to: each estimates its offset to it from this.
+            body.pop("body_version", None)
+            body["served_unix"] = self._wall_clock()
+            body["body_version"] = found.body.body_version
+        return body
 
     def job_ids(self) -> list[str]:
         with self._lock:

@@ -37,7 +37,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
 from skewtrace.controller._limits import MAX_VALUE_LENGTH
-from skewtrace.controller.window import JobWindow, RankWindow
+from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
 
 AGGREGATION_TEMPORALITY_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
 AGGREGATION_TEMPORALITY_CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -68,6 +68,19 @@ network, a suspected part of the fabric."""
 
 # Flag series kept per job (one per stage, per rank flagged for its network, per suspect).
 _MAX_FLAGS_PER_JOB = 256
+
+PHASE_METRICS = {
+    semconv.METRIC_GROUP_PHASE_START: "start",
+    semconv.METRIC_GROUP_PHASE_DURATION: "duration",
+}
+"""The Collector's group-phase gauges (``training.group.phase.start`` / ``.duration``, one point
+per job, process group and collective op each analysed step), which the interleave policy
+reads as :class:`~skewtrace.controller.window.GroupPhases`."""
+
+# Phase series kept per job ((group, op) pairs), and values kept per series (the window's
+# median is taken over them).
+_MAX_PHASES_PER_JOB = 256
+_MAX_PHASE_VALUES = 32
 
 
 def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
@@ -170,8 +183,9 @@ class _JobState:
     last_seen: float
     deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
     rank_last_seen: dict[int, float] = field(default_factory=dict)
-    decisions: deque[tuple[float, Mapping[int, float]]] = field(default_factory=deque)
-    """(time, delays) of every published decision still relevant to the window."""
+    decisions: deque[tuple[float, Mapping[int, float], bool]] = field(default_factory=deque)
+    """(time, delays, whether a schedule was published) of every published decision still
+    relevant to the window."""
     step_s: float = 0.0
     """The job's step duration, smoothed from its ranks' step-duration deltas (0: none yet)."""
     step_gap_s: float = 0.0
@@ -185,6 +199,22 @@ class _JobState:
     (reason, flagged now), from the latest point of each. The connector sends 1 while flagged
     and 0 once cleared, but an unchanged series only every ``metrics_resend_interval``: the
     last value holds until the next (or the job is forgotten)."""
+    phases: dict[tuple[str, str], _PhaseSeries] = field(default_factory=dict)
+    """(process group, op) -> its phase's recent values (:data:`PHASE_METRICS`)."""
+
+
+@dataclass
+class _PhaseSeries:
+    """One group's phase of one op: its latest starts and durations, stamped on receipt."""
+
+    switches: str
+    hosts: str
+    start: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=_MAX_PHASE_VALUES)
+    )
+    duration: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=_MAX_PHASE_VALUES)
+    )
 
 
 _SeriesKey = tuple[str, int, bytes]
@@ -274,6 +304,8 @@ class JobWindows:
         data_field = metric.WhichOneof("data")
         if metric.name in DECLINE_METRICS:
             return self._ingest_flags(metric, data_field, resource_attrs, now)
+        if metric.name in PHASE_METRICS:
+            return self._ingest_phases(metric, data_field, resource_attrs, now)
         if kind is None:
             points = _point_count(metric, data_field)
             if metric.name in _KNOWN_UNUSED:
@@ -440,6 +472,89 @@ class JobWindows:
             self.counters.points_accepted += 1
         return rejected
 
+    def _ingest_phases(
+        self,
+        metric: metrics_pb2.Metric,
+        data_field: str | None,
+        resource_attrs: Mapping[str, str],
+        now: float,
+    ) -> int:
+        """Take the Collector's group-phase gauges (:data:`PHASE_METRICS`); returns how many
+        points were rejected. A point needs a job, a process group, an op and a finite value
+        of at least 0; the switches and hosts are kept as sent (the latest point's)."""
+        if data_field != "gauge":
+            points = _point_count(metric, data_field)
+            self.counters.points_invalid += points
+            return points
+        which_value = PHASE_METRICS[metric.name]
+        rejected = 0
+        for point in metric.gauge.data_points:
+            attrs = {**resource_attrs, **_attributes(point.attributes)}
+            job_id = attrs.get(semconv.JOB_ID, "")
+            pg = attrs.get(semconv.COLLECTIVE_PG, "")
+            op = attrs.get(semconv.COLLECTIVE_OP, "")
+            switches = attrs.get(semconv.GROUP_SWITCHES, "")
+            hosts = attrs.get(semconv.GROUP_HOSTS, "")
+            if max(len(job_id), len(pg), len(op), len(switches), len(hosts)) > MAX_VALUE_LENGTH:
+                self.counters.points_too_long += 1
+                rejected += 1
+                continue
+            which = point.WhichOneof("value")
+            value = point.as_double if which == "as_double" else float(point.as_int)
+            if not job_id or not pg or not op or which is None or not math.isfinite(value):
+                self.counters.points_invalid += 1
+                rejected += 1
+                continue
+            if value < 0:
+                self.counters.points_invalid += 1
+                rejected += 1
+                continue
+            job = self._jobs.get(job_id)
+            if job is None:
+                if len(self._jobs) >= self.max_jobs:
+                    self.counters.points_over_job_limit += 1
+                    rejected += 1
+                    continue
+                job = self._jobs[job_id] = _JobState(last_seen=now)
+            series = job.phases.get((pg, op))
+            if series is None:
+                if len(job.phases) >= _MAX_PHASES_PER_JOB:
+                    self.counters.points_over_series_limit += 1
+                    rejected += 1
+                    continue
+                series = job.phases[(pg, op)] = _PhaseSeries(switches, hosts)
+            series.switches, series.hosts = switches, hosts
+            getattr(series, which_value).append((now, value))
+            job.last_seen = now
+            self.counters.points_accepted += 1
+        return rejected
+
+    def _groups(self, job: _JobState, start: float, step_s: float, name: str) -> list[GroupPhases]:
+        """The job's groups with phases received since ``start``: per op, the median start
+        and duration, in order of start (see :class:`GroupPhases`)."""
+        by_pg: dict[str, list[tuple[float, float]]] = {}
+        meta: dict[str, tuple[str, str]] = {}
+        for (pg, _op), series in sorted(job.phases.items()):
+            starts = [v for at, v in series.start if at >= start]
+            durations = [v for at, v in series.duration if at >= start]
+            if not starts or not durations:
+                continue
+            by_pg.setdefault(pg, []).append(
+                (statistics.median(starts), statistics.median(durations))
+            )
+            meta[pg] = (series.switches, series.hosts)
+        return [
+            GroupPhases(
+                pg=pg,
+                phases=tuple(sorted(phases)),
+                switches=_split(meta[pg][0]),
+                hosts=_split(meta[pg][1]),
+                job=name,
+                step_s=step_s,
+            )
+            for pg, phases in sorted(by_pg.items())
+        ]
+
     def _kept_buckets(
         self, kind: str, point: metrics_pb2.HistogramDataPoint
     ) -> tuple[tuple[float, ...] | None, array[int] | None]:
@@ -569,13 +684,58 @@ class JobWindows:
                 wait_typical_s=_typical_wait(parts),
             )
         declines = tuple(sorted({reason for reason, on in job.flags.values() if on}))
-        return JobWindow(now=now, ranks=ranks, stretch_s=stretch, declines=declines)
+        return JobWindow(
+            now=now,
+            ranks=ranks,
+            stretch_s=stretch,
+            declines=declines,
+            job=job_id,
+            groups=tuple(self._groups(job, start, _mean_step(ranks.values()), job_id)),
+            fabric=self._fabric(job_id, now),
+            scheduled=self._scheduled(job, start, now),
+        )
 
-    def record_decision(self, job_id: str, now: float, delays: Mapping[int, float]) -> None:
-        """Remember what ranks were told, to add it back when estimating natural waits."""
+    def _fabric(self, job_id: str, now: float) -> tuple[GroupPhases, ...]:
+        """The other jobs' groups whose members sit behind two switches or more (only they
+        cross an uplink another job's group could share), over each one's own window."""
+        out: list[GroupPhases] = []
+        for other_id, other in sorted(self._jobs.items()):
+            if other_id == job_id or not other.phases:
+                continue
+            start = now - self.window_s - self.stretch_s(other_id)
+            steps = [d for deltas in other.deltas.values() for d in deltas if d.kind == "step"]
+            count = sum(d.count for d in steps if d.received_at >= start)
+            total = sum(d.total for d in steps if d.received_at >= start)
+            step_s = total / count if count else 0.0
+            out.extend(
+                g
+                for g in self._groups(other, start, step_s, other_id)
+                if len(g.switches) >= 2 or "many" in g.switches
+            )
+        return tuple(out)
+
+    @staticmethod
+    def _scheduled(job: _JobState, start: float, now: float) -> float:
+        """Fraction of [start, now] during which a schedule was published for the job."""
+        if not job.decisions or now <= start:
+            return 0.0
+        entries = list(job.decisions)
+        covered = 0.0
+        for index, (at, _delays, scheduled) in enumerate(entries):
+            until = entries[index + 1][0] if index + 1 < len(entries) else now
+            lo, hi = max(at, start), min(until, now)
+            if scheduled and hi > lo:
+                covered += hi - lo
+        return covered / (now - start)
+
+    def record_decision(
+        self, job_id: str, now: float, delays: Mapping[int, float], scheduled: bool = False
+    ) -> None:
+        """Remember what ranks were told, to add it back when estimating natural waits, and
+        whether a schedule was in force (:attr:`JobWindow.scheduled`)."""
         job = self._jobs.get(job_id)
         if job is not None:
-            job.decisions.append((now, dict(delays)))
+            job.decisions.append((now, dict(delays), scheduled))
 
     @staticmethod
     def _mean_delay(job: _JobState, rank: int, start: float, now: float) -> float:
@@ -584,7 +744,7 @@ class JobWindows:
             return 0.0
         weighted = 0.0
         entries = list(job.decisions)
-        for index, (at, delays) in enumerate(entries):
+        for index, (at, delays, _scheduled) in enumerate(entries):
             until = entries[index + 1][0] if index + 1 < len(entries) else now
             lo, hi = max(at, start), min(until, now)
             if hi > lo:
@@ -612,6 +772,14 @@ class JobWindows:
                     del job.deltas[rank]
                     job.rank_last_seen.pop(rank, None)
                     job.step_last_at.pop(rank, None)
+            silent = [
+                phase
+                for phase, series in job.phases.items()
+                if now - max((at for at, _ in (*series.start, *series.duration)), default=now)
+                > self.job_timeout_s
+            ]
+            for phase in silent:
+                del job.phases[phase]
             # Keep the last decision before the window start: it was in force at the start.
             while len(job.decisions) > 1 and job.decisions[1][0] <= start:
                 job.decisions.popleft()
@@ -713,6 +881,20 @@ def _once_per_step(total: float, nonzero: int, steps: int) -> float:
     if nonzero <= 0 or steps <= 0:
         return total
     return min(total, total * steps / nonzero)
+
+
+def _mean_step(ranks: Iterable[RankWindow]) -> float:
+    """The mean step time over the window's ranks (0 without steps)."""
+    steps = total = 0.0
+    for window in ranks:
+        steps += window.steps
+        total += window.step_time_sum_s
+    return total / steps if steps else 0.0
+
+
+def _split(text: str) -> tuple[str, ...]:
+    """A comma-separated attribute (``training.group.switches`` / ``.hosts``) as a tuple."""
+    return tuple(part for part in text.split(",") if part)
 
 
 def _attributes(pairs: Iterable[KeyValue]) -> dict[str, str]:

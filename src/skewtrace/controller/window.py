@@ -95,6 +95,12 @@ class GroupPhases:
     applied_offset_s: float = 0.0
     """The offset the controller published for the group, time-weighted over the window."""
 
+    job: str = ""
+    """The job the group belongs to (:attr:`JobWindow.job` for its own groups)."""
+
+    step_s: float = 0.0
+    """Its job's mean step time over the window (0: not known)."""
+
 
 @dataclass(frozen=True)
 class JobWindow:
@@ -119,6 +125,18 @@ class JobWindow:
     groups: tuple[GroupPhases, ...] = ()
     """Process groups' communication phases (the Collector's ``training.group.phase.*``
     gauges); empty when none are known."""
+
+    job: str = ""
+    """The job's id: every job's policy places the groups of all jobs in one order, by their
+    jobs' ids, so that they agree."""
+
+    fabric: tuple[GroupPhases, ...] = ()
+    """The groups of the other jobs the controller hears from (their ``job`` set), whose
+    phases may collide with this job's on a shared uplink."""
+
+    scheduled: float = 0.0
+    """The fraction of the window during which a schedule was published for the job (the
+    interleave policy's): its steps' timing then includes the holds the schedule asked."""
 
 
 def declined(window: JobWindow) -> str | None:

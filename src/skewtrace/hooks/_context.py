@@ -115,6 +115,11 @@ class HookContext:
         recorder.paced_step = recorder.step
         try:
             delay, version = self.pacer.current_delay()
+            hold = getattr(self.pacer, "current_hold", None)
+            if hold is not None:
+                # The interleave policy's hold for this rank's process groups: the larger
+                # of the two is applied (a delay already holds the rank that long).
+                delay = max(delay, hold([state.name for state in list(self._groups.values())]))
             if delay <= 0:
                 return
             from skewtrace.pacer.client import apply_delay

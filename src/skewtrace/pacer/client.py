@@ -10,6 +10,13 @@
     ...
     client.stop()
 
+The same answer carries the interleave policy's ``offsets`` or ``schedule``:
+:meth:`PacingClient.current_hold` gives the rank's hold before forward for its process groups
+(:meth:`~skewtrace.controller.decision.DecisionBody.hold_for`), on the pacer's clock: each poll
+estimates this host's clock offset to it from the answer's ``served_unix`` and the round trip
+(the estimate from the shortest of the last 8 round trips is kept; its error is at most half
+that round trip).
+
 The same answer carries the rebalancing policy's ``shares`` (``--policy rebalance``):
 :meth:`PacingClient.current_shares` returns them for :class:`skewtrace.rebalance.ShareSampler`,
 which applies them on every rank at the same step (``docs/rebalancing.md``).
@@ -39,6 +46,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
@@ -104,6 +112,12 @@ class PacingClient:
         self._latest: tuple[float, int, float] = (0.0, 0, -math.inf)
         # (shares or None, shares version, monotonic time of the answer): likewise.
         self._latest_shares: tuple[dict[int, float] | None, int, float] = (None, 0, -math.inf)
+        # (decision body, monotonic time of the answer), for the hold; replaced whole.
+        self._latest_body: tuple[DecisionBody | None, float] = (None, -math.inf)
+        # (round trip, offset of the pacer's wall clock to ours) of the last polls that said.
+        self._clock_samples: collections.deque[tuple[float, float]] = collections.deque(maxlen=8)
+        self.clock_offset_s = 0.0
+        """The pacer's wall clock minus this host's, estimated from the polls."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -124,6 +138,7 @@ class PacingClient:
             self._thread.join(timeout=self.request_timeout_s + 1.0)
         self._latest = (0.0, self._latest[1], -math.inf)
         self._latest_shares = (None, self._latest_shares[1], -math.inf)
+        self._latest_body = (None, -math.inf)
 
     def current_delay(self) -> tuple[float, int]:
         """(seconds in [0, max_delay_s], decision version); 0 when stale or failing."""
@@ -146,13 +161,33 @@ class PacingClient:
         except Exception:  # never raise into training
             return None, 0
 
+    def current_hold(self, groups: Iterable[str]) -> float:
+        """Seconds to hold before this step's forward for the interleave policy (the rank's
+        process ``groups`` by name), in [0, max_delay_s]; 0 when stale or failing."""
+        try:
+            body, at = self._latest_body
+            if body is None or time.monotonic() - at > self.stale_after_s:
+                return 0.0
+            return body.hold_for(groups, time.time() + self.clock_offset_s, self.max_delay_s)
+        except Exception:  # never raise into training
+            return 0.0
+
+    def _note_clock(self, served_unix: float | None, sent: float, received: float) -> None:
+        if served_unix is None or received < sent:
+            return
+        self._clock_samples.append((received - sent, served_unix - (sent + received) / 2))
+        self.clock_offset_s = min(self._clock_samples)[1]
+
     # ------------------------------------------------------------------ poll thread
 
     def _run(self) -> None:
         backoff = self.poll_interval_s
         while not self._stop.is_set():
             try:
-                decision = DecisionBody.from_json(self._poll_once())
+                sent = time.time()
+                answer = self._poll_once()
+                received = time.time()
+                decision = DecisionBody.from_json(answer)
                 delay = decision.delay_for(self.rank, self.max_delay_s)
                 shares = decision.normalised_shares(), decision.shares_version or 0
             except Exception as exc:
@@ -162,7 +197,9 @@ class PacingClient:
                 self.retry_waits.append(wait)
             else:
                 answered = time.monotonic()
+                self._note_clock(decision.served_unix, sent, received)
                 self._latest = (delay, decision.version, answered)
+                self._latest_body = (decision, answered)
                 self._latest_shares = (*shares, answered)
                 self.polls_ok += 1
                 if self._failing:
@@ -177,6 +214,7 @@ class PacingClient:
         # Fail open at once rather than waiting for the last answer to go stale.
         self._latest = (0.0, self._latest[1], self._latest[2])
         self._latest_shares = (None, self._latest_shares[1], self._latest_shares[2])
+        self._latest_body = (None, self._latest_body[1])
         if not self._failing:
             self._failing = True
             _log.warning(

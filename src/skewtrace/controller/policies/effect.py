@@ -63,13 +63,18 @@ class EffectSettings(Protocol):
 
 OFFSETS = "offsets"
 """The body's per-group offsets (the interleave policy's): withheld with the delays."""
+SCHEDULE = "schedule"
+"""The body's schedule (the interleave policy's, for groups of several jobs): withheld too."""
 
 
 def _publishes(out: Outcome) -> bool:
-    """The outcome delays someone: a rank's delay or a group's offset."""
+    """The outcome delays someone: a rank's delay, a group's offset, or a schedule (a slot
+    at 0 holds its ranks too)."""
     offsets = out.info.get(OFFSETS) or {}
     return out.active and (
-        any(d > 0 for d in out.delays.values()) or any(o > 0 for o in offsets.values())
+        any(d > 0 for d in out.delays.values())
+        or any(o > 0 for o in offsets.values())
+        or bool(out.info.get(SCHEDULE))
     )
 
 
@@ -224,6 +229,7 @@ class EffectGuard:
         info = {**out.info, **self._effect_info(state)}
         if OFFSETS in info:
             info[OFFSETS] = {}
+        info.pop(SCHEDULE, None)
         return replace(
             out,
             reason=reason,

@@ -27,18 +27,43 @@ The model, pure (no I/O, no clock, no randomness), from the window's
   ``interleave_min_overlap_s`` of the least (the unit pays its offset on its own path), and 0
   unless it takes at least ``interleave_min_overlap_s`` of overlap away.
 
-Its decision: ``offsets`` on the body, ``{pg: seconds}`` (a rank applies the largest offset of
-its groups, before forward, where it applies its delay), with ``active`` while any offset is
-set. Reasons: ``no_phases``, ``no_collision``, ``interleaving``.
+Its decision, on the body:
+
+- groups of this job only: ``offsets``, ``{pg: seconds}``. A rank holds the largest offset of
+  its groups before every step's forward, where it applies its delay; the job's own step
+  keeps its groups in lockstep, so a shift made this way holds from step to step;
+- groups of several jobs (the window's ``fabric``): the jobs do not step together, and a
+  one-time shift drifts away within tens of steps (``benchmarks/collision.py``), so the
+  policy publishes a **schedule**: ``{"period_s": P, "slots": {pg: seconds}}``. A rank of a
+  listed group holds before its forward until the controller's clock reaches its slot modulo
+  ``P`` (its clock offset to the controller estimated from its polls), and not at all when
+  the slot passed less than half a period ago (a late step runs at once and the next one
+  falls back into its slot). Every job's decision is computed from the same units, in one
+  order (natural start, then job id), so they agree on ``P`` and the slots. ``P`` starts at
+  the slowest job's step time as observed times ``1 + interleave_period_margin`` (a job
+  loses at most the margin before the schedule pays) and is searched down: while every
+  job's steps keep up with it (their step time within 2% of ``P``: each waits for its slot)
+  it is shortened by ``interleave_period_step`` once per ``interleave_settle_s``, never
+  below the floor (the slowest job's step time without the collision as estimated: observed
+  step minus what sharing the uplink added to its phases); when a job's steps outgrow it,
+  it is lengthened to them plus the margin, and the floor rises above the period that was
+  too short. The slots keep their fraction of the period. While a schedule is in force the
+  observed phases include the holds, so the slots are placed again only from a window
+  without one (the effect guard's phases without it).
+
+``active`` while any offset or slot above 0 is set. Reasons: ``no_phases``,
+``no_collision``, ``interleaving``.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from skewtrace._options import at_least, check_fields, integer, non_negative, option, positive
+from skewtrace.controller.policies import effect
 from skewtrace.controller.policies.base import Outcome
 from skewtrace.controller.window import GroupPhases, JobWindow
 
@@ -47,7 +72,10 @@ REASON_NO_PHASES = "no_phases"
 REASON_NO_COLLISION = "no_collision"
 """Groups' phases do not overlap on a shared uplink, or no offset within the bound helps."""
 REASON_INTERLEAVING = "interleaving"
-"""Offsets published."""
+"""Offsets or a schedule published."""
+
+SCHEDULE = effect.SCHEDULE
+"""The body's field for a schedule (:class:`Schedule`)."""
 
 # Offsets are published to the millisecond: a sleep's own jitter is about that.
 _RESOLUTION_S = 0.001
@@ -63,6 +91,19 @@ class InterleaveParams:
 
     interleave_min_overlap_s: float = option(0.005, check=non_negative, seconds=True)
     """An offset is given only where it takes at least this much phase overlap per step away."""
+
+    interleave_period_margin: float = option(0.05, check=non_negative)
+    """A schedule's period starts this fraction above the slowest job's step time (and is
+    set this much above a job's steps that outgrew it): a slot comes round before its next
+    step."""
+
+    interleave_period_step: float = option(0.04, check=non_negative)
+    """While every job's steps wait for their slots, the period is shortened by this fraction
+    once per ``interleave_settle_s`` (down to the slowest job's step without the collision)."""
+
+    interleave_settle_s: float = option(6.0, check=positive, seconds=True)
+    """How long a new period runs before the steps under it are judged (keep it above
+    window_s)."""
 
     interleave_effect_pairs: int = option(3, parse=integer, check=at_least(0))
     """Offsets stay only when this many phases with and without them show a real gain in step
@@ -108,6 +149,10 @@ class Unit:
     observed: tuple[tuple[float, float], ...]
     """(start, duration) of its phases as observed."""
     applied_offset_s: float
+    job: str = ""
+    """The job its groups belong to."""
+    step_s: float = 0.0
+    """Its job's mean step time (0: not known)."""
 
     @property
     def crosses(self) -> bool:
@@ -125,10 +170,11 @@ def units(groups: Iterable[GroupPhases]) -> list[Unit]:
             i = parent[i]
         return i
 
-    by_host: dict[str, int] = {}
+    by_host: dict[tuple[str, str], int] = {}
     for i, group in enumerate(groups):
         for host in group.hosts:
-            j = by_host.setdefault(host, i)
+            # Ranks of two jobs on one host do not step together: only a job's own tie.
+            j = by_host.setdefault((group.job, host), i)
             parent[root(i)] = root(j)
     members: dict[int, list[GroupPhases]] = {}
     for i, group in enumerate(groups):
@@ -141,9 +187,11 @@ def units(groups: Iterable[GroupPhases]) -> list[Unit]:
                 switches=frozenset(s for g in tied for s in g.switches),
                 observed=_merged(tied),
                 applied_offset_s=max(g.applied_offset_s for g in tied),
+                job=tied[0].job,
+                step_s=max(g.step_s for g in tied),
             )
         )
-    return sorted(out, key=lambda u: u.pgs)
+    return sorted(out, key=lambda u: (u.job, u.pgs))
 
 
 def _merged(tied: Sequence[GroupPhases]) -> tuple[tuple[float, float], ...]:
@@ -188,59 +236,151 @@ def alone_durations(placed: Sequence[Unit]) -> list[tuple[tuple[float, float], .
 
 
 def _total_overlap(
-    mine: Sequence[tuple[float, float]], offset: float, theirs: Sequence[tuple[float, float]]
+    mine: Sequence[tuple[float, float]],
+    offset: float,
+    theirs: Sequence[tuple[float, float]],
+    period: float = 0.0,
 ) -> float:
+    """Overlap of ``mine`` shifted by ``offset`` with ``theirs``; with a ``period`` (a
+    schedule) also with their phases one period before and after."""
+    shifts = (0.0,) if period <= 0 else (-period, 0.0, period)
     return sum(
-        _overlap((start + offset, duration), other) for start, duration in mine for other in theirs
+        _overlap((start + offset, duration), (other[0] + shift, other[1]))
+        for start, duration in mine
+        for other in theirs
+        for shift in shifts
     )
 
 
 def place(
-    all_units: Sequence[Unit], params: InterleaveParams
-) -> tuple[dict[str, float], float, float]:
-    """Offsets by group name for units that cross the spine, and the phase overlap per step
-    (seconds, summed over pairs of phases on a shared switch) without and with them."""
+    all_units: Sequence[Unit], params: InterleaveParams, period: float = 0.0
+) -> tuple[dict[tuple[str, str], float], float, float]:
+    """Offsets by (job, group name) for units that cross the spine, and the phase overlap per step
+    (seconds, summed over pairs of phases on a shared switch) without and with them; with a
+    ``period`` the phases repeat every period (a schedule) and offsets stay below it."""
     crossing = [u for u in all_units if u.crosses]
     phases = alone_durations(crossing)
     order = sorted(
-        range(len(crossing)), key=lambda i: (min(p[0] for p in phases[i]), crossing[i].pgs)
+        range(len(crossing)),
+        key=lambda i: (min(p[0] for p in phases[i]), crossing[i].job, crossing[i].pgs),
     )
-    offsets: dict[str, float] = {}
+    bound = params.interleave_max_offset_s
+    if period > 0:
+        bound = min(bound, period - _RESOLUTION_S)
+    offsets: dict[tuple[str, str], float] = {}
     placed: list[tuple[Unit, list[tuple[float, float]]]] = []
     before = after = 0.0
     for i in order:
         unit, mine = crossing[i], phases[i]
         theirs = [p for other, shifted in placed if other.switches & unit.switches for p in shifted]
-        candidates = {0.0, params.interleave_max_offset_s}
+        candidates = {0.0, bound}
         for end in (start + duration for start, duration in theirs):
             for start, _ in mine:
-                if 0 < end - start <= params.interleave_max_offset_s:
+                if 0 < end - start <= bound:
                     candidates.add(round(end - start, 6))
-        unshifted = _total_overlap(mine, 0.0, theirs)
-        least = min(_total_overlap(mine, c, theirs) for c in candidates)
+        unshifted = _total_overlap(mine, 0.0, theirs, period)
+        least = min(_total_overlap(mine, c, theirs, period) for c in candidates)
         # The smallest offset within the threshold of the least overlap (an offset costs the
         # unit its own time), and none unless it takes at least the threshold away.
         best = min(
             c
             for c in candidates
-            if _total_overlap(mine, c, theirs) <= least + params.interleave_min_overlap_s
+            if _total_overlap(mine, c, theirs, period) <= least + params.interleave_min_overlap_s
         )
-        if unshifted - _total_overlap(mine, best, theirs) < params.interleave_min_overlap_s:
+        if unshifted - _total_overlap(mine, best, theirs, period) < params.interleave_min_overlap_s:
             best = 0.0
-        best = round(best / _RESOLUTION_S) * _RESOLUTION_S
+        # Up to the resolution: rounded down, a shift would leave a sliver of the overlap.
+        best = round(math.ceil(best / _RESOLUTION_S - 1e-6) * _RESOLUTION_S, 6)
         before += unshifted
-        after += _total_overlap(mine, best, theirs)
+        after += _total_overlap(mine, best, theirs, period)
         for pg in unit.pgs:
-            offsets[pg] = best
+            offsets[(unit.job, pg)] = best
         placed.append((unit, [(start + best, duration) for start, duration in mine]))
     return offsets, before, after
 
 
+def spread(
+    crossing: Sequence[Unit], alone: Sequence[Sequence[tuple[float, float]]], period: float
+) -> dict[tuple[str, str], float]:
+    """Slots that make the units take turns around the period: in order of natural start
+    (then job and name), each unit's longest phase starts where the one before's share of
+    the period ends, a share in proportion to its phase (alone) over all of theirs. The
+    first unit's slot is 0."""
+    mains = [max(phases, key=lambda p: p[1]) for phases in alone]
+    order = sorted(
+        range(len(crossing)),
+        key=lambda i: (min(p[0] for p in alone[i]), crossing[i].job, crossing[i].pgs),
+    )
+    total = sum(mains[i][1] for i in order) or 1.0
+    slots: dict[tuple[str, str], float] = {}
+    turn = 0.0
+    first: float | None = None
+    for i in order:
+        natural_start = mains[i][0]
+        slot = (turn - natural_start) % period
+        first = slot if first is None else first
+        for pg in crossing[i].pgs:
+            slots[(crossing[i].job, pg)] = round((slot - first) % period, 6)
+        turn += period * mains[i][1] / total
+    return dict(sorted(slots.items()))
+
+
+def natural_step(unit: Unit, alone: Sequence[tuple[float, float]]) -> float:
+    """The unit's step time without the collision: its job's step time minus what sharing
+    the uplink added to its phases (0 when the step time is not known)."""
+    if unit.step_s <= 0:
+        return 0.0
+    added = sum(observed[1] - mine[1] for observed, mine in zip(unit.observed, alone, strict=True))
+    return max(unit.step_s - added, 0.0)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule for groups of several jobs: see the module docstring."""
+
+    period_s: float
+    slots: Mapping[tuple[str, str], float]
+    """Slot by (job, group name), every crossing group of every job (0 included)."""
+    floor_s: float = 0.0
+    """The period is not searched below this: the slowest job's step without the collision
+    as estimated, raised to a period its steps were seen to outgrow."""
+    since: float = 0.0
+    """When the period was last set (the window's time)."""
+    natural_s: float = 0.0
+    """The slowest job's step time without the collision, as estimated when placed."""
+    floor_until: float = 0.0
+    """A floor raised above a period the steps outgrew holds until then."""
+
+    def rescaled(self, period_s: float, now: float) -> Schedule:
+        """The schedule with another period and every slot at the same fraction of it (the
+        units keep their order and spacing around the period)."""
+        ratio = period_s / self.period_s
+        slots = {key: round(slot * ratio, 6) for key, slot in self.slots.items()}
+        return replace(self, period_s=period_s, slots=slots, since=now)
+
+    def for_job(self, job: str) -> dict[str, float]:
+        return {pg: slot for (owner, pg), slot in sorted(self.slots.items()) if owner == job}
+
+
 @dataclass(frozen=True)
 class InterleaveState:
-    """What one decision hands to the next: the offsets published."""
+    """What one decision hands to the next: the offsets published, and the schedule."""
 
     offsets: Mapping[str, float] = field(default_factory=dict)
+    schedule: Schedule | None = None
+
+
+# A window this much under a schedule shows steps of the schedule only.
+_WHOLE_WINDOW = 0.99
+# Steps within this fraction over the period wait for their slots (they keep up with it).
+_LOCKED = 0.02
+# A floor raised above a period the steps outgrew holds this many settle times (a busy spell
+# of the machine is not the period's fault for ever).
+_FLOOR_SETTLES = 10
+
+
+def _round_period(seconds: float) -> float:
+    return round(round(seconds / _RESOLUTION_S) * _RESOLUTION_S, 6)
 
 
 class InterleavePolicy:
@@ -255,15 +395,19 @@ class InterleavePolicy:
         return InterleaveState()
 
     def decide(self, window: JobWindow, previous: InterleaveState) -> Outcome:
-        found = units(window.groups)
-        if not any(u.crosses for u in found):
+        found = units((*window.groups, *window.fabric))
+        own = [u for u in found if u.crosses and u.job == window.job]
+        if not own:
             return Outcome(reason=REASON_NO_PHASES, state=InterleaveState(), info={"offsets": {}})
+        crossing = [u for u in found if u.crosses]
+        if any(u.job != window.job for u in crossing):
+            return self._schedule(window, previous, crossing)
         offsets, before, after = place(found, self.params)
-        published = {pg: offset for pg, offset in sorted(offsets.items()) if offset > 0}
+        published = {pg: offset for (_, pg), offset in sorted(offsets.items()) if offset > 0}
         info = {
             "offsets": published,
             "interleave": {
-                "units": len([u for u in found if u.crosses]),
+                "units": len(crossing),
                 "overlap_s": round(before, 4),
                 "overlap_after_s": round(after, 4),
             },
@@ -274,4 +418,104 @@ class InterleavePolicy:
             state=InterleaveState(published),
             active=bool(published),
             info=info,
+        )
+
+    def _schedule(
+        self, window: JobWindow, previous: InterleaveState, crossing: Sequence[Unit]
+    ) -> Outcome:
+        """Groups of several jobs collide: a schedule (see the module docstring)."""
+        keys = {(u.job, pg) for u in crossing for pg in u.pgs}
+        params = self.params
+        margin = 1.0 + params.interleave_period_margin
+        kept = previous.schedule
+        slowest = max(u.step_s for u in crossing)
+        if kept is not None and window.scheduled > 0 and set(kept.slots) == keys:
+            if window.now >= kept.floor_until and kept.floor_s > kept.natural_s:
+                kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
+            schedule = kept
+            settled = window.now - kept.since >= params.interleave_settle_s
+            if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
+                floor = kept.floor_s
+                if slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2):
+                    # Steps outgrow the period: one step longer (as far as the steps, when
+                    # they outgrew it by more), and not this short again for a while.
+                    longer = max(
+                        kept.period_s / (1 - params.interleave_period_step),
+                        slowest if slowest > kept.period_s * margin else 0.0,
+                    )
+                    schedule = replace(
+                        kept.rescaled(_round_period(longer), window.now),
+                        floor_s=kept.period_s + _RESOLUTION_S,
+                        floor_until=window.now + _FLOOR_SETTLES * params.interleave_settle_s,
+                    )
+                elif slowest <= kept.period_s * (1 + _LOCKED):
+                    # Every step waits for its slot: try a shorter period, down to the floor.
+                    shorter = _round_period(kept.period_s * (1 - params.interleave_period_step))
+                    if shorter >= floor and shorter < kept.period_s:
+                        schedule = replace(kept.rescaled(shorter, window.now), floor_s=floor)
+            return self._scheduled(window, schedule, len(crossing), None, slowest)
+        if min(u.step_s for u in crossing) <= 0:
+            # A job whose step time is not known yet: no period to agree on.
+            return Outcome(
+                reason=REASON_NO_COLLISION,
+                state=InterleaveState(),
+                info={"offsets": {}, "interleave": {"units": len(crossing)}},
+            )
+        alone = alone_durations(crossing)
+        natural = max(natural_step(u, a) for u, a in zip(crossing, alone, strict=True))
+        # Start from the steps as they are (a job loses at most the margin while the period
+        # comes down) and search down toward the estimate without the collision.
+        period = _round_period(slowest * margin)
+        _, before, after = place(crossing, params, period)
+        if before - after < params.interleave_min_overlap_s:
+            return Outcome(
+                reason=REASON_NO_COLLISION,
+                state=InterleaveState(),
+                info={
+                    "offsets": {},
+                    "interleave": {
+                        "units": len(crossing),
+                        "overlap_s": round(before, 4),
+                        "overlap_after_s": round(after, 4),
+                    },
+                },
+            )
+        schedule = Schedule(
+            period,
+            spread(crossing, alone, period),
+            floor_s=_round_period(natural),
+            since=window.now,
+            natural_s=_round_period(natural),
+        )
+        return self._scheduled(window, schedule, len(crossing), (before, after), slowest)
+
+    @staticmethod
+    def _scheduled(
+        window: JobWindow,
+        schedule: Schedule,
+        units_count: int,
+        overlap: tuple[float, float] | None,
+        slowest: float,
+    ) -> Outcome:
+        interleave: dict[str, object] = {
+            "units": units_count,
+            "jobs": sorted({job for job, _ in schedule.slots}),
+            "floor_s": round(schedule.floor_s, 6),
+            "slowest_step_s": round(slowest, 6),
+        }
+        if overlap is not None:
+            interleave["overlap_s"] = round(overlap[0], 4)
+            interleave["overlap_after_s"] = round(overlap[1], 4)
+        return Outcome(
+            reason=REASON_INTERLEAVING,
+            state=InterleaveState(schedule=schedule),
+            active=True,
+            info={
+                "offsets": {},
+                SCHEDULE: {
+                    "period_s": round(schedule.period_s, 6),
+                    "slots": schedule.for_job(window.job),
+                },
+                "interleave": interleave,
+            },
         )

@@ -1,0 +1,205 @@
+"""The interleave policy's loop through the pacer service: the Collector's group-phase gauges
+in over OTLP/gRPC, a schedule both jobs agree on out over HTTP, and each rank's hold from it
+(skewtrace.controller.state, .service, .decision; skewtrace.pacer.client)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+
+from skewtrace import semconv
+from skewtrace.controller.decision import DecisionBody
+from skewtrace.controller.policies.interleave import InterleaveParams
+from skewtrace.controller.service import PacerService
+from skewtrace.controller.state import JobWindows
+from skewtrace.pacer.client import PacingClient
+from test_pacer_service import CUMULATIVE, FakeClock, _start, get, histogram, request
+
+SWITCHES = "leaf-00,leaf-01"
+
+
+def phase_gauges(
+    job: str,
+    *,
+    pg: str = "0",
+    start: Any = 0.1,
+    duration: Any = 0.105,
+    hosts: str | None = None,
+    op: str = "all_reduce",
+) -> list[metrics_pb2.Metric]:
+    """The connector's two group-phase gauges for one group and op of a job."""
+    out = []
+    for name, value in (
+        (semconv.METRIC_GROUP_PHASE_START, start),
+        (semconv.METRIC_GROUP_PHASE_DURATION, duration),
+    ):
+        metric = metrics_pb2.Metric(name=name, unit="s")
+        point = metric.gauge.data_points.add(time_unix_nano=1)
+        if isinstance(value, float):
+            point.as_double = value
+        attrs = {
+            semconv.JOB_ID: job,
+            semconv.COLLECTIVE_PG: pg,
+            semconv.COLLECTIVE_OP: op,
+            semconv.GROUP_SWITCHES: SWITCHES,
+            semconv.GROUP_HOSTS: hosts or f"{job}-n0,{job}-n1",
+        }
+        point.attributes.extend(
+            KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in attrs.items()
+        )
+        out.append(metric)
+    return out
+
+
+def steps(job: str, count: int, step_s: float) -> metrics_pb2.Metric:
+    """Cumulative step-duration histograms of the job's two ranks after ``count`` steps."""
+    return histogram(
+        semconv.METRIC_STEP_DURATION,
+        CUMULATIVE,
+        [({semconv.JOB_ID: job, semconv.RANK: rank}, count, count * step_s) for rank in (0, 1)],
+    )
+
+
+def test_the_window_reads_group_phases_and_counts_bad_points() -> None:
+    windows = JobWindows(window_s=10.0, job_timeout_s=60.0)
+    good = request(*phase_gauges("A"), *phase_gauges("B"), steps("A", 20, 0.205))
+    assert windows.ingest_request(good.resource_metrics, 1.0) == 0
+    bad = request(
+        *phase_gauges("A", pg=""),  # no group
+        *phase_gauges("A", start=-0.1, duration=float("nan")),  # negative, not finite
+        *phase_gauges("A", start=None, duration=None),  # no value
+    )
+    assert windows.ingest_request(bad.resource_metrics, 2.0) == 6
+    assert windows.counters.points_invalid == 6
+    window = windows.window("A", 3.0)
+    assert window.job == "A"
+    (own,) = window.groups
+    assert (own.pg, own.phases, own.switches, own.hosts, own.job) == (
+        "0",
+        ((0.1, 0.105),),
+        ("leaf-00", "leaf-01"),
+        ("A-n0", "A-n1"),
+        "A",
+    )
+    assert own.step_s == pytest.approx(0.205)
+    (other,) = window.fabric
+    assert other.job == "B" and other.step_s == 0.0  # B sent no steps
+    # Phases older than the window are not read; a silent job's series are forgotten.
+    assert windows.window("A", 20.0).groups == ()
+    windows.expire(100.0)
+    assert windows.window("A", 100.0).groups == ()
+
+
+@pytest.fixture
+def service() -> Iterator[tuple[PacerService, FakeClock]]:
+    clock = FakeClock()
+    svc = _start(
+        clock,
+        policy_names="interleave",
+        policy_params=(InterleaveParams(interleave_effect_pairs=0),),
+        job_timeout_s=60.0,
+    )
+    yield svc, clock
+    svc.stop()
+
+
+def test_two_colliding_jobs_get_one_schedule_over_the_wire(service) -> None:
+    svc, clock = service
+    stub = metrics_service_pb2_grpc.MetricsServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+    )
+    for second in range(1, 4):
+        clock.now += 1.0
+        stub.Export(
+            request(
+                *phase_gauges("A"),
+                *phase_gauges("B"),
+                steps("A", 5 * second, 0.205),
+                steps("B", 5 * second, 0.205),
+            ),
+            timeout=5,
+        )
+        svc.tick(clock.now)
+    bodies = {}
+    for job in ("A", "B"):
+        status, body = get(svc, f"/v1/pacing?job={job}")
+        assert status == 200 and body["reason"] == "interleaving" and body["active"]
+        assert isinstance(body["served_unix"], float)
+        bodies[job] = DecisionBody.from_json(body)
+    a, b = bodies["A"].schedule, bodies["B"].schedule
+    assert a is not None and b is not None
+    assert a.period_s == b.period_s == pytest.approx(0.215)
+    assert (a.slots, b.slots) == ({"0": 0.0}, {"0": 0.1075})
+    # Each job's ranks hold to their own slot: half a period apart on the pacer's clock.
+    at = 1000.0 * a.period_s  # a multiple of the period: A's slot now
+    assert bodies["A"].hold_for(["0"], at, 1.0) == pytest.approx(0.0, abs=1e-9)
+    assert bodies["B"].hold_for(["0"], at, 1.0) == pytest.approx(0.1075)
+    # The schedule was in force: the next window says so, and the schedule is kept.
+    assert svc._windows.window("A", clock.now).scheduled > 0
+
+
+class _Pacer(BaseHTTPRequestHandler):
+    """A pacer whose wall clock runs ``skew`` seconds ahead of this host's."""
+
+    skew = 0.0
+    body: dict[str, Any] = {}
+
+    def do_GET(self) -> None:
+        import json
+
+        payload = json.dumps({**self.body, "served_unix": time.time() + self.skew}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_rank_client_holds_to_its_slot_on_the_pacers_clock() -> None:
+    """The client estimates the pacer's clock from served_unix (the pacer here runs 40 s
+    ahead) and holds its groups to their slot; a stale or failing pacer holds nobody."""
+    _Pacer.skew = 40.0
+    _Pacer.body = {
+        "version": 1,
+        "active": True,
+        "delays": {},
+        "schedule": {"period_s": 10.0, "slots": {"dp1": 5.0}},
+        "body_version": 2,
+    }
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pacer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = PacingClient(
+        f"http://127.0.0.1:{server.server_address[1]}",
+        "A",
+        0,
+        max_delay_s=10.0,
+        poll_interval_s=0.05,
+    )
+    client.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.polls_ok < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.clock_offset_s == pytest.approx(40.0, abs=0.05)
+        hold = client.current_hold(["dp1", "tp0"])
+        # On the pacer's clock the slot is at 5 s modulo 10 s.
+        expected = (5.0 - (time.time() + 40.0)) % 10.0
+        expected = 0.0 if expected > 5.0 else expected
+        assert hold == pytest.approx(expected, abs=0.1)
+        assert client.current_hold(["tp0"]) == 0.0
+    finally:
+        client.stop()
+        server.shutdown()
+    assert client.current_hold(["dp1"]) == 0.0  # stopped: stale
