@@ -91,11 +91,14 @@ type Engine[R any] struct {
 	// that delivered any span within wait_timeout is alive, and collectives wait for it up to
 	// max_wait; so do collectives that began within startup_grace.
 	startedAt int64
-	lastSeen  map[string]map[int32]int64
+	lastSeen  map[string]*liveTable
 	// seenJob and seenRanks are the job touch last recorded and its entry of lastSeen.
 	seenJob   string
-	seenRanks map[int32]int64
+	seenRanks *liveTable
 	liveRanks int
+	// denseLive is the slice entries the live tables may still grow by (maxDenseLive in
+	// all, until the memory starts over).
+	denseLive int
 	// groupMembers are the ranks of each non-default group's last complete collective, used
 	// to name the missing ranks of an incomplete one.
 	groupMembers map[groupRef][]int
@@ -127,7 +130,8 @@ func New[R any](cfg Config, clock Clock) *Engine[R] {
 		analysis:     diagnosis.New(cfg.Config),
 		groupMembers: make(map[groupRef][]int),
 		startedAt:    clock.Now().UnixNano(),
-		lastSeen:     make(map[string]map[int32]int64),
+		lastSeen:     make(map[string]*liveTable),
+		denseLive:    maxDenseLive,
 		topologies:   make(map[Topology]*Topology),
 	}
 }
@@ -168,6 +172,13 @@ func (e *Engine[R]) topology(rank int, t *Topology) *Topology {
 // memory starts over (ranks then count as silent until they deliver again).
 const maxLiveRanks = 1 << 18
 
+// forgetLive starts the memory of the ranks' deliveries over.
+func (e *Engine[R]) forgetLive() {
+	clear(e.lastSeen)
+	e.liveRanks = 0
+	e.denseLive = maxDenseLive
+}
+
 // touch records that a rank of a job delivered a span now.
 func (e *Engine[R]) touch(job string, rank int, now int64) {
 	ranks := e.seenRanks
@@ -176,21 +187,18 @@ func (e *Engine[R]) touch(job string, rank int, now int64) {
 	}
 	if ranks == nil {
 		if e.liveRanks >= maxLiveRanks {
-			clear(e.lastSeen)
-			e.liveRanks = 0
+			e.forgetLive()
 		}
-		ranks = make(map[int32]int64)
+		ranks = &liveTable{}
 		e.lastSeen[job] = ranks
 	}
-	// One map operation for a rank seen before: the entry is written, and a rank it added
-	// is counted (the memory starting over first when it is full).
-	known := len(ranks)
-	ranks[int32(rank)] = now
-	if len(ranks) > known {
+	// The entry is written, and a rank it added is counted (the memory starting over
+	// first when it is full).
+	if ranks.set(int32(rank), now, &e.denseLive) {
 		if e.liveRanks >= maxLiveRanks {
-			clear(e.lastSeen)
-			e.liveRanks = 0
-			ranks = map[int32]int64{int32(rank): now}
+			e.forgetLive()
+			ranks = &liveTable{}
+			ranks.set(int32(rank), now, &e.denseLive)
 			e.lastSeen[job] = ranks
 		}
 		e.liveRanks++
@@ -350,19 +358,24 @@ func (e *Engine[R]) keepWaiting(p *pending[R], now int64) bool {
 		return true
 	}
 	live := e.lastSeen[p.key.Job]
+	if live == nil {
+		live = &liveTable{}
+	}
 	alive := func(rank int) bool {
-		seen, ok := live[int32(rank)]
+		seen, ok := live.get(int32(rank))
 		return ok && now-seen <= int64(e.cfg.WaitTimeout)
 	}
 	if p.key.PG == semconv.DefaultPG && !p.p2p {
 		// The ranks that delivered anything, not every rank below pg_size (which a span
 		// may claim to be a million).
-		for rank, seen := range live {
+		waiting := false
+		live.each(func(rank int32, seen int64) bool {
 			if int(rank) < p.pgSize && now-seen <= int64(e.cfg.WaitTimeout) && !p.has(int(rank)) {
-				return true
+				waiting = true
 			}
-		}
-		return false
+			return !waiting
+		})
+		return waiting
 	}
 	for _, rank := range e.groupMembers[groupRef{job: p.key.Job, pg: p.key.PG}] {
 		if !p.has(rank) && alive(rank) {
