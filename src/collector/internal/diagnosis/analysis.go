@@ -22,6 +22,7 @@ const maxCandidates = 8
 // run analyzes one step and updates the job's state.
 func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	m.reset(sd)
+	m.readPhases(a, j, sd)
 	m.breaks = 0
 	m.timeline(a, j, sd)
 	m.stages(sd)
@@ -348,7 +349,7 @@ func (m *model) medianEnd(sd *stepData) int64 {
 // and in a step the pacer held a rank in (the replay leaves holds out on purpose).
 func (m *model) replayError(a *Analyzer, j *jobState, sd *stepData) (float64, bool) {
 	measured, replayed := m.vals[:0], m.scratch[:0]
-	for ri, rank := range m.rankOf {
+	for ri := range m.rankOf {
 		if m.prevEnd[ri] == 0 {
 			continue
 		}
@@ -356,8 +357,7 @@ func (m *model) replayError(a *Analyzer, j *jobState, sd *stepData) (float64, bo
 		from, to := m.prevEnd[ri], sd.ops[m.order[p]].end
 		// The pacer's holds are not the rank's work: the replay leaves them out, and with
 		// them whatever the other ranks waited for them. A step with holds is not checked.
-		if delayWithin(a.phases.get(j.name, sd.step, rank), from, to) > 0 ||
-			delayWithin(a.phases.get(j.name, sd.step-1, rank), from, to) > 0 {
+		if delayWithin(m.curPh[ri], from, to) > 0 || delayWithin(m.prevPh[ri], from, to) > 0 {
 			return 0, false
 		}
 		measured = append(measured, float64(to-from)/1e9)

@@ -23,11 +23,7 @@ func overlap(a0, a1, b0, b1 int64) int64 {
 }
 
 func (m *model) ownWork(a *Analyzer, j *jobState, sd *stepData, ri int32) ownWork {
-	rank := m.rankOf[ri]
-	entries := [2]*phaseEntry{
-		a.phases.get(j.name, sd.step, rank),
-		a.phases.get(j.name, sd.step-1, rank),
-	}
+	entries := [2]*phaseEntry{m.curPh[ri], m.prevPh[ri]}
 	var w ownWork
 	var fetch, compute int64
 	for _, e := range entries {

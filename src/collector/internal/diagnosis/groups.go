@@ -107,9 +107,9 @@ func (a *Analyzer) groupPhases(j *jobState, sd *stepData) []GroupPhase {
 	}
 	// Each rank's step start on its own clock (0: unknown).
 	g.stepStart = grow(g.stepStart, nRanks)
-	for ri, rank := range m.rankOf {
+	for ri := range m.rankOf {
 		g.stepStart[ri] = 0
-		if e := a.phases.get(j.name, sd.step, rank); e != nil {
+		if e := m.curPh[ri]; e != nil {
 			if iv, ok := e.get(PhaseStep); ok {
 				g.stepStart[ri] = iv.start
 			}

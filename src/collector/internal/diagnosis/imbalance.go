@@ -212,8 +212,8 @@ func (m *model) readInputs(a *Analyzer, j *jobState, sd *stepData) bool {
 		return false
 	}
 	m.inputs = grow(m.inputs, nr)
-	for ri, rank := range m.rankOf {
-		e := a.phases.get(j.name, sd.step, rank)
+	for ri := range m.rankOf {
+		e := m.curPh[ri]
 		if e == nil {
 			return false
 		}

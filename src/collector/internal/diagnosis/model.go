@@ -83,6 +83,9 @@ type model struct {
 	breaks     int
 	actualEnd  []float64
 
+	// curPh and prevPh are each rank's phase entries of this step and the previous one (nil
+	// none; see readPhases).
+	curPh, prevPh []*phaseEntry
 	// sortKeys is reset's scratch for ordering a rank's spans.
 	sortKeys []spanKey
 
@@ -325,6 +328,18 @@ func (m *model) numberReplay(sd *stepData) {
 	}
 }
 
+// readPhases looks up each rank's phase entries of the step and the previous one once:
+// the timeline, the causes, the replay's self-check, the imbalances and the group phases
+// read them (the phase cache is not added to while a step is analyzed, so they stay valid).
+func (m *model) readPhases(a *Analyzer, j *jobState, sd *stepData) {
+	m.curPh = grow(m.curPh, len(m.rankOf))
+	m.prevPh = grow(m.prevPh, len(m.rankOf))
+	for ri, rank := range m.rankOf {
+		m.curPh[ri] = a.phases.get(j.name, sd.step, rank)
+		m.prevPh[ri] = a.phases.get(j.name, sd.step-1, rank)
+	}
+}
+
 // markOverlapping sets m.pgOverlaps for the groups of which the rank launched a collective
 // before its previous one in the group had ended (positions first..stop-1), and clears it
 // for the others.
@@ -419,12 +434,12 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 			ref = min(c.lastEnd, start0)
 			m.entry[ri] = c.exit - float64(c.lastEnd-ref)/1e9
 			m.prevEnd[ri], m.prevExit[ri] = c.lastEnd, c.exit
-		} else if ph := a.phases.get(j.name, sd.step, rank); ph != nil {
+		} else if ph := m.curPh[ri]; ph != nil {
 			if iv, ok := ph.get(PhaseStep); ok && iv.start <= start0 {
 				ref = iv.start
 			}
 		}
-		cur, prev := a.phases.get(j.name, sd.step, rank), a.phases.get(j.name, sd.step-1, rank)
+		cur, prev := m.curPh[ri], m.prevPh[ri]
 		outstanding = outstanding[:0]
 		lastInPG = lastInPG[:0]
 		m.markOverlapping(sd, first, stop)
