@@ -194,11 +194,13 @@ COLLECTOR_SMOKES = [
 NAMESPACE_SMOKES = [
     Smoke(
         "collision",
-        "--quick",
+        "--quick --controlled",
         (
             rf"^median step time: alone {NUMBER} ms, colliding {NUMBER} ms, scheduled {NUMBER} ms,"
             rf" interleaved {NUMBER} ms$",
             rf"^interleaved over colliding throughput: [-+]{NUMBER}% .* target >= \+15% ",
+            rf"^median step time: observed {NUMBER} ms, controlled {NUMBER} ms ",
+            rf"^controlled over observed throughput \(the loop closed\): [-+]{NUMBER}% ",
         ),
     ),
     Smoke(

@@ -3,6 +3,8 @@ uplink (skewtrace.controller.policies.interleave), under the effect guard."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from skewtrace.controller.policies import build_policy
@@ -199,11 +201,11 @@ def test_the_period_comes_down_while_steps_keep_up_and_goes_up_when_they_do_not(
     assert grown == round(failed / 0.96, 3)
     assert out.info["interleave"]["floor_s"] > failed
     assert step(grown, grown) == grown
-    # Steps far over the period: as long as they are.
-    assert step(0.3, grown) == 0.3
+    # Steps far over the period: as long as they are plus the margin.
+    assert step(0.3, grown) == 0.315
     # Down again while the steps keep up, to the raised floor; once it expires (ten settle
-    # times after it was raised), below it.
-    seen = [0.3]
+    # times after it was raised), the floor is the estimate without the collision again.
+    seen = [0.315]
     for _ in range(20):
         seen.append(step(seen[-1], seen[-1]))
     assert min(seen) > failed
@@ -223,6 +225,10 @@ def test_a_schedule_is_placed_again_only_from_a_window_without_one() -> None:
     # phases as observed no longer collide.
     again = decide_jobs(policy, "B", held, first.state, scheduled=0.0)
     assert again.reason == REASON_NO_COLLISION and "schedule" not in again.info
+    # Still colliding without it: placed again, at the period its search had got to.
+    searched = replace(first.state, schedule=first.state.schedule.rescaled(0.17, now=0.0))
+    colliding = decide_jobs(policy, "B", (job_group("A"), job_group("B")), searched, scheduled=0.0)
+    assert colliding.info["schedule"] == {"period_s": 0.17, "slots": {"0": 0.085}}
 
 
 def test_no_schedule_without_the_jobs_step_times() -> None:
@@ -243,3 +249,62 @@ def test_a_guarded_schedule_is_withheld_while_measuring() -> None:
         state = out.state
         seen.append((out.active, "schedule" in out.info, out.reason))
     assert seen == [(True, True, REASON_INTERLEAVING), (False, False, "measuring")]
+
+
+def test_jobs_behind_other_uplinks_are_not_in_the_schedule() -> None:
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    far = GroupPhases("0", (COLLIDING,), ("leaf-07", "leaf-08"), ("C-n0",), 0.0, "C", 0.4)
+    groups = (job_group("A"), job_group("B"), far)
+    a = decide_jobs(policy, "A", groups)
+    assert a.info["interleave"]["jobs"] == ["A", "B"]
+    assert a.info["schedule"]["period_s"] == 0.215  # C's 0.4 s steps do not count
+    c = decide_jobs(policy, "C", groups)
+    assert c.reason == REASON_NO_COLLISION and "schedule" not in c.info
+
+
+def test_units_keep_taking_turns_whatever_the_period() -> None:
+    """Units whose phases start at different points of their steps: at any period of the
+    search, the longest phases start their share of the period apart."""
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    groups = (
+        job_group("A", phase=(0.05, 0.105)),
+        job_group("B", phase=(0.12, 0.105)),
+    )
+    out = decide_jobs(policy, "A", groups)
+    schedule = out.state.schedule
+    for period in (0.215, 0.19, 0.16):
+        slots = schedule.rescaled(period, 0.0).slots
+        # The phase of each starts at slot + natural start; they are half a period apart.
+        starts = sorted(
+            (slots[(job, "0")] + start) % period for job, start in (("A", 0.05), ("B", 0.12))
+        )
+        gap = (starts[1] - starts[0]) % period
+        assert gap == pytest.approx(period / 2, abs=2e-6)
+        assert all(0 <= slot < period for slot in slots.values())
+
+
+def test_a_slot_is_always_below_its_period() -> None:
+    from skewtrace.controller.policies.interleave import Schedule
+
+    # A raw slot a hair below the period rounds to the period itself: it wraps to 0.
+    schedule = Schedule(0.21, {("A", "0"): (0.0, 0.0), ("B", "0"): (0.5, 0.1050000001)})
+    assert all(0 <= slot < 0.21 for slot in schedule.slots.values())
+
+
+def test_a_period_step_of_one_or_more_is_refused() -> None:
+    from skewtrace._options import FieldError
+
+    for bad in (1.0, 1.5, -0.1):
+        with pytest.raises(FieldError):
+            InterleaveParams(interleave_period_step=bad)
+
+
+def test_a_change_of_groups_under_a_schedule_withdraws_it_for_a_window() -> None:
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    first = decide_jobs(policy, "A", (job_group("A"), job_group("B")))
+    joined = (job_group("A"), job_group("B"), job_group("C"))
+    out = decide_jobs(policy, "A", joined, first.state, scheduled=1.0)
+    assert out.reason == "regrouping" and not out.active and "schedule" not in out.info
+    placed = decide_jobs(policy, "A", joined, out.state, scheduled=0.0)
+    assert placed.reason == REASON_INTERLEAVING
+    assert placed.info["interleave"]["jobs"] == ["A", "B", "C"]

@@ -35,6 +35,7 @@ def phase_gauges(
     duration: Any = 0.105,
     hosts: str | None = None,
     op: str = "all_reduce",
+    switches: str = SWITCHES,
 ) -> list[metrics_pb2.Metric]:
     """The connector's two group-phase gauges for one group and op of a job."""
     out = []
@@ -50,7 +51,7 @@ def phase_gauges(
             semconv.JOB_ID: job,
             semconv.COLLECTIVE_PG: pg,
             semconv.COLLECTIVE_OP: op,
-            semconv.GROUP_SWITCHES: SWITCHES,
+            semconv.GROUP_SWITCHES: switches,
             semconv.GROUP_HOSTS: hosts or f"{job}-n0,{job}-n1",
         }
         point.attributes.extend(
@@ -203,3 +204,84 @@ def test_the_rank_client_holds_to_its_slot_on_the_pacers_clock() -> None:
         client.stop()
         server.shutdown()
     assert client.current_hold(["dp1"]) == 0.0  # stopped: stale
+
+
+def test_phase_series_are_bounded_per_job_and_in_all() -> None:
+    windows = JobWindows(window_s=10.0, job_timeout_s=60.0, max_series=300)
+    long_name = "x" * 300
+    assert windows.ingest_request(request(*phase_gauges("A", pg=long_name)).resource_metrics, 1.0)
+    assert windows.counters.points_too_long == 2
+    many = [m for i in range(300) for m in phase_gauges("A", pg=f"g{i}")]
+    rejected = windows.ingest_request(request(*many).resource_metrics, 2.0)
+    # 256 series a job (each its start and duration point), the rest counted and dropped.
+    assert rejected == 2 * 44 and windows.counters.points_over_series_limit == 88
+    assert windows.series == 256
+    windows.expire(100.0)
+    assert windows.series == 0
+
+
+def test_every_jobs_window_places_the_same_units() -> None:
+    """Job A also has a group behind one switch that shares a host with its crossing group
+    (a tensor-parallel group inside node A-n0), and a longer window (its steps are long):
+    both jobs' decisions, from windows the state builds, still agree on the period and put
+    the two all-reduces half a period apart."""
+    from skewtrace.controller.policies.interleave import InterleavePolicy
+
+    windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
+    for second in range(1, 4):
+        export = request(
+            *phase_gauges("A"),
+            *phase_gauges(
+                "A", pg="tp", start=0.02, duration=0.01, hosts="A-n0", switches="leaf-00"
+            ),
+            *phase_gauges("B"),
+            steps("A", 5 * second, 0.205),
+            steps("B", 5 * second, 0.205),
+        )
+        windows.ingest_request(export.resource_metrics, float(second))
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    a = policy.decide(windows.window("A", 3.5), policy.initial_state())
+    b = policy.decide(windows.window("B", 3.5), policy.initial_state())
+    period = a.info["schedule"]["period_s"]
+    assert period == b.info["schedule"]["period_s"]
+    gap = (b.info["schedule"]["slots"]["0"] - a.info["schedule"]["slots"]["0"]) % period
+    assert gap == pytest.approx(period / 2, abs=2e-6)
+
+
+def test_offsets_within_a_job_hold_from_tick_to_tick(service) -> None:
+    """Two groups of one job collide; once offset, the phases observed start the offset
+    later (the ranks hold it) and no longer overlap: the pacer reads the offset it published
+    back out of the observed starts and keeps it, at the same decision version."""
+    svc, clock = service
+    stub = metrics_service_pb2_grpc.MetricsServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+    )
+    versions, offsets = [], []
+    for second in range(1, 9):
+        clock.now += 1.0
+        body = DecisionBody.from_json(get(svc, "/v1/pacing?job=J")[1])
+        held = (body.offsets or {}).get("dp1", 0.0)
+        # Alone an all-reduce takes 0.0525 s; at the same time, twice that.
+        apart = held >= 0.05
+        stub.Export(
+            request(
+                *phase_gauges("J", pg="dp0", duration=0.0525 if apart else 0.105, hosts="n0,n2"),
+                *phase_gauges(
+                    "J",
+                    pg="dp1",
+                    start=0.1 + held,
+                    duration=0.0525 if apart else 0.105,
+                    hosts="n1,n3",
+                ),
+                steps("J", 5 * second, 0.205),
+            ),
+            timeout=5,
+        )
+        svc.tick(clock.now)
+        body = DecisionBody.from_json(get(svc, "/v1/pacing?job=J")[1])
+        versions.append(body.version)
+        offsets.append(dict(body.offsets or {}))
+    assert offsets[0] == {"dp1": 0.053}
+    # Once the window holds only offset steps, the offset is read back and kept.
+    assert offsets[-3:] == [{"dp1": 0.053}] * 3
+    assert len(set(versions[-3:])) == 1

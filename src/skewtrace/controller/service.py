@@ -373,6 +373,7 @@ class PacerService:
                     now,
                     decision.delays,
                     scheduled=published.active and published.schedule is not None,
+                    offsets=published.offsets if published.active else None,
                 )
                 decided.append(job_id)
         for job_id in decided:

@@ -12,11 +12,13 @@ against another host's clock would inherit its offset.
 Memory is bounded, whatever clients send: observations older than the window are dropped at
 every tick, series and jobs that stop reporting are forgotten after ``job_timeout_s``, and
 points beyond ``max_jobs`` jobs, ``max_ranks_per_job`` ranks or ``max_series_per_job`` series
-in a job, or ``max_series`` series in all, are counted and dropped. A series costs a fixed
-size whatever its attributes (it is keyed by a digest of them), the only client text kept is
-the job id (at most :data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH` characters; longer ones
-are refused, as over HTTP), and deltas of one rank received within ``window_s / 16`` of each
-other are merged, so a rank holds a bounded number of them however often points arrive.
+in a job, or ``max_series`` series in all, are counted and dropped. A histogram series costs
+a fixed size whatever its attributes (it is keyed by a digest of them), and deltas of one rank
+received within ``window_s / 16`` of each other are merged, so a rank holds a bounded number of
+them however often points arrive. The client text kept is the job id and, for the group-phase
+gauges (:data:`PHASE_METRICS`), each group's name, op, switches and hosts: every value at most
+:data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH` characters (longer ones are refused, as
+over HTTP), at most 256 phase series a job (counted in ``max_series``) of 32 values each.
 
 Not thread-safe by itself; :class:`skewtrace.controller.service.PacerService` holds a lock around
 it.
@@ -183,9 +185,11 @@ class _JobState:
     last_seen: float
     deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
     rank_last_seen: dict[int, float] = field(default_factory=dict)
-    decisions: deque[tuple[float, Mapping[int, float], bool]] = field(default_factory=deque)
-    """(time, delays, whether a schedule was published) of every published decision still
-    relevant to the window."""
+    decisions: deque[tuple[float, Mapping[int, float], bool, Mapping[str, float]]] = field(
+        default_factory=deque
+    )
+    """(time, delays, whether a schedule was published, offsets by group) of every published
+    decision still relevant to the window."""
     step_s: float = 0.0
     """The job's step duration, smoothed from its ranks' step-duration deltas (0: none yet)."""
     step_gap_s: float = 0.0
@@ -277,6 +281,7 @@ class JobWindows:
         self._series = 0
         self._merge_s = window_s / _DELTAS_PER_WINDOW
         self._layouts: dict[tuple[float, ...], tuple[float, ...]] = {}
+        self._groups_cache: tuple[float, dict[str, tuple[GroupPhases, ...]]] | None = None
 
     @property
     def series(self) -> int:
@@ -289,6 +294,7 @@ class JobWindows:
         self, resource_metrics: Iterable[metrics_pb2.ResourceMetrics], now: float
     ) -> int:
         """Take every data point of an export request; returns how many were rejected."""
+        self._groups_cache = None
         rejected = 0
         for rm in resource_metrics:
             resource_attrs = _attributes(rm.resource.attributes)
@@ -518,18 +524,21 @@ class JobWindows:
                 job = self._jobs[job_id] = _JobState(last_seen=now)
             series = job.phases.get((pg, op))
             if series is None:
-                if len(job.phases) >= _MAX_PHASES_PER_JOB:
+                if len(job.phases) >= _MAX_PHASES_PER_JOB or self._series >= self.max_series:
                     self.counters.points_over_series_limit += 1
                     rejected += 1
                     continue
                 series = job.phases[(pg, op)] = _PhaseSeries(switches, hosts)
+                self._series += 1
             series.switches, series.hosts = switches, hosts
             getattr(series, which_value).append((now, value))
             job.last_seen = now
             self.counters.points_accepted += 1
         return rejected
 
-    def _groups(self, job: _JobState, start: float, step_s: float, name: str) -> list[GroupPhases]:
+    def _groups(
+        self, job: _JobState, start: float, now: float, name: str
+    ) -> tuple[GroupPhases, ...]:
         """The job's groups with phases received since ``start``: per op, the median start
         and duration, in order of start (see :class:`GroupPhases`)."""
         by_pg: dict[str, list[tuple[float, float]]] = {}
@@ -543,17 +552,19 @@ class JobWindows:
                 (statistics.median(starts), statistics.median(durations))
             )
             meta[pg] = (series.switches, series.hosts)
-        return [
+        step_s = _job_step(job, start)
+        return tuple(
             GroupPhases(
                 pg=pg,
                 phases=tuple(sorted(phases)),
                 switches=_split(meta[pg][0]),
                 hosts=_split(meta[pg][1]),
+                applied_offset_s=self._mean_offset(job, pg, start, now),
                 job=name,
                 step_s=step_s,
             )
             for pg, phases in sorted(by_pg.items())
-        ]
+        )
 
     def _kept_buckets(
         self, kind: str, point: metrics_pb2.HistogramDataPoint
@@ -690,29 +701,32 @@ class JobWindows:
             stretch_s=stretch,
             declines=declines,
             job=job_id,
-            groups=tuple(self._groups(job, start, _mean_step(ranks.values()), job_id)),
-            fabric=self._fabric(job_id, now),
+            groups=self._all_groups(now).get(job_id, ()),
+            fabric=tuple(
+                g
+                for other, groups in self._all_groups(now).items()
+                if other != job_id
+                for g in groups
+            ),
             scheduled=self._scheduled(job, start, now),
         )
 
-    def _fabric(self, job_id: str, now: float) -> tuple[GroupPhases, ...]:
-        """The other jobs' groups whose members sit behind two switches or more (only they
-        cross an uplink another job's group could share), over each one's own window."""
-        out: list[GroupPhases] = []
-        for other_id, other in sorted(self._jobs.items()):
-            if other_id == job_id or not other.phases:
-                continue
-            start = now - self.window_s - self.stretch_s(other_id)
-            steps = [d for deltas in other.deltas.values() for d in deltas if d.kind == "step"]
-            count = sum(d.count for d in steps if d.received_at >= start)
-            total = sum(d.total for d in steps if d.received_at >= start)
-            step_s = total / count if count else 0.0
-            out.extend(
-                g
-                for g in self._groups(other, start, step_s, other_id)
-                if len(g.switches) >= 2 or "many" in g.switches
-            )
-        return tuple(out)
+    def _all_groups(self, now: float) -> dict[str, tuple[GroupPhases, ...]]:
+        """Every job's groups with phases over its own window ending at ``now``, built once
+        per decision time: each job's window holds its own and, as its ``fabric``, the other
+        jobs' (all of them, so that every job's policy sees the same units)."""
+        cached = self._groups_cache
+        if cached is not None and cached[0] == now:
+            return cached[1]
+        found: dict[str, tuple[GroupPhases, ...]] = {}
+        for job_id, job in sorted(self._jobs.items()):
+            if job.phases:
+                start = now - self.window_s - self.stretch_s(job_id)
+                groups = self._groups(job, start, now, job_id)
+                if groups:
+                    found[job_id] = groups
+        self._groups_cache = (now, found)
+        return found
 
     @staticmethod
     def _scheduled(job: _JobState, start: float, now: float) -> float:
@@ -721,7 +735,7 @@ class JobWindows:
             return 0.0
         entries = list(job.decisions)
         covered = 0.0
-        for index, (at, _delays, scheduled) in enumerate(entries):
+        for index, (at, _delays, scheduled, _offsets) in enumerate(entries):
             until = entries[index + 1][0] if index + 1 < len(entries) else now
             lo, hi = max(at, start), min(until, now)
             if scheduled and hi > lo:
@@ -729,13 +743,33 @@ class JobWindows:
         return covered / (now - start)
 
     def record_decision(
-        self, job_id: str, now: float, delays: Mapping[int, float], scheduled: bool = False
+        self,
+        job_id: str,
+        now: float,
+        delays: Mapping[int, float],
+        scheduled: bool = False,
+        offsets: Mapping[str, float] | None = None,
     ) -> None:
-        """Remember what ranks were told, to add it back when estimating natural waits, and
-        whether a schedule was in force (:attr:`JobWindow.scheduled`)."""
+        """Remember what ranks were told, to add it back when estimating natural waits and
+        phases: the delays, whether a schedule was in force (:attr:`JobWindow.scheduled`)
+        and the groups' offsets (:attr:`GroupPhases.applied_offset_s`)."""
         job = self._jobs.get(job_id)
         if job is not None:
-            job.decisions.append((now, dict(delays), scheduled))
+            job.decisions.append((now, dict(delays), scheduled, dict(offsets or {})))
+
+    @staticmethod
+    def _mean_offset(job: _JobState, pg: str, start: float, now: float) -> float:
+        """Time-weighted mean of the offset published for the group over [start, now]."""
+        if not job.decisions or now <= start:
+            return 0.0
+        weighted = 0.0
+        entries = list(job.decisions)
+        for index, (at, _delays, _scheduled, offsets) in enumerate(entries):
+            until = entries[index + 1][0] if index + 1 < len(entries) else now
+            lo, hi = max(at, start), min(until, now)
+            if hi > lo:
+                weighted += offsets.get(pg, 0.0) * (hi - lo)
+        return weighted / (now - start)
 
     @staticmethod
     def _mean_delay(job: _JobState, rank: int, start: float, now: float) -> float:
@@ -744,7 +778,7 @@ class JobWindows:
             return 0.0
         weighted = 0.0
         entries = list(job.decisions)
-        for index, (at, delays, _scheduled) in enumerate(entries):
+        for index, (at, delays, _scheduled, _offsets) in enumerate(entries):
             until = entries[index + 1][0] if index + 1 < len(entries) else now
             lo, hi = max(at, start), min(until, now)
             if hi > lo:
@@ -757,7 +791,8 @@ class JobWindows:
         """Drop old observations, and forget jobs silent for ``job_timeout_s``; returns them."""
         forgotten = [j for j, s in self._jobs.items() if now - s.last_seen > self.job_timeout_s]
         for job_id in forgotten:
-            self._series -= len(self._jobs.pop(job_id).series)
+            job = self._jobs.pop(job_id)
+            self._series -= len(job.series) + len(job.phases)
         for job_id, job in self._jobs.items():
             start = now - self.window_s - self.stretch_s(job_id)
             stale = [k for k, c in job.series.items() if now - c.seen_at > self.job_timeout_s]
@@ -780,6 +815,7 @@ class JobWindows:
             ]
             for phase in silent:
                 del job.phases[phase]
+            self._series -= len(silent)
             # Keep the last decision before the window start: it was in force at the start.
             while len(job.decisions) > 1 and job.decisions[1][0] <= start:
                 job.decisions.popleft()
@@ -883,13 +919,17 @@ def _once_per_step(total: float, nonzero: int, steps: int) -> float:
     return min(total, total * steps / nonzero)
 
 
-def _mean_step(ranks: Iterable[RankWindow]) -> float:
-    """The mean step time over the window's ranks (0 without steps)."""
-    steps = total = 0.0
-    for window in ranks:
-        steps += window.steps
-        total += window.step_time_sum_s
-    return total / steps if steps else 0.0
+def _job_step(job: _JobState, start: float) -> float:
+    """The job's mean step time over the step-duration deltas received since ``start`` (0
+    without any): the same figure for the job's own window and for the other jobs'."""
+    count = 0
+    total = 0.0
+    for deltas in job.deltas.values():
+        for delta in deltas:
+            if delta.kind == "step" and delta.received_at >= start:
+                count += delta.count
+                total += delta.total
+    return total / count if count else 0.0
 
 
 def _split(text: str) -> tuple[str, ...]:

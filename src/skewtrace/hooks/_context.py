@@ -119,7 +119,9 @@ class HookContext:
             if hold is not None:
                 # The interleave policy's hold for this rank's process groups: the larger
                 # of the two is applied (a delay already holds the rank that long).
-                delay = max(delay, hold([state.name for state in list(self._groups.values())]))
+                with self._groups_lock:
+                    names = [state.name for state in self._groups.values()]
+                delay = max(delay, hold(names))
             if delay <= 0:
                 return
             from skewtrace.pacer.client import apply_delay

@@ -49,10 +49,16 @@ Its decision, on the body:
   it is lengthened to them plus the margin, and the floor rises above the period that was
   too short. The slots keep their fraction of the period. While a schedule is in force the
   observed phases include the holds, so the slots are placed again only from a window
-  without one (the effect guard's phases without it).
+  without one (the effect guard's phases without it), at the period the search had got
+  to.
 
-``active`` while any offset or slot above 0 is set. Reasons: ``no_phases``,
-``no_collision``, ``interleaving``.
+Only the units that share an uplink with this job's, directly or through other units, are
+placed together; jobs behind other uplinks are left out of its schedule. ``active`` while any
+offset above 0 is set, or a schedule (a slot at 0 holds its ranks too). Reasons:
+``no_phases``, ``no_collision``, ``interleaving``, ``regrouping`` (the groups under a schedule
+changed: none for a window, then placed again). The effect guard runs per job: two jobs'
+guards may withhold their schedules at different times (their phases start when each job's
+decision first publishes one), which the measurement then includes.
 """
 
 from __future__ import annotations
@@ -71,6 +77,9 @@ REASON_NO_PHASES = "no_phases"
 """No group with phases on the spine is known (the Collector sends none yet)."""
 REASON_NO_COLLISION = "no_collision"
 """Groups' phases do not overlap on a shared uplink, or no offset within the bound helps."""
+REASON_REGROUPING = "regrouping"
+"""The groups a schedule in force concerns changed (a job came or went): no schedule for a
+window, then placed again from phases without holds."""
 REASON_INTERLEAVING = "interleaving"
 """Offsets or a schedule published."""
 
@@ -79,6 +88,13 @@ SCHEDULE = effect.SCHEDULE
 
 # Offsets are published to the millisecond: a sleep's own jitter is about that.
 _RESOLUTION_S = 0.001
+
+
+def below_one(value: object) -> str | None:
+    """A fraction in [0, 1)."""
+    if non_negative(value) is None and isinstance(value, (int, float)) and value < 1:
+        return None
+    return "must be a number in [0, 1)"
 
 
 @dataclass(frozen=True)
@@ -97,7 +113,7 @@ class InterleaveParams:
     set this much above a job's steps that outgrew it): a slot comes round before its next
     step."""
 
-    interleave_period_step: float = option(0.04, check=non_negative)
+    interleave_period_step: float = option(0.04, check=below_one)
     """While every job's steps wait for their slots, the period is shortened by this fraction
     once per ``interleave_settle_s`` (down to the slowest job's step without the collision)."""
 
@@ -185,13 +201,17 @@ def units(groups: Iterable[GroupPhases]) -> list[Unit]:
             Unit(
                 pgs=tuple(sorted(g.pg for g in tied)),
                 switches=frozenset(s for g in tied for s in g.switches),
-                observed=_merged(tied),
+                observed=_merged([g for g in tied if _crosses(g)] or tied),
                 applied_offset_s=max(g.applied_offset_s for g in tied),
                 job=tied[0].job,
                 step_s=max(g.step_s for g in tied),
             )
         )
     return sorted(out, key=lambda u: (u.job, u.pgs))
+
+
+def _crosses(group: GroupPhases) -> bool:
+    return len(group.switches) >= 2 or "many" in group.switches
 
 
 def _merged(tied: Sequence[GroupPhases]) -> tuple[tuple[float, float], ...]:
@@ -208,6 +228,12 @@ def _merged(tied: Sequence[GroupPhases]) -> tuple[tuple[float, float], ...]:
         )
         for k in range(counts.pop())
     )
+
+
+def _ms(seconds: float) -> int:
+    """A time to the resolution, for ordering units (ties broken by name, not by float
+    noise in a start minus its offset)."""
+    return round(seconds / _RESOLUTION_S)
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
@@ -262,7 +288,7 @@ def place(
     phases = alone_durations(crossing)
     order = sorted(
         range(len(crossing)),
-        key=lambda i: (min(p[0] for p in phases[i]), crossing[i].job, crossing[i].pgs),
+        key=lambda i: (_ms(min(p[0] for p in phases[i])), crossing[i].job, crossing[i].pgs),
     )
     bound = params.interleave_max_offset_s
     if period > 0:
@@ -300,29 +326,46 @@ def place(
 
 
 def spread(
-    crossing: Sequence[Unit], alone: Sequence[Sequence[tuple[float, float]]], period: float
-) -> dict[tuple[str, str], float]:
-    """Slots that make the units take turns around the period: in order of natural start
+    crossing: Sequence[Unit], alone: Sequence[Sequence[tuple[float, float]]]
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Turns that make the units take turns around the period: in order of natural start
     (then job and name), each unit's longest phase starts where the one before's share of
-    the period ends, a share in proportion to its phase (alone) over all of theirs. The
-    first unit's slot is 0."""
+    the period ends, a share in proportion to its phase (alone) over all of theirs."""
     mains = [max(phases, key=lambda p: p[1]) for phases in alone]
     order = sorted(
         range(len(crossing)),
-        key=lambda i: (min(p[0] for p in alone[i]), crossing[i].job, crossing[i].pgs),
+        key=lambda i: (_ms(min(p[0] for p in alone[i])), crossing[i].job, crossing[i].pgs),
     )
     total = sum(mains[i][1] for i in order) or 1.0
-    slots: dict[tuple[str, str], float] = {}
+    turns: dict[tuple[str, str], tuple[float, float]] = {}
     turn = 0.0
-    first: float | None = None
     for i in order:
-        natural_start = mains[i][0]
-        slot = (turn - natural_start) % period
-        first = slot if first is None else first
         for pg in crossing[i].pgs:
-            slots[(crossing[i].job, pg)] = round((slot - first) % period, 6)
-        turn += period * mains[i][1] / total
-    return dict(sorted(slots.items()))
+            turns[(crossing[i].job, pg)] = (round(turn, 6), mains[i][0])
+        turn += mains[i][1] / total
+    return dict(sorted(turns.items()))
+
+
+def colliding_with(found: Sequence[Unit], job: str) -> list[Unit]:
+    """The crossing units that share an uplink with the job's, directly or through others
+    (a unit behind ``many`` switches shares with every one): the units one schedule
+    concerns."""
+    crossing = [u for u in found if u.crosses]
+    parent = list(range(len(crossing)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(crossing):
+        for j in range(i):
+            b = crossing[j]
+            if a.switches & b.switches or "many" in a.switches or "many" in b.switches:
+                parent[root(i)] = root(j)
+    mine = {root(i) for i, u in enumerate(crossing) if u.job == job}
+    return [u for i, u in enumerate(crossing) if root(i) in mine]
 
 
 def natural_step(unit: Unit, alone: Sequence[tuple[float, float]]) -> float:
@@ -339,8 +382,9 @@ class Schedule:
     """A schedule for groups of several jobs: see the module docstring."""
 
     period_s: float
-    slots: Mapping[tuple[str, str], float]
-    """Slot by (job, group name), every crossing group of every job (0 included)."""
+    turns: Mapping[tuple[str, str], tuple[float, float]]
+    """By (job, group name), every scheduled group of every job: (where its unit's turn
+    starts, as a fraction of the period; the natural start of the unit's longest phase)."""
     floor_s: float = 0.0
     """The period is not searched below this: the slowest job's step without the collision
     as estimated, raised to a period its steps were seen to outgrow."""
@@ -351,12 +395,19 @@ class Schedule:
     floor_until: float = 0.0
     """A floor raised above a period the steps outgrew holds until then."""
 
+    @property
+    def slots(self) -> dict[tuple[str, str], float]:
+        """Each group's slot for this period: its unit's longest phase starts at its turn,
+        the first turn's slot at 0."""
+        period = self.period_s
+        raw = {key: (turn * period - start) % period for key, (turn, start) in self.turns.items()}
+        first = raw[min(self.turns, key=lambda key: (self.turns[key][0], key))]
+        return {key: round((slot - first) % period, 6) % period for key, slot in raw.items()}
+
     def rescaled(self, period_s: float, now: float) -> Schedule:
-        """The schedule with another period and every slot at the same fraction of it (the
-        units keep their order and spacing around the period)."""
-        ratio = period_s / self.period_s
-        slots = {key: round(slot * ratio, 6) for key, slot in self.slots.items()}
-        return replace(self, period_s=period_s, slots=slots, since=now)
+        """The schedule with another period: every unit keeps its turn (its share of the
+        period), so the phases keep taking turns."""
+        return replace(self, period_s=period_s, since=now)
 
     def for_job(self, job: str) -> dict[str, float]:
         return {pg: slot for (owner, pg), slot in sorted(self.slots.items()) if owner == job}
@@ -399,11 +450,33 @@ class InterleavePolicy:
         own = [u for u in found if u.crosses and u.job == window.job]
         if not own:
             return Outcome(reason=REASON_NO_PHASES, state=InterleaveState(), info={"offsets": {}})
-        crossing = [u for u in found if u.crosses]
+        crossing = colliding_with(found, window.job)
         if any(u.job != window.job for u in crossing):
             return self._schedule(window, previous, crossing)
-        offsets, before, after = place(found, self.params)
-        published = {pg: offset for (_, pg), offset in sorted(offsets.items()) if offset > 0}
+        settling = [
+            u
+            for u in crossing
+            if u.job == window.job
+            and any(
+                abs(u.applied_offset_s - previous.offsets.get(pg, 0.0)) > _RESOLUTION_S
+                for pg in u.pgs
+            )
+        ]
+        if settling and previous.offsets:
+            # Part of the window is from before the offsets published: its phases mix two
+            # placements. Keep them until the window holds only steps under them.
+            return Outcome(
+                reason=REASON_INTERLEAVING,
+                state=previous,
+                active=True,
+                info={"offsets": dict(previous.offsets), "interleave": {"units": len(crossing)}},
+            )
+        offsets, before, after = place(crossing, self.params)
+        published = {
+            pg: offset
+            for (job, pg), offset in sorted(offsets.items())
+            if offset > 0 and job == window.job
+        }
         info = {
             "offsets": published,
             "interleave": {
@@ -429,7 +502,15 @@ class InterleavePolicy:
         margin = 1.0 + params.interleave_period_margin
         kept = previous.schedule
         slowest = max(u.step_s for u in crossing)
-        if kept is not None and window.scheduled > 0 and set(kept.slots) == keys:
+        if kept is not None and window.scheduled > 0 and set(kept.turns) != keys:
+            # The groups changed under a schedule in force (a job came or went): no schedule
+            # for a window, so that the next one is placed from phases without holds.
+            return Outcome(
+                reason=REASON_REGROUPING,
+                state=InterleaveState(schedule=kept),
+                info={"offsets": {}, "interleave": {"units": len(crossing)}},
+            )
+        if kept is not None and window.scheduled > 0:
             if window.now >= kept.floor_until and kept.floor_s > kept.natural_s:
                 kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
             schedule = kept
@@ -441,7 +522,7 @@ class InterleavePolicy:
                     # they outgrew it by more), and not this short again for a while.
                     longer = max(
                         kept.period_s / (1 - params.interleave_period_step),
-                        slowest if slowest > kept.period_s * margin else 0.0,
+                        slowest * margin if slowest > kept.period_s * margin else 0.0,
                     )
                     schedule = replace(
                         kept.rescaled(_round_period(longer), window.now),
@@ -482,11 +563,21 @@ class InterleavePolicy:
             )
         schedule = Schedule(
             period,
-            spread(crossing, alone, period),
+            spread(crossing, alone),
             floor_s=_round_period(natural),
             since=window.now,
             natural_s=_round_period(natural),
         )
+        if kept is not None and set(kept.turns) == keys:
+            # Placed again after a spell without it (the effect guard's phase without the
+            # schedule): the turns anew, the period where its search had got to.
+            schedule = replace(
+                schedule,
+                period_s=kept.period_s,
+                floor_s=kept.floor_s,
+                floor_until=kept.floor_until,
+                natural_s=kept.natural_s,
+            )
         return self._scheduled(window, schedule, len(crossing), (before, after), slowest)
 
     @staticmethod
@@ -499,7 +590,7 @@ class InterleavePolicy:
     ) -> Outcome:
         interleave: dict[str, object] = {
             "units": units_count,
-            "jobs": sorted({job for job, _ in schedule.slots}),
+            "jobs": sorted({job for job, _ in schedule.turns}),
             "floor_s": round(schedule.floor_s, 6),
             "slowest_step_s": round(slowest, 6),
         }
