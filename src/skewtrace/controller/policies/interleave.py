@@ -46,11 +46,13 @@ Its decision, on the body:
   it is shortened by ``interleave_period_step`` once per ``interleave_settle_s``, never
   below the floor (the slowest job's step time without the collision as estimated: observed
   step minus what sharing the uplink added to its phases); when a job's steps outgrow it,
-  it is lengthened to them plus the margin, and the floor rises above the period that was
-  too short. The slots keep their fraction of the period. While a schedule is in force the
-  observed phases include the holds, so the slots are placed again only from a window
-  without one (the effect guard's phases without it), at the period the search had got
-  to.
+  it is lengthened one step (to them plus the margin when they outgrew it by more), and
+  the floor rises above the period that was too short for ten settle times. The units take
+  turns around the period (:func:`spread`): each a share in proportion to its longest phase
+  alone, a group's slot its unit's turn minus that phase's natural start, so the phases
+  keep their spacing at any period. While a schedule is in force the observed phases
+  include the holds, so the turns are placed again only from a window without one (the
+  effect guard's phases without it), at the period the search had got to.
 
 Only the units that share an uplink with this job's, directly or through other units, are
 placed together; jobs behind other uplinks are left out of its schedule. ``active`` while any
