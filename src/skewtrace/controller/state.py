@@ -31,7 +31,7 @@ import math
 import statistics
 from array import array
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -180,14 +180,17 @@ class _Delta:
     bounds: tuple[float, ...] | None = None
 
 
+_Decision = tuple[float, Mapping[int, float], bool, Mapping[str, float]]
+"""A published decision as the window remembers it: (time, delays, whether a schedule was
+published, offsets by group)."""
+
+
 @dataclass
 class _JobState:
     last_seen: float
     deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
     rank_last_seen: dict[int, float] = field(default_factory=dict)
-    decisions: deque[tuple[float, Mapping[int, float], bool, Mapping[str, float]]] = field(
-        default_factory=deque
-    )
+    decisions: deque[_Decision] = field(default_factory=deque)
     """(time, delays, whether a schedule was published, offsets by group) of every published
     decision still relevant to the window."""
     step_s: float = 0.0
@@ -695,18 +698,16 @@ class JobWindows:
                 wait_typical_s=_typical_wait(parts),
             )
         declines = tuple(sorted({reason for reason, on in job.flags.values() if on}))
+        every_group = self._all_groups(now)
         return JobWindow(
             now=now,
             ranks=ranks,
             stretch_s=stretch,
             declines=declines,
             job=job_id,
-            groups=self._all_groups(now).get(job_id, ()),
+            groups=every_group.get(job_id, ()),
             fabric=tuple(
-                g
-                for other, groups in self._all_groups(now).items()
-                if other != job_id
-                for g in groups
+                g for other, groups in every_group.items() if other != job_id for g in groups
             ),
             scheduled=self._scheduled(job, start, now),
         )
@@ -731,16 +732,7 @@ class JobWindows:
     @staticmethod
     def _scheduled(job: _JobState, start: float, now: float) -> float:
         """Fraction of [start, now] during which a schedule was published for the job."""
-        if not job.decisions or now <= start:
-            return 0.0
-        entries = list(job.decisions)
-        covered = 0.0
-        for index, (at, _delays, scheduled, _offsets) in enumerate(entries):
-            until = entries[index + 1][0] if index + 1 < len(entries) else now
-            lo, hi = max(at, start), min(until, now)
-            if scheduled and hi > lo:
-                covered += hi - lo
-        return covered / (now - start)
+        return _time_weighted(job, start, now, lambda entry: 1.0 if entry[2] else 0.0)
 
     def record_decision(
         self,
@@ -760,30 +752,12 @@ class JobWindows:
     @staticmethod
     def _mean_offset(job: _JobState, pg: str, start: float, now: float) -> float:
         """Time-weighted mean of the offset published for the group over [start, now]."""
-        if not job.decisions or now <= start:
-            return 0.0
-        weighted = 0.0
-        entries = list(job.decisions)
-        for index, (at, _delays, _scheduled, offsets) in enumerate(entries):
-            until = entries[index + 1][0] if index + 1 < len(entries) else now
-            lo, hi = max(at, start), min(until, now)
-            if hi > lo:
-                weighted += offsets.get(pg, 0.0) * (hi - lo)
-        return weighted / (now - start)
+        return _time_weighted(job, start, now, lambda entry: entry[3].get(pg, 0.0))
 
     @staticmethod
     def _mean_delay(job: _JobState, rank: int, start: float, now: float) -> float:
         """Time-weighted mean of the delay published for ``rank`` over [start, now]."""
-        if not job.decisions or now <= start:
-            return 0.0
-        weighted = 0.0
-        entries = list(job.decisions)
-        for index, (at, delays, _scheduled, _offsets) in enumerate(entries):
-            until = entries[index + 1][0] if index + 1 < len(entries) else now
-            lo, hi = max(at, start), min(until, now)
-            if hi > lo:
-                weighted += delays.get(rank, 0.0) * (hi - lo)
-        return weighted / (now - start)
+        return _time_weighted(job, start, now, lambda entry: entry[1].get(rank, 0.0))
 
     # ----------------------------------------------------------------- expiry
 
@@ -917,6 +891,23 @@ def _once_per_step(total: float, nonzero: int, steps: int) -> float:
     if nonzero <= 0 or steps <= 0:
         return total
     return min(total, total * steps / nonzero)
+
+
+def _time_weighted(
+    job: _JobState, start: float, now: float, value: Callable[[_Decision], float]
+) -> float:
+    """The time-weighted mean over [start, now] of ``value`` of the decision in force (each
+    published decision holds until the next)."""
+    if not job.decisions or now <= start:
+        return 0.0
+    weighted = 0.0
+    entries = list(job.decisions)
+    for index, entry in enumerate(entries):
+        until = entries[index + 1][0] if index + 1 < len(entries) else now
+        lo, hi = max(entry[0], start), min(until, now)
+        if hi > lo:
+            weighted += value(entry) * (hi - lo)
+    return weighted / (now - start)
 
 
 def _job_step(job: _JobState, start: float) -> float:

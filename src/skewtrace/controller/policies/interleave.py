@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from skewtrace._options import at_least, check_fields, integer, non_negative, option, positive
@@ -177,16 +177,24 @@ class Unit:
         return len(self.switches) >= 2 or "many" in self.switches
 
 
-def units(groups: Iterable[GroupPhases]) -> list[Unit]:
-    """The window's groups, tied by shared hosts, that have phases; in name order."""
-    groups = [g for g in groups if g.phases]
-    parent = list(range(len(groups)))
+def _root_finder(parent: list[int]) -> Callable[[int], int]:
+    """The root lookup of a union-find over ``parent`` (path halving); a union is
+    ``parent[root(i)] = root(j)``."""
 
     def root(i: int) -> int:
         while parent[i] != i:
             parent[i] = parent[parent[i]]
             i = parent[i]
         return i
+
+    return root
+
+
+def units(groups: Iterable[GroupPhases]) -> list[Unit]:
+    """The window's groups, tied by shared hosts, that have phases; in name order."""
+    groups = [g for g in groups if g.phases]
+    parent = list(range(len(groups)))
+    root = _root_finder(parent)
 
     by_host: dict[tuple[str, str], int] = {}
     for i, group in enumerate(groups):
@@ -354,12 +362,7 @@ def colliding_with(found: Sequence[Unit], job: str) -> list[Unit]:
     concerns."""
     crossing = [u for u in found if u.crosses]
     parent = list(range(len(crossing)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    root = _root_finder(parent)
 
     for i, a in enumerate(crossing):
         for j in range(i):
