@@ -59,6 +59,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -182,6 +183,30 @@ def run(
     return {name: step_time(procs, timeout) for name, procs in running.items()}
 
 
+@contextlib.contextmanager
+def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
+    """Both jobs' decisions, read from the pacer once a second while the block runs, one JSON
+    line each (the period's search, for the evaluation)."""
+    stop = threading.Event()
+
+    def poll() -> None:
+        with path.open("w") as out:
+            while not stop.wait(1.0):
+                for job in (JOB_A, JOB_B):
+                    body = telemetry.services.pacing(f"job-{job.name}")
+                    out.write(json.dumps({"t": round(time.time(), 3), "job": job.name, **body}))
+                    out.write("\n")
+                out.flush()
+
+    thread = threading.Thread(target=poll, name="decision-trace", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -237,7 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             if telemetry is not None:
                 observed = replace(telemetry, pacer=None)
                 results["observed"].append(run(fabric, args, both, args.logs, None, observed))
-                results["controlled"].append(run(fabric, args, both, args.logs, None, telemetry))
+                with _decision_trace(telemetry, args.logs / f"decisions-{round_ + 1}.jsonl"):
+                    results["controlled"].append(
+                        run(fabric, args, both, args.logs, None, telemetry)
+                    )
                 for job in (JOB_A, JOB_B):
                     body = telemetry.services.pacing(f"job-{job.name}")
                     print(

@@ -477,6 +477,15 @@ class _HoldingPacingClient(_FakePacingClient):
     def __init__(self) -> None:
         super().__init__(0.0, 7)
         self.groups: list[list[str]] = []
+        self.starts: list[tuple[float, float]] = []  # (the step start set, monotonic then)
+
+    @property
+    def step_started_at(self) -> float | None:
+        return self.starts[-1][0] if self.starts else None
+
+    @step_started_at.setter
+    def step_started_at(self, value: float) -> None:
+        self.starts.append((value, time.monotonic()))
 
     def current_hold(self, groups: list[str]) -> float:
         self.groups.append(list(groups))
@@ -508,6 +517,11 @@ def test_the_interleave_hold_is_applied_for_the_ranks_process_groups(
     assert client.groups[0] == [] and client.groups[1:] == [[semconv.DEFAULT_PG_NAME]] * 2
     pacing = _pacing_spans_before(exporter.get_finished_spans(), ("forward",))
     assert [s.attributes[semconv.STEP] for s in pacing] == [1, 2]
+    # Each step's start, for the poll's step_age: once per step, in the past, in order (the
+    # first step's start is where its first timed event opened it).
+    starts = [start for start, _ in client.starts]
+    assert len(starts) >= 2 and starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert all(start <= set_at for start, set_at in client.starts)
 
 
 def test_pacing_delay_before_first_collective_without_a_model(

@@ -14,6 +14,8 @@ from skewtrace.controller.policies.interleave import (
     REASON_NO_PHASES,
     InterleaveParams,
     InterleavePolicy,
+    aligned_overlap,
+    units,
 )
 from skewtrace.controller.window import GroupPhases, JobWindow
 
@@ -151,6 +153,43 @@ def test_groups_of_two_jobs_get_one_schedule_both_jobs_agree_on() -> None:
     assert a.info["interleave"]["overlap_after_s"] == 0 < a.info["interleave"]["overlap_s"]
 
 
+def test_jobs_whose_phases_do_not_meet_on_the_controllers_clock_get_no_schedule() -> None:
+    """Free-running jobs can take turns by themselves (issue 23's emulation: instrumented,
+    they settled 161 ms apart-in-phase where uninstrumented they collided at 198 ms). Phases
+    are measured from each job's own step start, so only the step starts the ranks report
+    with their polls say whether the jobs' phases meet now."""
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    step = 0.205
+
+    phase = (0.1, 0.05)
+
+    def at(start_a: float, start_b: float, step_b: float = step):
+        return (
+            replace(job_group("A", phase=phase), step_start_unix=start_a),
+            replace(job_group("B", step_s=step_b, phase=phase), step_start_unix=start_b),
+        )
+
+    # B's steps start half a step after A's (many steps later: modulo the step): the
+    # phases (0.1 s to 0.15 s into each step) never meet. No schedule, for either job.
+    apart = at(1000.0, 1000.0 + 40 * step + step / 2)
+    for job in ("A", "B"):
+        out = decide_jobs(policy, job, apart)
+        assert out.reason == REASON_NO_COLLISION and not out.active
+        assert out.info["interleave"]["aligned_overlap_s"] == 0
+        assert "schedule" not in out.info
+    # Steps that start together (modulo the step) collide: a schedule, as without starts.
+    together = at(1000.0, 1000.0 + 7 * step + 0.01)
+    a, b = decide_jobs(policy, "A", together), decide_jobs(policy, "B", together)
+    assert a.reason == b.reason == REASON_INTERLEAVING
+    assert a.info["schedule"]["period_s"] == b.info["schedule"]["period_s"] == 0.215
+    assert aligned_overlap(units(together)) == pytest.approx(0.05 - 0.01, abs=1e-9)
+    # Not told: a job that reported no start, or step times 10% apart (the phases drift
+    # through each other): placed as if the steps started together.
+    for groups in (at(1000.0, 0.0), at(1000.0, 1000.0 + step / 2, step_b=step * 1.1)):
+        assert aligned_overlap(units(groups)) is None
+        assert decide_jobs(policy, "A", groups).reason == REASON_INTERLEAVING
+
+
 def _window(job: str, groups, now: float, scheduled: float) -> JobWindow:
     return JobWindow(
         now=now,
@@ -210,6 +249,44 @@ def test_the_period_comes_down_while_steps_keep_up_and_goes_up_when_they_do_not(
         seen.append(step(seen[-1], seen[-1]))
     assert min(seen) > failed
     assert out.info["interleave"]["floor_s"] == 0.152
+
+
+def test_a_shorter_period_on_trial_that_fails_goes_back_above_the_last_one_kept_up() -> None:
+    """The debug run of issue 23: the period came down to 153 ms, the jobs fell out of their
+    turns there and collided (177 ms steps), and the period jumped to the collided steps plus
+    the margin (189 ms), far above the 159 ms the steps had kept up with. A failed trial now
+    goes one step above the last period kept up with, and stays there while its floor holds."""
+    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
+    policy = InterleavePolicy(params)
+    out = policy.decide(
+        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
+    )
+    now = 0.0
+
+    def step(step_a: float, step_b: float) -> float:
+        nonlocal out, now
+        now += 6.0
+        held = (
+            job_group("A", step_s=step_a, phase=(0.1, 0.0525)),
+            job_group("B", step_s=step_b, phase=(0.153, 0.0525)),
+        )
+        out = policy.decide(_window("B", held, now, 1.0), out.state)
+        return float(out.info["schedule"]["period_s"])
+
+    period = float(out.info["schedule"]["period_s"])
+    kept_up = period
+    while period > 0.17:  # every step keeps up: 4% shorter each settle
+        kept_up, period = period, step(period, period)
+    assert period == round(kept_up * 0.96, 3)
+    # The trial fails: steps of a collision, 15% over it (more than the margin).
+    back = step(period * 1.15, period * 1.15)
+    assert back == round(kept_up / 0.96, 3) < round(period * 1.15 * 1.05, 3)
+    assert out.info["interleave"]["floor_s"] > kept_up
+    # Steps keep up with it: it stays while the raised floor holds (ten settle times) ...
+    held = [step(back, back) for _ in range(9)]
+    assert set(held) == {back}
+    # ... and is searched down again once the floor expires.
+    assert step(back, back) == round(back * 0.96, 3)
 
 
 def test_a_schedule_is_placed_again_only_from_a_window_without_one() -> None:

@@ -285,3 +285,103 @@ def test_offsets_within_a_job_hold_from_tick_to_tick(service) -> None:
     # Once the window holds only offset steps, the offset is read back and kept.
     assert offsets[-3:] == [{"dp1": 0.053}] * 3
     assert len(set(versions[-3:])) == 1
+
+
+def test_step_ages_sent_with_polls_place_the_jobs_phases_on_the_pacers_clock() -> None:
+    """Ranks say with each poll how long ago their step started (``step_age``); the pacer
+    places each job's phases on its own clock from it (no host clock trusted) and schedules
+    only phases that meet there. Bad ages are counted at /healthz, and the poll is answered
+    all the same; ages of a job the pacer has no metrics of are ignored."""
+    from test_pacer_service import ANY_PORT, MeterProvider, PacerConfig
+
+    clock = FakeClock()
+    config = PacerConfig(
+        otlp_grpc=ANY_PORT,
+        http=ANY_PORT,
+        decision_interval_s=3600.0,
+        policy_names="interleave",
+        policy_params=(InterleaveParams(interleave_effect_pairs=0),),
+        job_timeout_s=60.0,
+    )
+    svc = PacerService(config, meter_provider=MeterProvider(), clock=clock, wall_clock=clock)
+    svc.start()
+    stub = metrics_service_pb2_grpc.MetricsServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+    )
+    step = 0.205
+    try:
+        for second in range(1, 4):
+            clock.now += 1.0
+            stub.Export(
+                request(
+                    *phase_gauges("A", duration=0.05),
+                    *phase_gauges("B", duration=0.05),
+                    steps("A", 5 * second, step),
+                    steps("B", 5 * second, step),
+                ),
+                timeout=5,
+            )
+            # A's step started just now, B's half a step (and 3 steps) ago: their phases,
+            # 0.1 s to 0.15 s into each step, take turns on the pacer's clock.
+            assert get(svc, "/v1/pacing?job=A&step_age=0")[0] == 200
+            assert get(svc, f"/v1/pacing?job=B&step_age={3.5 * step:.6f}")[0] == 200
+            svc.tick(clock.now)
+        for job in ("A", "B"):
+            status, body = get(svc, f"/v1/pacing?job={job}")
+            assert status == 200 and body["reason"] == "no_collision" and not body["active"]
+            assert body.get("schedule") is None
+        # The same phases with the steps started together: a schedule for both.
+        clock.now += 1.0
+        assert get(svc, "/v1/pacing?job=A&step_age=0.01")[0] == 200
+        assert get(svc, f"/v1/pacing?job=B&step_age={3 * step:.6f}")[0] == 200
+        svc.tick(clock.now)
+        for job in ("A", "B"):
+            status, body = get(svc, f"/v1/pacing?job={job}")
+            assert body["reason"] == "interleaving" and body["schedule"]["period_s"] == 0.215
+        # Bad ages: counted, and each poll still answered.
+        for bad in ("-1", "nan", "inf", "61", "soon"):
+            status, body = get(svc, f"/v1/pacing?job=A&step_age={bad}")
+            assert status == 200 and body["reason"] == "interleaving"
+        assert get(svc, "/v1/pacing?job=nobody&step_age=0.1")[0] == 200
+        status, health = get(svc, "/healthz")
+        assert status == 200 and health["step_starts_invalid"] == 5
+    finally:
+        svc.stop()
+
+
+def test_the_rank_client_sends_its_steps_age_with_each_poll() -> None:
+    """The hooks set ``step_started_at`` (monotonic) once per step; each poll carries its age,
+    and a client whose hooks set nothing sends none (as before)."""
+    seen: list[str] = []
+
+    class Recording(_Pacer):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            super().do_GET()
+
+    _Pacer.skew, _Pacer.body = 0.0, {"version": 1, "active": False, "delays": {}}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = PacingClient(
+        f"http://127.0.0.1:{server.server_address[1]}",
+        "A",
+        0,
+        max_delay_s=1.0,
+        poll_interval_s=0.05,
+    )
+    client.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.polls_ok < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert seen and all("step_age" not in path for path in seen)
+        client.step_started_at = time.monotonic() - 2.0
+        polled = client.polls_ok
+        while client.polls_ok < polled + 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ages = [float(p.split("step_age=")[1]) for p in seen if "step_age=" in p]
+        assert ages and all(2.0 <= age < 5.0 for age in ages)
+        assert all(p.startswith("/v1/pacing?job=A&step_age=") for p in seen if "step_age" in p)
+    finally:
+        client.stop()
+        server.shutdown()

@@ -70,6 +70,12 @@ _LOGGED_ARG_CHARS = 200
 DecisionLookup = Callable[[str], Mapping[str, Any] | None]
 """Job id -> the decision's JSON body, or None when the job is unknown."""
 
+StepStartSink = Callable[[str, str], object]
+"""(job id, the ``step_age`` query parameter as sent): a rank's report of how many seconds
+before its poll one of its steps started; the sink validates and counts it."""
+
+STEP_AGE_PARAM = "step_age"
+
 
 def inactive_answer(job_id: str) -> dict[str, Any]:
     """The answer for a job without a decision: version 0, inactive, no delays."""
@@ -91,10 +97,16 @@ class PacingHttpServer:
         read_timeout_s: float = 10.0,
         max_connections: int = 256,
         log_budget: LogBudget | None = None,
+        step_start: StepStartSink | None = None,
     ) -> None:
         self.refused = ReasonCounts(*REFUSED_REASONS)
         handler = _handler_class(
-            lookup, jobs, health, BearerToken(token) if token else None, read_timeout_s
+            lookup,
+            jobs,
+            health,
+            BearerToken(token) if token else None,
+            read_timeout_s,
+            step_start,
         )
         self._server = _BoundedServer(
             (host, port),
@@ -260,6 +272,7 @@ def _handler_class(
     health: Callable[[], Mapping[str, Any]],
     token: BearerToken | None,
     read_timeout_s: float,
+    step_start: StepStartSink | None = None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server: _BoundedServer
@@ -337,7 +350,8 @@ def _handler_class(
             if url.path == JOBS_PATH:
                 self._send(HTTPStatus.OK, {"jobs": sorted(jobs())})
                 return
-            values = parse_qs(url.query).get("job", [])
+            query = parse_qs(url.query)
+            values = query.get("job", [])
             if len(values) != 1 or not values[0] or len(values[0]) > MAX_JOB_ID_LENGTH:
                 self._count(REFUSED_BAD_REQUEST)
                 self._send(
@@ -349,6 +363,10 @@ def _handler_class(
                 )
                 return
             job_id = values[0]
+            reported = query.get(STEP_AGE_PARAM, [])
+            if step_start is not None and len(reported) == 1:
+                # Optional; a bad value is counted by the sink and the poll still answered.
+                step_start(job_id, reported[0][:_LOGGED_ARG_CHARS])
             self._send(HTTPStatus.OK, dict(lookup(job_id) or inactive_answer(job_id)))
 
         def _count(self, reason: str) -> None:

@@ -282,6 +282,7 @@ class PacerService:
                 read_timeout_s=cfg.http_read_timeout_s,
                 max_connections=cfg.http_max_connections,
                 log_budget=self._log_budget,
+                step_start=self.note_step_start,
             )
         except OSError:
             self._otlp.stop(0)
@@ -476,6 +477,13 @@ class PacerService:
             body["served_unix"] = self._wall_clock()
             body["body_version"] = found.body.body_version
         return body
+
+    def note_step_start(self, job_id: str, raw_age: str) -> bool:
+        """A rank's report, with its poll, of how long before it one of its steps started
+        (see :meth:`JobWindows.note_step_start`)."""
+        wall_now, now = self._wall_clock(), self._clock()
+        with self._lock:
+            return self._windows.note_step_start(job_id, raw_age, wall_now, now)
 
     def job_ids(self) -> list[str]:
         with self._lock:

@@ -130,6 +130,9 @@ class IngestCounters:
     """Points of series beyond ``max_series_per_job`` (or ``max_series`` in all)."""
     resets: int = 0
     """Cumulative series that restarted (start time changed or count went down)."""
+    step_starts_invalid: int = 0
+    """Step ages reported by ranks with their polls that were not a finite number of seconds
+    in [0, ``MAX_STEP_AGE_S``] (ignored; the poll is answered)."""
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -208,6 +211,9 @@ class _JobState:
     last value holds until the next (or the job is forgotten)."""
     phases: dict[tuple[str, str], _PhaseSeries] = field(default_factory=dict)
     """(process group, op) -> its phase's recent values (:data:`PHASE_METRICS`)."""
+    step_start: tuple[float, float] = (0.0, -math.inf)
+    """(a step's start on the controller's wall clock, as a rank last reported it; when it
+    arrived)."""
 
 
 @dataclass
@@ -243,6 +249,9 @@ _MAX_BUCKETS = 64
 _MAX_LAYOUTS = 64
 
 NEAR_ZERO_S = 0.001
+
+MAX_STEP_AGE_S = 60.0
+"""A step start reported as older than this (seconds before the poll) is refused."""
 """A first histogram bucket bounded at or below this counts collectives that did not wait."""
 
 
@@ -556,6 +565,8 @@ class JobWindows:
             )
             meta[pg] = (series.switches, series.hosts)
         step_s = _job_step(job, start)
+        reported, at = job.step_start
+        step_start = reported if at >= start else 0.0
         return tuple(
             GroupPhases(
                 pg=pg,
@@ -565,6 +576,7 @@ class JobWindows:
                 applied_offset_s=self._mean_offset(job, pg, start, now),
                 job=name,
                 step_s=step_s,
+                step_start_unix=step_start,
             )
             for pg, phases in sorted(by_pg.items())
         )
@@ -618,6 +630,26 @@ class JobWindows:
 
     def job_ids(self) -> list[str]:
         return list(self._jobs)
+
+    def note_step_start(self, job_id: str, raw_age: str, wall_now: float, now: float) -> bool:
+        """A rank of the job said with its poll that one of its steps started ``raw_age``
+        seconds before it sent the poll: on this controller's wall clock (``wall_now`` at
+        receipt) the step started at ``wall_now - age``, late by the request's one-way
+        network time and with no host clock trusted. Jobs are known from their metrics only:
+        a start of a job not seen is ignored. False (and counted) when the age is not a
+        finite number of seconds in [0, :data:`MAX_STEP_AGE_S`]."""
+        try:
+            age = float(raw_age)
+        except (TypeError, ValueError):
+            age = math.nan
+        if not (math.isfinite(age) and 0.0 <= age <= MAX_STEP_AGE_S):
+            self.counters.step_starts_invalid += 1
+            return False
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.step_start = (wall_now - age, now)
+            self._groups_cache = None
+        return True
 
     def stretch_s(self, job_id: str) -> float:
         """How much longer than ``window_s`` the job's window is, to hold ``window_steps`` of

@@ -101,6 +101,11 @@ class GroupPhases:
     step_s: float = 0.0
     """Its job's mean step time over the window (0: not known)."""
 
+    step_start_unix: float = 0.0
+    """When one of its job's steps started, on the controller's wall clock, as its ranks last
+    reported it with a poll (the step's age when the poll was sent; 0: not reported in the
+    window). With ``step_s`` it places the phases of different jobs on one time line."""
+
 
 @dataclass(frozen=True)
 class JobWindow:

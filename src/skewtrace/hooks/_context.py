@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from skewtrace import semconv
@@ -114,6 +115,11 @@ class HookContext:
             return
         recorder.paced_step = recorder.step
         try:
+            started_ns = recorder.step_start_ns
+            if started_ns is not None and hasattr(self.pacer, "step_started_at"):
+                # The step's start for the pacer's time line of every job's phases (the
+                # poll thread sends its age); on the monotonic clock, which polls read.
+                self.pacer.step_started_at = time.monotonic() - (now_ns() - started_ns) / 1e9
             delay, version = self.pacer.current_delay()
             hold = getattr(self.pacer, "current_hold", None)
             if hold is not None:

@@ -118,6 +118,10 @@ class PacingClient:
         self._clock_samples: collections.deque[tuple[float, float]] = collections.deque(maxlen=8)
         self.clock_offset_s = 0.0
         """The pacer's wall clock minus this host's, estimated from the polls."""
+        self.step_started_at: float | None = None
+        """When this rank's latest step started (``time.monotonic()``), set by the hooks:
+        each poll says how long ago (``step_age``), so that the pacer can place the phases
+        of different jobs on its one clock."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -226,7 +230,11 @@ class PacingClient:
             )
 
     def _poll_once(self) -> Any:
-        request = urllib.request.Request(self._request_url, headers=self._headers)
+        url = self._request_url
+        started = self.step_started_at
+        if started is not None:
+            url += f"&step_age={max(0.0, time.monotonic() - started):.6f}"
+        request = urllib.request.Request(url, headers=self._headers)
         with urllib.request.urlopen(request, timeout=self.request_timeout_s) as response:
             body = response.read(_MAX_RESPONSE_BYTES + 1)
         if len(body) > _MAX_RESPONSE_BYTES:

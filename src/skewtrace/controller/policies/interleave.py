@@ -45,14 +45,25 @@ Its decision, on the body:
   job's steps keep up with it (their step time within 2% of ``P``: each waits for its slot)
   it is shortened by ``interleave_period_step`` once per ``interleave_settle_s``, never
   below the floor (the slowest job's step time without the collision as estimated: observed
-  step minus what sharing the uplink added to its phases); when a job's steps outgrow it,
-  it is lengthened one step (to them plus the margin when they outgrew it by more), and
-  the floor rises above the period that was too short for ten settle times. The units take
+  step minus what sharing the uplink added to its phases). When a job's steps outgrow a
+  shorter period on trial, the jobs fell out of their turns and collided, and their steps
+  measure the collision, not the period they need: the period goes one step above the last
+  one they kept up with, and the floor above that one. When they outgrow a period they had
+  kept up with (the jobs or the machine slowed), it is lengthened one step (to the steps
+  plus the margin when they outgrew it by more), and the floor rises above it. A raised
+  floor holds for ten settle times. The units take
   turns around the period (:func:`spread`): each a share in proportion to its longest phase
   alone, a group's slot its unit's turn minus that phase's natural start, so the phases
   keep their spacing at any period. While a schedule is in force the observed phases
   include the holds, so the turns are placed again only from a window without one (the
   effect guard's phases without it), at the period the search had got to.
+
+Each job's phases are measured from its own step start. Where the ranks report when their
+steps start (``step_age`` with each poll, placed on the controller's clock) and the jobs'
+step times are within 5% of each other, :func:`aligned_overlap` lays the phases on that one
+time line, and no schedule is placed unless they overlap there by at least
+``interleave_min_overlap_s`` (free-running jobs that took turns by themselves are left
+alone); otherwise the phases are placed as if the jobs' steps started together.
 
 Only the units that share an uplink with this job's, directly or through other units, are
 placed together; jobs behind other uplinks are left out of its schedule. ``active`` while any
@@ -171,6 +182,8 @@ class Unit:
     """The job its groups belong to."""
     step_s: float = 0.0
     """Its job's mean step time (0: not known)."""
+    step_start: float = 0.0
+    """When one of its job's steps started on the controller's clock (0: not reported)."""
 
     @property
     def crosses(self) -> bool:
@@ -215,6 +228,7 @@ def units(groups: Iterable[GroupPhases]) -> list[Unit]:
                 applied_offset_s=max(g.applied_offset_s for g in tied),
                 job=tied[0].job,
                 step_s=max(g.step_s for g in tied),
+                step_start=max(g.step_start_unix for g in tied),
             )
         )
     return sorted(out, key=lambda u: (u.job, u.pgs))
@@ -373,6 +387,42 @@ def colliding_with(found: Sequence[Unit], job: str) -> list[Unit]:
     return [u for i, u in enumerate(crossing) if root(i) in mine]
 
 
+# Jobs whose step times differ by more than this fraction drift through each other's phases:
+# where their phases lie relative to each other now says nothing about the next steps.
+_SAME_STEP = 0.05
+
+
+def aligned_overlap(crossing: Sequence[Unit]) -> float | None:
+    """The phase overlap per step, in seconds, of units of different jobs that share an
+    uplink, with each job's phases placed on the controller's clock by its reported step
+    start (its steps repeating every step time): what collides now, as opposed to what would
+    if the jobs' steps started together (:func:`place`). None when it cannot be told: a job
+    that has not reported a step start or a step time, or jobs whose step times differ by
+    more than 5% (their phases drift through each other)."""
+    if len({u.job for u in crossing}) < 2:
+        return None
+    if any(u.step_start <= 0 or u.step_s <= 0 for u in crossing):
+        return None
+    steps = [u.step_s for u in crossing]
+    if max(steps) > min(steps) * (1 + _SAME_STEP):
+        return None
+    period = statistics.median(steps)
+    reference = max(u.step_start for u in crossing)
+    # Each unit's step start as an offset into the common period.
+    at = [(u.step_start - reference) % period for u in crossing]
+    total = 0.0
+    for i, a in enumerate(crossing):
+        for j in range(i):
+            b = crossing[j]
+            if a.job == b.job:
+                continue
+            if not (a.switches & b.switches or "many" in a.switches or "many" in b.switches):
+                continue
+            theirs = [(start + at[j], duration) for start, duration in b.observed]
+            total += _total_overlap(a.observed, at[i], theirs, period)
+    return total
+
+
 def natural_step(unit: Unit, alone: Sequence[tuple[float, float]]) -> float:
     """The unit's step time without the collision: its job's step time minus what sharing
     the uplink added to its phases (0 when the step time is not known)."""
@@ -399,6 +449,9 @@ class Schedule:
     """The slowest job's step time without the collision, as estimated when placed."""
     floor_until: float = 0.0
     """A floor raised above a period the steps outgrew holds until then."""
+    kept_up_s: float = 0.0
+    """While this period is a trial of a shorter one: the period before it, which the steps
+    kept up with (0: the period is not a trial)."""
 
     @property
     def slots(self) -> dict[tuple[str, str], float]:
@@ -412,7 +465,7 @@ class Schedule:
     def rescaled(self, period_s: float, now: float) -> Schedule:
         """The schedule with another period: every unit keeps its turn (its share of the
         period), so the phases keep taking turns."""
-        return replace(self, period_s=period_s, since=now)
+        return replace(self, period_s=period_s, since=now, kept_up_s=0.0)
 
     def for_job(self, job: str) -> dict[str, float]:
         return {pg: slot for (owner, pg), slot in sorted(self.slots.items()) if owner == job}
@@ -522,23 +575,40 @@ class InterleavePolicy:
             settled = window.now - kept.since >= params.interleave_settle_s
             if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
                 floor = kept.floor_s
+                notch = 1 - params.interleave_period_step
                 if slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2):
-                    # Steps outgrow the period: one step longer (as far as the steps, when
-                    # they outgrew it by more), and not this short again for a while.
-                    longer = max(
-                        kept.period_s / (1 - params.interleave_period_step),
-                        slowest * margin if slowest > kept.period_s * margin else 0.0,
-                    )
+                    if kept.kept_up_s > 0:
+                        # A trial of a shorter period failed: the jobs fell out of their turns
+                        # and collided, so their steps say how long a collision takes, not
+                        # how long a period they keep up with is. One step above the period
+                        # they kept up with, and neither of the two tried again for a while.
+                        longer = kept.kept_up_s / notch
+                        raised = kept.kept_up_s + _RESOLUTION_S
+                    else:
+                        # Steps outgrow a period they kept up with (the jobs or the machine
+                        # slowed): one step longer, as far as the steps when they outgrew
+                        # it by more, and not this short again for a while.
+                        longer = max(
+                            kept.period_s / notch,
+                            slowest * margin if slowest > kept.period_s * margin else 0.0,
+                        )
+                        raised = kept.period_s + _RESOLUTION_S
                     schedule = replace(
                         kept.rescaled(_round_period(longer), window.now),
-                        floor_s=kept.period_s + _RESOLUTION_S,
+                        floor_s=raised,
                         floor_until=window.now + _FLOOR_SETTLES * params.interleave_settle_s,
                     )
                 elif slowest <= kept.period_s * (1 + _LOCKED):
                     # Every step waits for its slot: try a shorter period, down to the floor.
-                    shorter = _round_period(kept.period_s * (1 - params.interleave_period_step))
+                    shorter = _round_period(kept.period_s * notch)
                     if shorter >= floor and shorter < kept.period_s:
-                        schedule = replace(kept.rescaled(shorter, window.now), floor_s=floor)
+                        schedule = replace(
+                            kept.rescaled(shorter, window.now),
+                            floor_s=floor,
+                            kept_up_s=kept.period_s,
+                        )
+                    else:  # at the floor: the period on trial passed it
+                        schedule = replace(kept, kept_up_s=0.0)
             return self._scheduled(window, schedule, len(crossing), None, slowest)
         if min(u.step_s for u in crossing) <= 0:
             # A job whose step time is not known yet: no period to agree on.
@@ -546,6 +616,21 @@ class InterleavePolicy:
                 reason=REASON_NO_COLLISION,
                 state=InterleaveState(),
                 info={"offsets": {}, "interleave": {"units": len(crossing)}},
+            )
+        aligned = aligned_overlap(crossing)
+        if aligned is not None and aligned < params.interleave_min_overlap_s:
+            # On the controller's clock the jobs' phases do not meet now (they took turns by
+            # themselves): a schedule would only hold them.
+            return Outcome(
+                reason=REASON_NO_COLLISION,
+                state=InterleaveState(schedule=kept),
+                info={
+                    "offsets": {},
+                    "interleave": {
+                        "units": len(crossing),
+                        "aligned_overlap_s": round(aligned, 4),
+                    },
+                },
             )
         alone = alone_durations(crossing)
         natural = max(natural_step(u, a) for u, a in zip(crossing, alone, strict=True))
@@ -582,6 +667,7 @@ class InterleavePolicy:
                 floor_s=kept.floor_s,
                 floor_until=kept.floor_until,
                 natural_s=kept.natural_s,
+                kept_up_s=kept.kept_up_s,
             )
         return self._scheduled(window, schedule, len(crossing), (before, after), slowest)
 
