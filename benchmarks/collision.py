@@ -94,6 +94,12 @@ class Telemetry:
     pacer: str | None
     topology: Path
     services: Any = None
+    label: str = ""
+    """Appended to the job ids: each run's jobs are new jobs to the pacer (a run's decisions,
+    its period's search and raised floor, are not the next run's starting point)."""
+
+    def job_id(self, job: JobSpec) -> str:
+        return f"job-{job.name}{self.label}"
 
 
 def launch(
@@ -118,7 +124,7 @@ def launch(
             "--batch-size", str(args.batch_size), "--sample-time", str(args.sample_time),
             "--start-at", f"{start_at:.3f}", "--backend", "gloo",
             *(["--cadence", f"{cadence:.4f}"] if cadence else []),
-            *(["--no-instrument"] if telemetry is None else ["--job-id", f"job-{job.name}"]),
+            *(["--no-instrument"] if telemetry is None else ["--job-id", telemetry.job_id(job)]),
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -193,7 +199,7 @@ def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
         with path.open("w") as out:
             while not stop.wait(1.0):
                 for job in (JOB_A, JOB_B):
-                    body = telemetry.services.pacing(f"job-{job.name}")
+                    body = telemetry.services.pacing(telemetry.job_id(job))
                     out.write(json.dumps({"t": round(time.time(), 3), "job": job.name, **body}))
                     out.write("\n")
                 out.flush()
@@ -260,19 +266,25 @@ def main(argv: list[str] | None = None) -> int:
             apart = [(JOB_A, 0.0), (JOB_B, period / 2)]
             results["interleaved"].append(run(fabric, args, apart, args.logs, period))
             if telemetry is not None:
-                observed = replace(telemetry, pacer=None)
-                results["observed"].append(run(fabric, args, both, args.logs, None, observed))
-                with _decision_trace(telemetry, args.logs / f"decisions-{round_ + 1}.jsonl"):
+                # Controlled first, under job ids of its own: the pacer also decides for the
+                # observed jobs (their ranks just do not ask), and those decisions must not be
+                # where the controlled run starts; the last round's observed jobs are long
+                # forgotten (the pacer's job timeout) after the four runs above.
+                controlled = replace(telemetry, label=f"-c{round_ + 1}")
+                with _decision_trace(controlled, args.logs / f"decisions-{round_ + 1}.jsonl"):
                     results["controlled"].append(
-                        run(fabric, args, both, args.logs, None, telemetry)
+                        run(fabric, args, both, args.logs, None, controlled)
                     )
                 for job in (JOB_A, JOB_B):
-                    body = telemetry.services.pacing(f"job-{job.name}")
+                    body = telemetry.services.pacing(controlled.job_id(job))
                     print(
-                        f"  pacer for job-{job.name}: reason {body.get('reason')}, schedule "
-                        f"{json.dumps(body.get('schedule'))}",
+                        f"  pacer for {controlled.job_id(job)}: reason {body.get('reason')}, "
+                        f"schedule {json.dumps(body.get('schedule'))}, interleave "
+                        f"{json.dumps(body.get('interleave'))}",
                         flush=True,
                     )
+                observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")
+                results["observed"].append(run(fabric, args, both, args.logs, None, observed))
             print(
                 f"round {round_ + 1}: step time A alone {alone['A'] * 1e3:.1f} ms, period "
                 f"{period * 1e3:.1f} ms; "

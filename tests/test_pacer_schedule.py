@@ -385,3 +385,34 @@ def test_the_rank_client_sends_its_steps_age_with_each_poll() -> None:
     finally:
         client.stop()
         server.shutdown()
+
+
+def test_a_job_that_stopped_stepping_leaves_the_other_jobs_windows() -> None:
+    """The Collector re-sends an ended job's last phase gauges every metrics_resend_interval
+    for series_idle_timeout (15 minutes by default): in issue 23's benchmark the jobs of the
+    round before took turns in the next round's schedule. A job whose ranks have reported no
+    step in its window is not on the fabric, whatever phases arrive for it."""
+    windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
+    for second in range(1, 4):
+        windows.ingest_request(
+            request(
+                *phase_gauges("A"),
+                *phase_gauges("B"),
+                steps("A", 5 * second, 0.205),
+                steps("B", 5 * second, 0.205),
+            ).resource_metrics,
+            float(second),
+        )
+    assert [g.job for g in windows.window("A", 3.5).fabric] == ["B"]
+    # B ended at 3 s; at 20 s A still steps, and B's phases arrive again (a resend) with
+    # its unchanged step counts.
+    for second in range(4, 21):
+        windows.ingest_request(
+            request(*phase_gauges("A"), steps("A", 5 * second, 0.205)).resource_metrics,
+            float(second),
+        )
+    windows.ingest_request(
+        request(*phase_gauges("B"), steps("B", 15, 0.205)).resource_metrics, 20.0
+    )
+    assert windows.window("A", 20.5).fabric == ()
+    assert [g.job for g in windows.window("A", 20.5).groups] == ["A"]

@@ -755,6 +755,11 @@ class JobWindows:
         for job_id, job in sorted(self._jobs.items()):
             if job.phases:
                 start = now - self.window_s - self.stretch_s(job_id)
+                if job.step_last_at and max(job.step_last_at.values()) < start:
+                    # Its ranks stopped stepping (the job ended or hangs): the Collector
+                    # still re-sends its last phases now and then (metrics_resend_interval,
+                    # until series_idle_timeout), but they are no longer on the fabric.
+                    continue
                 groups = self._groups(job, start, now, job_id)
                 if groups:
                     found[job_id] = groups
