@@ -72,8 +72,9 @@ def steps(job: str, count: int, step_s: float) -> metrics_pb2.Metric:
 
 def test_the_window_reads_group_phases_and_counts_bad_points() -> None:
     windows = JobWindows(window_s=10.0, job_timeout_s=60.0)
-    good = request(*phase_gauges("A"), *phase_gauges("B"), steps("A", 20, 0.205))
-    assert windows.ingest_request(good.resource_metrics, 1.0) == 0
+    for at, count in ((0.5, 10), (1.0, 20)):  # a job steps: its count goes up
+        good = request(*phase_gauges("A"), *phase_gauges("B"), steps("A", count, 0.205))
+        assert windows.ingest_request(good.resource_metrics, at) == 0
     bad = request(
         *phase_gauges("A", pg=""),  # no group
         *phase_gauges("A", start=-0.1, duration=float("nan")),  # negative, not finite
@@ -92,8 +93,8 @@ def test_the_window_reads_group_phases_and_counts_bad_points() -> None:
         "A",
     )
     assert own.step_s == pytest.approx(0.205)
-    (other,) = window.fabric
-    assert other.job == "B" and other.step_s == 0.0  # B sent no steps
+    # B sent phases but no steps: not known to be running, so not on the fabric.
+    assert window.fabric == ()
     # Phases older than the window are not read; a silent job's series are forgotten.
     assert windows.window("A", 20.0).groups == ()
     windows.expire(100.0)
@@ -281,7 +282,8 @@ def test_offsets_within_a_job_hold_from_tick_to_tick(service) -> None:
         body = DecisionBody.from_json(get(svc, "/v1/pacing?job=J")[1])
         versions.append(body.version)
         offsets.append(dict(body.offsets or {}))
-    assert offsets[0] == {"dp1": 0.053}
+    # Its first step count is history: the job is on the fabric once the count goes up.
+    assert offsets[:2] == [{}, {"dp1": 0.053}]
     # Once the window holds only offset steps, the offset is read back and kept.
     assert offsets[-3:] == [{"dp1": 0.053}] * 3
     assert len(set(versions[-3:])) == 1
@@ -416,3 +418,18 @@ def test_a_job_that_stopped_stepping_leaves_the_other_jobs_windows() -> None:
     )
     assert windows.window("A", 20.5).fabric == ()
     assert [g.job for g in windows.window("A", 20.5).groups] == ["A"]
+    # Forgotten (job_timeout_s) and back with its phases only (a resend): still not there.
+    windows.expire(90.0)
+    assert "B" not in windows.job_ids()
+    for second in (90, 91):
+        windows.ingest_request(
+            request(
+                *phase_gauges("A"),
+                *phase_gauges("B"),
+                steps("A", 500 + second, 0.205),
+                steps("B", 15, 0.205),  # its whole history: a first point once forgotten
+            ).resource_metrics,
+            float(second),
+        )
+    assert windows.window("A", 91.5).fabric == ()
+    assert [g.job for g in windows.window("A", 91.5).groups] == ["A"]

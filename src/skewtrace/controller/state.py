@@ -203,6 +203,10 @@ class _JobState:
     previous step delta, per step counted (0: none yet)."""
     step_last_at: dict[int, float] = field(default_factory=dict)
     """When each rank's last step-duration delta arrived."""
+    stepped_at: float = -math.inf
+    """When a rank's step count last went up between two points of one series (not the first
+    point of a cumulative series, which carries a history that may be long over: the
+    Collector re-sends an ended job's series until ``series_idle_timeout``)."""
     series: dict[_SeriesKey, _Series] = field(default_factory=dict)
     flags: dict[tuple[str, ...], tuple[str, bool]] = field(default_factory=dict)
     """The Collector's flags the policies decline for (:data:`DECLINE_METRICS`): series key ->
@@ -433,6 +437,8 @@ class JobWindows:
         job.rank_last_seen[rank] = now
         if kind == "step":
             _note_step(job, rank, count, delta_total, now)
+            if known or temporality != AGGREGATION_TEMPORALITY_CUMULATIVE:
+                job.stepped_at = now
         self._add_delta(
             job.deltas.setdefault(rank, deque()),
             _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
@@ -755,10 +761,11 @@ class JobWindows:
         for job_id, job in sorted(self._jobs.items()):
             if job.phases:
                 start = now - self.window_s - self.stretch_s(job_id)
-                if job.step_last_at and max(job.step_last_at.values()) < start:
-                    # Its ranks stopped stepping (the job ended or hangs): the Collector
-                    # still re-sends its last phases now and then (metrics_resend_interval,
-                    # until series_idle_timeout), but they are no longer on the fabric.
+                if job.stepped_at < start:
+                    # Its ranks are not stepping (the job ended, hangs, or was forgotten and
+                    # only its phases came back): the Collector re-sends a job's last phases
+                    # now and then (metrics_resend_interval, until series_idle_timeout), but
+                    # only a job that steps is on the fabric.
                     continue
                 groups = self._groups(job, start, now, job_id)
                 if groups:

@@ -47,8 +47,8 @@ Its decision, on the body:
   below the floor (the slowest job's step time without the collision as estimated: observed
   step minus what sharing the uplink added to its phases). When a job's steps outgrow a
   shorter period on trial, the jobs fell out of their turns and collided, and their steps
-  measure the collision, not the period they need: the period goes one step above the last
-  one they kept up with, and the floor above that one. When they outgrow a period they had
+  measure the collision, not the period they need: the period goes back to the last one they
+  kept up with, and the floor to that one. When they outgrow a period they had
   kept up with (the jobs or the machine slowed), it is lengthened one step (to the steps
   plus the margin when they outgrew it by more), and the floor rises above it. A raised
   floor holds for ten settle times. The units take
@@ -580,10 +580,11 @@ class InterleavePolicy:
                     if kept.kept_up_s > 0:
                         # A trial of a shorter period failed: the jobs fell out of their turns
                         # and collided, so their steps say how long a collision takes, not
-                        # how long a period they keep up with is. One step above the period
-                        # they kept up with, and neither of the two tried again for a while.
-                        longer = kept.kept_up_s / notch
-                        raised = kept.kept_up_s + _RESOLUTION_S
+                        # how long a period they keep up with is. Back to the period they kept
+                        # up with, and none shorter for a while (should that one fail later,
+                        # the rule below lengthens it).
+                        longer = kept.kept_up_s
+                        raised = kept.kept_up_s
                     else:
                         # Steps outgrow a period they kept up with (the jobs or the machine
                         # slowed): one step longer, as far as the steps when they outgrew
