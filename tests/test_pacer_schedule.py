@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -168,6 +169,31 @@ class _Pacer(BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def _polling(handler: type[_Pacer], max_delay_s: float) -> Iterator[PacingClient]:
+    """A rank client of job A polling a pacer served by ``handler`` every 0.05 s."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = PacingClient(
+        f"http://127.0.0.1:{server.server_address[1]}",
+        "A",
+        0,
+        max_delay_s=max_delay_s,
+        poll_interval_s=0.05,
+    )
+    client.start()
+    try:
+        yield client
+    finally:
+        client.stop()
+        server.shutdown()
+
+
+def _await_polls(client: PacingClient, count: int, deadline: float) -> None:
+    while client.polls_ok < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_the_rank_client_holds_to_its_slot_on_the_pacers_clock() -> None:
     """The client estimates the pacer's clock from served_unix (the pacer here runs 40 s
     ahead) and holds its groups to their slot; a stale or failing pacer holds nobody."""
@@ -179,21 +205,8 @@ def test_the_rank_client_holds_to_its_slot_on_the_pacers_clock() -> None:
         "schedule": {"period_s": 10.0, "slots": {"dp1": 5.0}},
         "body_version": 2,
     }
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pacer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    client = PacingClient(
-        f"http://127.0.0.1:{server.server_address[1]}",
-        "A",
-        0,
-        max_delay_s=10.0,
-        poll_interval_s=0.05,
-    )
-    client.start()
-    try:
-        deadline = time.monotonic() + 10
-        while client.polls_ok < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+    with _polling(_Pacer, max_delay_s=10.0) as client:
+        _await_polls(client, 3, time.monotonic() + 10)
         assert client.clock_offset_s == pytest.approx(40.0, abs=0.05)
         hold = client.current_hold(["dp1", "tp0"])
         # On the pacer's clock the slot is at 5 s modulo 10 s.
@@ -201,9 +214,6 @@ def test_the_rank_client_holds_to_its_slot_on_the_pacers_clock() -> None:
         expected = 0.0 if expected > 5.0 else expected
         assert hold == pytest.approx(expected, abs=0.1)
         assert client.current_hold(["tp0"]) == 0.0
-    finally:
-        client.stop()
-        server.shutdown()
     assert client.current_hold(["dp1"]) == 0.0  # stopped: stale
 
 
@@ -362,31 +372,15 @@ def test_the_rank_client_sends_its_steps_age_with_each_poll() -> None:
             super().do_GET()
 
     _Pacer.skew, _Pacer.body = 0.0, {"version": 1, "active": False, "delays": {}}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    client = PacingClient(
-        f"http://127.0.0.1:{server.server_address[1]}",
-        "A",
-        0,
-        max_delay_s=1.0,
-        poll_interval_s=0.05,
-    )
-    client.start()
-    try:
+    with _polling(Recording, max_delay_s=1.0) as client:
         deadline = time.monotonic() + 10
-        while client.polls_ok < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _await_polls(client, 2, deadline)
         assert seen and all("step_age" not in path for path in seen)
         client.step_started_at = time.monotonic() - 2.0
-        polled = client.polls_ok
-        while client.polls_ok < polled + 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _await_polls(client, client.polls_ok + 2, deadline)
         ages = [float(p.split("step_age=")[1]) for p in seen if "step_age=" in p]
         assert ages and all(2.0 <= age < 5.0 for age in ages)
         assert all(p.startswith("/v1/pacing?job=A&step_age=") for p in seen if "step_age" in p)
-    finally:
-        client.stop()
-        server.shutdown()
 
 
 def test_a_job_that_stopped_stepping_leaves_the_other_jobs_windows() -> None:

@@ -47,6 +47,10 @@ from typing import Any
 BODY_VERSION = 2
 """The format of the bodies this release serves: the fields below. Absent on a body: 1."""
 
+STEP_AGE_PARAM = "step_age"
+"""The poll's optional query parameter: seconds since the rank's current step started (the
+pacer places the step on its own clock from it; pacers that do not read it ignore it)."""
+
 
 class DecisionError(ValueError):
     """An answer that is not a usable decision: no delay (the client counts a failed poll)."""

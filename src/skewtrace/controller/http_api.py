@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from skewtrace.controller._auth import BearerToken
 from skewtrace.controller._limits import MAX_VALUE_LENGTH, LogBudget, ReasonCounts
-from skewtrace.controller.decision import DecisionBody
+from skewtrace.controller.decision import STEP_AGE_PARAM, DecisionBody
 
 _log = logging.getLogger(__name__)
 
@@ -73,8 +73,6 @@ DecisionLookup = Callable[[str], Mapping[str, Any] | None]
 StepStartSink = Callable[[str, str], object]
 """(job id, the ``step_age`` query parameter as sent): a rank's report of how many seconds
 before its poll one of its steps started; the sink validates and counts it."""
-
-STEP_AGE_PARAM = "step_age"
 
 
 def inactive_answer(job_id: str) -> dict[str, Any]:

@@ -253,10 +253,10 @@ _MAX_BUCKETS = 64
 _MAX_LAYOUTS = 64
 
 NEAR_ZERO_S = 0.001
+"""A first histogram bucket bounded at or below this counts collectives that did not wait."""
 
 MAX_STEP_AGE_S = 60.0
 """A step start reported as older than this (seconds before the poll) is refused."""
-"""A first histogram bucket bounded at or below this counts collectives that did not wait."""
 
 
 class JobWindows:

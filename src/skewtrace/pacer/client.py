@@ -52,6 +52,7 @@ from typing import Any
 from urllib.parse import quote
 
 from skewtrace.controller.decision import (
+    STEP_AGE_PARAM,
     DecisionBody,
     normalise_shares,
     read_shares,
@@ -233,7 +234,7 @@ class PacingClient:
         url = self._request_url
         started = self.step_started_at
         if started is not None:
-            url += f"&step_age={max(0.0, time.monotonic() - started):.6f}"
+            url += f"&{STEP_AGE_PARAM}={max(0.0, time.monotonic() - started):.6f}"
         request = urllib.request.Request(url, headers=self._headers)
         with urllib.request.urlopen(request, timeout=self.request_timeout_s) as response:
             body = response.read(_MAX_RESPONSE_BYTES + 1)

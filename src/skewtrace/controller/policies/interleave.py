@@ -370,6 +370,12 @@ def spread(
     return dict(sorted(turns.items()))
 
 
+def _share_uplink(a: Unit, b: Unit) -> bool:
+    """Whether two units cross a common leaf's uplink (a unit behind ``many`` switches
+    shares with every one)."""
+    return bool(a.switches & b.switches) or "many" in a.switches or "many" in b.switches
+
+
 def colliding_with(found: Sequence[Unit], job: str) -> list[Unit]:
     """The crossing units that share an uplink with the job's, directly or through others
     (a unit behind ``many`` switches shares with every one): the units one schedule
@@ -381,7 +387,7 @@ def colliding_with(found: Sequence[Unit], job: str) -> list[Unit]:
     for i, a in enumerate(crossing):
         for j in range(i):
             b = crossing[j]
-            if a.switches & b.switches or "many" in a.switches or "many" in b.switches:
+            if _share_uplink(a, b):
                 parent[root(i)] = root(j)
     mine = {root(i) for i, u in enumerate(crossing) if u.job == job}
     return [u for i, u in enumerate(crossing) if root(i) in mine]
@@ -414,9 +420,7 @@ def aligned_overlap(crossing: Sequence[Unit]) -> float | None:
     for i, a in enumerate(crossing):
         for j in range(i):
             b = crossing[j]
-            if a.job == b.job:
-                continue
-            if not (a.switches & b.switches or "many" in a.switches or "many" in b.switches):
+            if a.job == b.job or not _share_uplink(a, b):
                 continue
             theirs = [(start + at[j], duration) for start, duration in b.observed]
             total += _total_overlap(a.observed, at[i], theirs, period)
@@ -492,6 +496,18 @@ def _round_period(seconds: float) -> float:
     return round(round(seconds / _RESOLUTION_S) * _RESOLUTION_S, 6)
 
 
+def _unscheduled(
+    reason: str, state: InterleaveState, crossing: Sequence[Unit], **figures: float
+) -> Outcome:
+    """A decision without a schedule or offsets for units of several jobs, saying why (with
+    the overlap figures that told)."""
+    return Outcome(
+        reason=reason,
+        state=state,
+        info={"offsets": {}, "interleave": {"units": len(crossing), **figures}},
+    )
+
+
 class InterleavePolicy:
     """The interleave policy behind the service's policy interface; see the module docstring."""
 
@@ -563,11 +579,7 @@ class InterleavePolicy:
         if kept is not None and window.scheduled > 0 and set(kept.turns) != keys:
             # The groups changed under a schedule in force (a job came or went): no schedule
             # for a window, so that the next one is placed from phases without holds.
-            return Outcome(
-                reason=REASON_REGROUPING,
-                state=InterleaveState(schedule=kept),
-                info={"offsets": {}, "interleave": {"units": len(crossing)}},
-            )
+            return _unscheduled(REASON_REGROUPING, InterleaveState(schedule=kept), crossing)
         if kept is not None and window.scheduled > 0:
             if window.now >= kept.floor_until and kept.floor_s > kept.natural_s:
                 kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
@@ -613,25 +625,16 @@ class InterleavePolicy:
             return self._scheduled(window, schedule, len(crossing), None, slowest)
         if min(u.step_s for u in crossing) <= 0:
             # A job whose step time is not known yet: no period to agree on.
-            return Outcome(
-                reason=REASON_NO_COLLISION,
-                state=InterleaveState(),
-                info={"offsets": {}, "interleave": {"units": len(crossing)}},
-            )
+            return _unscheduled(REASON_NO_COLLISION, InterleaveState(), crossing)
         aligned = aligned_overlap(crossing)
         if aligned is not None and aligned < params.interleave_min_overlap_s:
             # On the controller's clock the jobs' phases do not meet now (they took turns by
             # themselves): a schedule would only hold them.
-            return Outcome(
-                reason=REASON_NO_COLLISION,
-                state=InterleaveState(schedule=kept),
-                info={
-                    "offsets": {},
-                    "interleave": {
-                        "units": len(crossing),
-                        "aligned_overlap_s": round(aligned, 4),
-                    },
-                },
+            return _unscheduled(
+                REASON_NO_COLLISION,
+                InterleaveState(schedule=kept),
+                crossing,
+                aligned_overlap_s=round(aligned, 4),
             )
         alone = alone_durations(crossing)
         natural = max(natural_step(u, a) for u, a in zip(crossing, alone, strict=True))
@@ -640,17 +643,12 @@ class InterleavePolicy:
         period = _round_period(slowest * margin)
         _, before, after = place(crossing, params, period)
         if before - after < params.interleave_min_overlap_s:
-            return Outcome(
-                reason=REASON_NO_COLLISION,
-                state=InterleaveState(),
-                info={
-                    "offsets": {},
-                    "interleave": {
-                        "units": len(crossing),
-                        "overlap_s": round(before, 4),
-                        "overlap_after_s": round(after, 4),
-                    },
-                },
+            return _unscheduled(
+                REASON_NO_COLLISION,
+                InterleaveState(),
+                crossing,
+                overlap_s=round(before, 4),
+                overlap_after_s=round(after, 4),
             )
         schedule = Schedule(
             period,
