@@ -471,6 +471,9 @@ def worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
         # One write per line: the ranks share the launcher's stdout.
         sys.stdout.write(json.dumps(stats) + "\n")
         sys.stdout.flush()
+        # Every rank is done with the group before any tears it down (gloo can abort a rank
+        # whose peer destroys its group first).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -356,6 +356,10 @@ def worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
     try:
         stats = train(args)
         print(json.dumps(stats), flush=True)
+        # Every rank is done with the group before any tears it down (gloo can abort a rank
+        # whose peer destroys its group first: "terminate called without an active
+        # exception", exit -6, about one run in 15 here).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

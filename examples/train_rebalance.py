@@ -210,6 +210,9 @@ def worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
     dist.init_process_group("gloo")
     try:
         print(json.dumps(train(args)), flush=True)
+        # Every rank is done with the group before any tears it down (gloo can abort a rank
+        # whose peer destroys its group first).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -160,8 +160,8 @@ def _rank_zero_code() -> dict[str, Any]:
     return {"rank": dist.get_rank(), "instrumented": skewtrace.is_instrumented()}
 
 
-PIPELINE_STEPS = 14
-PIPELINE_SLOW_FROM = 5
+PIPELINE_STEPS = 16
+PIPELINE_SLOW_FROM = 7
 PIPELINE_SLOW_S = 0.05
 
 

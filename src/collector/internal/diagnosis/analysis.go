@@ -102,12 +102,13 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		res.Flagged, res.Suspects, res.Imbalances = nil, nil, nil
 	}
 	j.stepTime.add(res.Duration, historyAlpha)
-	m.learnHistory(j)
 	// A job's first steps (allocations, connections, kernels compiled) are not any rank's
 	// usual work: learned, they would make a rank whose compute slows down later read as
-	// usual, its cause unknown. (Its gap history caps its peers' reference from below, so
-	// there a high start only errs towards fewer candidates.)
+	// usual, its cause unknown. A rank alone in its class (one pipeline stage) has only its
+	// own gap history for a reference: a high start learned there hides a stage that slows
+	// down in the steps after it.
 	if j.stepsSeen >= warmupSteps {
+		m.learnHistory(j)
 		m.candidate = grow(m.candidate, len(m.rankOf))
 		clear(m.candidate)
 		for _, ri := range candidates {
