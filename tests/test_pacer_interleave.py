@@ -283,15 +283,33 @@ def test_a_shorter_period_on_trial_that_fails_goes_back_to_the_last_one_kept_up(
     back = step(period * 1.15, period * 1.15)
     assert back == kept_up < round(period * 1.15 * 1.05, 3)
     assert out.info["interleave"]["floor_s"] == kept_up
-    # Steps keep up with it: it stays while the raised floor holds (ten settle times) ...
-    held = [step(back, back) for _ in range(9)]
-    assert set(held) == {back}
-    # ... and is searched down again once the floor expires.
-    assert step(back, back) == round(back * 0.96, 3)
-    # A period kept up with that fails later (it is no trial): one step longer, not back.
-    again = step(back * 0.96 * 1.15, back * 0.96 * 1.15)
-    assert again == back
-    assert step(again * 1.03, again * 1.03) == round(again / 0.96, 3)
+    assert out.info["interleave"]["failed_trials"] == 1
+    # Steps keep up with it: it stays while the raised floor holds (two settle times after a
+    # first failure: the trial may have been judged while the jobs moved into their turns) ...
+    assert step(back, back) == back
+    # ... and is tried again once the floor expires.
+    trial = step(back, back)
+    assert trial == round(back * 0.96, 3)
+    # It fails again: back, and the floor holds twice as long (four settle times).
+    assert step(trial * 1.15, trial * 1.15) == back
+    assert out.info["interleave"]["failed_trials"] == 2
+    assert [step(back, back) for _ in range(3)] == [back] * 3
+    assert step(back, back) == trial
+    # This time the steps keep up with the trial: it passes, the count starts again, and the
+    # search goes on down.
+    assert step(trial, trial) == round(trial * 0.96, 3)
+    assert "failed_trials" not in out.info["interleave"]
+    # A failure after that is a first one again: back to the trial that passed, two settles.
+    shorter = round(trial * 0.96, 3)
+    assert step(shorter * 1.15, shorter * 1.15) == trial
+    assert out.info["interleave"]["failed_trials"] == 1
+    assert step(trial, trial) == trial
+    # A period kept up with that fails later (it is no trial): one step longer, not back, and
+    # its floor holds ten settle times whatever the count.
+    longer = step(trial * 1.03, trial * 1.03)
+    assert longer == round(trial / 0.96, 3)
+    assert [step(longer, longer) for _ in range(9)] == [longer] * 9
+    assert step(longer, longer) == round(longer * 0.96, 3)
 
 
 def test_a_schedule_is_placed_again_only_from_a_window_without_one() -> None:

@@ -50,8 +50,9 @@ Its decision, on the body:
   measure the collision, not the period they need: the period goes back to the last one they
   kept up with, and the floor to that one. When they outgrow a period they had
   kept up with (the jobs or the machine slowed), it is lengthened one step (to the steps
-  plus the margin when they outgrew it by more), and the floor rises above it. A raised
-  floor holds for ten settle times. The units take
+  plus the margin when they outgrew it by more), and the floor rises above it for ten settle
+  times; a floor raised by a failed trial holds 2, 4, 8, then 10 settle times as trials fail
+  in a row (the count starts again when one passes). The units take
   turns around the period (:func:`spread`): each a share in proportion to its longest phase
   alone, a group's slot its unit's turn minus that phase's natural start, so the phases
   keep their spacing at any period. While a schedule is in force the observed phases
@@ -456,6 +457,9 @@ class Schedule:
     kept_up_s: float = 0.0
     """While this period is a trial of a shorter one: the period before it, which the steps
     kept up with (0: the period is not a trial)."""
+    failed_trials: int = 0
+    """Trials of a shorter period that failed since one last passed: the floor after a
+    failure holds 2, 4, 8, then ``_FLOOR_SETTLES`` settle times."""
 
     @property
     def slots(self) -> dict[tuple[str, str], float]:
@@ -488,8 +492,16 @@ _WHOLE_WINDOW = 0.99
 # Steps within this fraction over the period wait for their slots (they keep up with it).
 _LOCKED = 0.02
 # A floor raised above a period the steps outgrew holds this many settle times (a busy spell
-# of the machine is not the period's fault for ever).
+# of the machine is not the period's fault for ever); after a failed trial, 2, 4, 8 and then
+# this many, as trials keep failing.
 _FLOOR_SETTLES = 10
+
+
+def _trial_hold(failed_trials: int) -> int:
+    """Settle times the floor holds after the ``failed_trials``-th failed trial in a row: a
+    trial judged while the jobs still moved into their turns fails once and is tried again
+    soon; a period the jobs really cannot keep up with is tried ever less often."""
+    return min(2**failed_trials, _FLOOR_SETTLES)
 
 
 def _round_period(seconds: float) -> float:
@@ -589,14 +601,17 @@ class InterleavePolicy:
                 floor = kept.floor_s
                 notch = 1 - params.interleave_period_step
                 if slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2):
+                    failed, hold = kept.failed_trials, _FLOOR_SETTLES
                     if kept.kept_up_s > 0:
                         # A trial of a shorter period failed: the jobs fell out of their turns
                         # and collided, so their steps say how long a collision takes, not
                         # how long a period they keep up with is. Back to the period they kept
-                        # up with, and none shorter for a while (should that one fail later,
-                        # the rule below lengthens it).
+                        # up with, and none shorter for a while, longer at each failure in a
+                        # row (should that one fail later, the rule below lengthens it).
                         longer = kept.kept_up_s
                         raised = kept.kept_up_s
+                        failed += 1
+                        hold = _trial_hold(failed)
                     else:
                         # Steps outgrow a period they kept up with (the jobs or the machine
                         # slowed): one step longer, as far as the steps when they outgrew
@@ -609,19 +624,23 @@ class InterleavePolicy:
                     schedule = replace(
                         kept.rescaled(_round_period(longer), window.now),
                         floor_s=raised,
-                        floor_until=window.now + _FLOOR_SETTLES * params.interleave_settle_s,
+                        floor_until=window.now + hold * params.interleave_settle_s,
+                        failed_trials=failed,
                     )
                 elif slowest <= kept.period_s * (1 + _LOCKED):
                     # Every step waits for its slot: try a shorter period, down to the floor.
+                    # A period on trial that the steps kept up with ends the failures' count.
+                    failed = 0 if kept.kept_up_s > 0 else kept.failed_trials
                     shorter = _round_period(kept.period_s * notch)
                     if shorter >= floor and shorter < kept.period_s:
                         schedule = replace(
                             kept.rescaled(shorter, window.now),
                             floor_s=floor,
                             kept_up_s=kept.period_s,
+                            failed_trials=failed,
                         )
                     else:  # at the floor: the period on trial passed it
-                        schedule = replace(kept, kept_up_s=0.0)
+                        schedule = replace(kept, kept_up_s=0.0, failed_trials=failed)
             return self._scheduled(window, schedule, len(crossing), None, slowest)
         if min(u.step_s for u in crossing) <= 0:
             # A job whose step time is not known yet: no period to agree on.
@@ -667,15 +686,19 @@ class InterleavePolicy:
                 floor_until=kept.floor_until,
                 natural_s=kept.natural_s,
                 kept_up_s=kept.kept_up_s,
+                failed_trials=kept.failed_trials,
             )
-        return self._scheduled(window, schedule, len(crossing), (before, after), slowest)
+        figures = {"overlap_s": before, "overlap_after_s": after}
+        if aligned is not None:
+            figures["aligned_overlap_s"] = aligned
+        return self._scheduled(window, schedule, len(crossing), figures, slowest)
 
     @staticmethod
     def _scheduled(
         window: JobWindow,
         schedule: Schedule,
         units_count: int,
-        overlap: tuple[float, float] | None,
+        overlap: Mapping[str, float] | None,
         slowest: float,
     ) -> Outcome:
         interleave: dict[str, object] = {
@@ -684,9 +707,10 @@ class InterleavePolicy:
             "floor_s": round(schedule.floor_s, 6),
             "slowest_step_s": round(slowest, 6),
         }
-        if overlap is not None:
-            interleave["overlap_s"] = round(overlap[0], 4)
-            interleave["overlap_after_s"] = round(overlap[1], 4)
+        if schedule.failed_trials:
+            interleave["failed_trials"] = schedule.failed_trials
+        for name, seconds in (overlap or {}).items():
+            interleave[name] = round(seconds, 4)
         return Outcome(
             reason=REASON_INTERLEAVING,
             state=InterleaveState(schedule=schedule),
