@@ -8,8 +8,6 @@ Prometheus there scraping the Collector every second, and the real ``skewtrace t
 first-change`` reading that Prometheus. Per scenario, the job runs healthy for a while, then
 one fault starts mid-run:
 
-- ``nic``: node2's NIC is throttled to 100 Mbit/s (its tbf both ways): node2 sends at most
-  that (its ``system.network.io``) and the first change is on ``node2/eth0`` (its qdisc);
 - ``data``: rank 1's data loader waits 100 ms more per batch (a step of about 80 ms grows
   2.2x, clear of a busy machine's step-time noise): its data-loader wait rises and the first
   change is rank 1's data loader;
@@ -17,8 +15,10 @@ one fault starts mid-run:
   a writer keeps the (shared) disk busy; no rank reads from it. No infrastructure component is
   named a cause (the disk, when it changed, is listed apart as off the job's path), and the
   report agrees with the Collector's verdict, rank 2 compute;
-- ``two-faults``: node2's NIC throttled, and 30 steps later rank 1's data loader slowed: the
-  earlier (the NIC) is named first;
+- ``two-faults``: node2's NIC is throttled to 100 Mbit/s (its tbf both ways), and 30 steps
+  later rank 1's data loader slowed: node2 sends at most that (its ``system.network.io``) and
+  the earlier fault, ``node2/eth0`` (its qdisc), is named first. (A run with the NIC fault
+  alone asserted nothing this one does not, and took 80-100 s of the suite.)
 - ``healthy``: no fault: no component is named a cause;
 - ``uplink``: leaf1's uplink throttled to 20 Mbit/s: the first change is the network on the
   job's path (its collectives, or the TCP stack or queue of a host whose traffic crosses it);
@@ -167,12 +167,6 @@ def _is_rank(rank: int) -> Callable[[dict[str, Any]], bool]:
 
 
 SCENARIOS = [
-    Scenario(
-        "nic",
-        (f"nic:node2:100@{FAULT_STEP}",),
-        semconv.COMPONENT_NIC,
-        lambda change: change["component"] == "node2/eth0",
-    ),
     Scenario(
         "data",
         (f"data:1:0.1@{FAULT_STEP}",),
@@ -385,7 +379,7 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
         return
 
     # The right series moved.
-    if scenario.name in ("nic", "two-faults"):
+    if scenario.name == "two-faults":
         # node2 sends at most the throttled 100 Mbit/s (12.5 MB/s), a fraction of before.
         before, after = _rate_before_after(
             r,
@@ -427,5 +421,5 @@ def test_the_fault_shows_in_its_series_and_is_named_first(run: tuple[Scenario, R
     # The report agrees with the Collector's verdicts over the same window (issue 25). Not
     # for the volume: the nodes share one kernel, so the loop device's first change is on
     # whichever node's copy was read first, not on the throttled rank's host.
-    if scenario.name in ("nic", "data", "two-faults"):
+    if scenario.name in ("data", "two-faults"):
         assert diagnosis["agrees"] is True, report

@@ -52,7 +52,8 @@ Its decision, on the body:
   kept up with (the jobs or the machine slowed), it is lengthened one step (to the steps
   plus the margin when they outgrew it by more), and the floor rises above it for ten settle
   times; a floor raised by a failed trial holds 2, 4, 8, then 10 settle times as trials fail
-  in a row (the count starts again when one passes). The units take
+  in a row (the count starts again when one passes), and the period gone back to is not
+  judged outgrown while it holds (the window still shows the collision). The units take
   turns around the period (:func:`spread`): each a share in proportion to its longest phase
   alone, a group's slot its unit's turn minus that phase's natural start, so the phases
   keep their spacing at any period. While a schedule is in force the observed phases
@@ -600,7 +601,13 @@ class InterleavePolicy:
             if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
                 floor = kept.floor_s
                 notch = 1 - params.interleave_period_step
-                if slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2):
+                # Back from a failed trial, the steps move into their turns again while the
+                # floor holds: the window still shows the collision, not this period's steps.
+                returning = kept.failed_trials > 0 and window.now < kept.floor_until
+                outgrown = slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2)
+                if outgrown and returning and kept.kept_up_s == 0:
+                    pass
+                elif outgrown:
                     failed, hold = kept.failed_trials, _FLOOR_SETTLES
                     if kept.kept_up_s > 0:
                         # A trial of a shorter period failed: the jobs fell out of their turns
