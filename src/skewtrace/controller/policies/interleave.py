@@ -601,13 +601,14 @@ class InterleavePolicy:
             if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
                 floor = kept.floor_s
                 notch = 1 - params.interleave_period_step
-                # Back from a failed trial, the steps move into their turns again while the
-                # floor holds: the window still shows the collision, not this period's steps.
-                returning = kept.failed_trials > 0 and window.now < kept.floor_until
+                # Back from a failed trial (no trial now), the steps move into their turns
+                # again while the floor holds: the window still shows the collision, not this
+                # period's steps, so it is not judged outgrown then.
+                returning = (
+                    kept.failed_trials > 0 and kept.kept_up_s == 0 and window.now < kept.floor_until
+                )
                 outgrown = slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2)
-                if outgrown and returning and kept.kept_up_s == 0:
-                    pass
-                elif outgrown:
+                if outgrown and not returning:
                     failed, hold = kept.failed_trials, _FLOOR_SETTLES
                     if kept.kept_up_s > 0:
                         # A trial of a shorter period failed: the jobs fell out of their turns
@@ -705,7 +706,7 @@ class InterleavePolicy:
         window: JobWindow,
         schedule: Schedule,
         units_count: int,
-        overlap: Mapping[str, float] | None,
+        figures: Mapping[str, float] | None,
         slowest: float,
     ) -> Outcome:
         interleave: dict[str, object] = {
@@ -716,7 +717,7 @@ class InterleavePolicy:
         }
         if schedule.failed_trials:
             interleave["failed_trials"] = schedule.failed_trials
-        for name, seconds in (overlap or {}).items():
+        for name, seconds in (figures or {}).items():
             interleave[name] = round(seconds, 4)
         return Outcome(
             reason=REASON_INTERLEAVING,
