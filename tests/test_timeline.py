@@ -601,6 +601,32 @@ def test_fewer_writes_on_the_host_disk_are_not_the_first_change() -> None:
         assert [c.component for c in report.also_changed] == apart, report.also_changed
 
 
+def test_a_busy_disk_of_ranks_that_read_nothing_is_apart_from_their_loader_wait() -> None:
+    """As the fabric's data-loader run had it beside another job: node1's disk starts writing
+    600 MB/s three seconds before rank 1's loader waits 100 ms more a batch, and the Collector
+    flags rank 1 for its data. No rank reads from storage (their ``process.io`` reads stay at
+    zero): the disk is listed apart and the loader leads. Where rank 1 reads from it, the same
+    disk leads (it may be what the loader waited on)."""
+    for reads, first, apart in (
+        (0.0, (semconv.COMPONENT_DATALOADER, "node1/rank1"), ["node1/vda"]),
+        (2e6, (semconv.COMPONENT_DISK, "node1/vda"), []),
+    ):
+        job = Job(seed=24)
+        job.healthy(step_at=102)
+        job.replace(semconv.PROM_DATALOADER_WAIT, {RANK: "1"}, 0.01, 0.11, at=100, noise=0.003)
+        job.add(semconv.PROM_DISK_IO, {**job.rank_labels(1), DEVICE: "vda",
+                DISK_DIRECTION: "write"}, 0.0, 6e8, at=97)  # fmt: skip
+        for rank in range(4):
+            job.add(semconv.PROM_PROCESS_IO, {**job.rank_labels(rank), DISK_DIRECTION: "read"},
+                    reads if rank == 1 else 0.0, noise=reads * 0.01)  # fmt: skip
+        _flag(job, 1, semconv.CAUSE_DATA, at=103)
+        job.add(semconv.PROM_RANK_COST, job.rank_labels(1), 0.0, 0.1, at=103)
+        report = job.report()
+        assert report.first is not None, report.summary()
+        assert (report.first.kind, report.first.component) == first, report.summary()
+        assert [c.component for c in report.also_changed] == apart, report.also_changed
+
+
 def test_an_effect_long_before_the_cause_still_follows_it() -> None:
     """A qdisc backlog that fell to zero twenty seconds before the data loader slowed (it got
     better, so it is an effect) is listed after the data loader, not first."""
@@ -700,6 +726,27 @@ def test_an_immaterial_flag_beside_a_compute_straggler_still_agrees() -> None:
     assert report.first_cause is None
     assert report.agrees is True, report.agreement
     assert "rank 1 network" in report.agreement  # shown, not weighed
+
+
+def test_a_compute_straggler_flagged_for_its_network_a_moment_still_agrees() -> None:
+    """As the fabric's compute run had it beside another job: the Collector flags rank 2 for
+    compute from the fault on and, for five samples, for its network too (another process
+    took its CPU while it sent). The rank's cost is its whole cost, whatever the cause; the
+    network flag held for 5 of the compute flag's 87 samples and is no verdict of the window.
+    Held as long as the compute flag, it is one, and the report differs."""
+    for network_samples, agrees in ((5, True), (60, False)):
+        job = Job(seed=25)
+        job.healthy(step_at=110)
+        _flag(job, 2, semconv.CAUSE_COMPUTE, at=113)
+        job.add(semconv.PROM_RANK_COST, job.rank_labels(2), 0.0, 0.45, at=113)
+        times = [T0 + i for i in range(job.length)]
+        flagged = [1.0 if 130 <= i < 130 + network_samples else 0.0 for i in range(job.length)]
+        network = {**job.rank_labels(2), CAUSE: semconv.CAUSE_NETWORK}
+        job.source.add(semconv.PROM_STRAGGLER, network, times, flagged)
+        report = job.report()
+        assert report.first_cause is None, report.summary()
+        assert report.agrees is agrees, report.agreement
+        assert "rank 2 network" in report.agreement  # shown either way
 
 
 def test_the_collectors_suspect_puts_a_link_on_the_path_and_agrees() -> None:

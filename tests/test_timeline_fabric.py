@@ -64,10 +64,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.prometheus, p
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "train_2d.py"
 CONFIG = REPO / "collector-config" / "otelcol.yaml"
-# Healthy for FAULT_STEP steps (about 30 s at 13 steps/s: the change detector wants a baseline
-# of 30 samples, and the first few seconds are the ranks' warm-up), then faulty.
-FAULT_STEP = 400
-STEPS = 560
+# Healthy for FAULT_STEP steps (about 23 s at 13 steps/s: the first 10 s are the job's start,
+# which the report leaves out, and the change detector wants at least 5 samples of baseline;
+# it takes up to 30), then faulty for the scenario's ``after_steps``: at least 15 s, for the
+# detector's 10 samples of the new level and the 10 s rate windows compared below.
+FAULT_STEP = 300
 READ_BYTES = 256 * 1024
 THROTTLE_BPS = 1024 * 1024
 
@@ -149,6 +150,8 @@ class Scenario:
     be named a cause; see ``check``)."""
     component: Callable[[dict[str, Any]], bool]
     """Whether the first change's training.component is the injected one."""
+    after_steps: int = 90
+    """Steps run after FAULT_STEP (at least 15 s at the faulty step time)."""
     busy_disk_step: int | None = None
     """From this step on, a writer nobody reads from keeps the hosts' disk busy."""
 
@@ -173,7 +176,14 @@ SCENARIOS = [
         semconv.COMPONENT_DATALOADER,
         _is_rank(1),
     ),
-    Scenario("volume", (), semconv.COMPONENT_DISK, lambda change: "loop" in change["component"]),
+    # Rank 1's 256 KiB a batch at 1 MiB/s: about 0.33 s a step.
+    Scenario(
+        "volume",
+        (),
+        semconv.COMPONENT_DISK,
+        lambda change: "loop" in change["component"],
+        after_steps=50,
+    ),
     # Issue 25: rank 2 computes 100 ms more per step while a writer keeps the (shared) disk
     # busy from 30 steps earlier; no rank reads from it. No infrastructure component may be
     # named a cause (the disk, if it changed, is listed apart), and the report agrees with
@@ -201,6 +211,7 @@ SCENARIOS = [
         (f"uplink:leaf1:20@{FAULT_STEP}",),
         semconv.COMPONENT_COLLECTIVE,
         lambda change: True,
+        after_steps=45,  # about 0.4 s a step
     ),
 ]
 
@@ -280,7 +291,7 @@ def run(
             plan = JobPlan(
                 job_id=job_id,
                 script=SCRIPT,
-                steps=STEPS,
+                steps=FAULT_STEP + scenario.after_steps,
                 faults=tuple(Fault.parse(f) for f in scenario.faults),
                 script_args=script_args,
                 env=(("SKEWTRACE_NODE_TELEMETRY_INTERVAL_MILLIS", "1000"),),

@@ -452,6 +452,19 @@ def _step_rises(
     return rises
 
 
+def _is_read(series: Series) -> bool:
+    return series.labels.get(sig.DISK_DIRECTION) == semconv.DIRECTION_READ
+
+
+def _reads(series: Series, since: float, floor: float, samples: int) -> bool:
+    """Whether ``series`` (a rank's ``process.io`` reads) was at ``floor`` or more in at
+    least ``samples`` samples from ``since``: a rank that reads from storage, not one whose
+    start-up or a stray file read moved it once."""
+    pairs = zip(series.times, series.values, strict=True)
+    at_floor = sum(1 for t, v in pairs if t >= since and v >= floor)
+    return at_floor >= samples
+
+
 def first_change(
     source: SeriesSource,
     job: str,
@@ -522,6 +535,8 @@ def first_change(
     # Traffic beginning and start-up writes ending move every series as the job starts.
     not_before = max(onset - cfg.lookback_s, min(s.times[0] for s in per_rank) + cfg.startup_s)
     changes: list[ComponentChange] = []
+    # Per host with the ranks' process I/O series: whether any of its ranks reads from storage.
+    reads_on: dict[str, bool] = {}
     for signal in sig.SIGNALS:
         smear_s = source.smear_s(signal.query, start, end)
         observations = (
@@ -529,6 +544,12 @@ def first_change(
             else source.series(signal.observations, job, start, end)
         )  # fmt: skip
         for series in source.series(signal.query, job, start, end):
+            if signal.name == semconv.METRIC_PROCESS_IO and _is_read(series):
+                host = series.labels.get(sig.HOST, "")
+                floor = signal.floor_per_step / step_s
+                reads_on[host] = reads_on.get(host, False) or _reads(
+                    series, not_before, floor, detector.min_after
+                )
             if signal.per_host and series.labels.get(sig.HOST, "") not in hosts:
                 continue
             per_step = _per_step(series, observations, step_rate)
@@ -592,6 +613,7 @@ def first_change(
         switch_of,
         rise_s,
         link_s=LINK_INTERVALS * tie_s + cfg.telemetry_interval_s,
+        unread_hosts=[host for host, reads in reads_on.items() if not reads],
     )
     on_path: list[ComponentChange] = []
     also: list[ComponentChange] = []

@@ -9,7 +9,10 @@ minutes; without this rule the earliest of those is named first.
 - a block device (or volume) of a host: a rank on that host waited longer for its batches
   (its ``training.dataloader.wait`` rose) or moved more data itself (``process.io`` rose),
   at about the same time (:data:`~skewtrace.timeline.first_change.LINK_INTERVALS` sampling
-  intervals), or the Collector flags a rank of that host for its data;
+  intervals), or the Collector flags a rank of that host for its data. The wait and the flag
+  count only where the host's ranks read from storage at all (their ``process.io`` reads, in
+  at least ``min_after`` samples of the window): a loader that waits on its CPU-bound
+  workers or the network does not wait on a local disk that a neighbour keeps busy;
 - a rank's own I/O: that rank's data-loader wait rose, or the Collector flags it for its data;
 - a NIC, a host's TCP stack, a switch: the Collector suspects that NIC, host, switch or
   uplink (or the switch or uplink its host is behind), or flags a rank behind it for its
@@ -25,6 +28,9 @@ Changes elsewhere are listed apart ("also changed") and never lead the order of 
 A flag counts only when the replay says it cost a material share of the regression
 (:data:`MATERIAL_SHARE` of the step-time rise): a rank flagged for 6 ms per step while the
 step rose by 180 ms cannot be what the job waited on, and its host's counters are no cause.
+It counts only when it was held for a material share of the samples of the most persistent
+flag, too: the cost is the rank's, whatever the cause, so a compute straggler flagged for its
+network for a moment carries the whole cost of its compute.
 Likewise a suspect counts only when it was suspected for a material share of the samples of
 the most persistent suspect.
 
@@ -74,6 +80,9 @@ class Flag:
     cause: str
     cost_s: float = 0.0
     """The most the replay said the rank cost per step in the window (0: not read)."""
+    samples: int = field(default=0, compare=False)
+    """At how many samples of the window the Collector flagged it for this cause (0: not
+    read)."""
 
 
 @dataclass(frozen=True)
@@ -111,12 +120,20 @@ class Diagnosis:
     def material(self, step_rise_s: float) -> Diagnosis:
         """The verdicts that count against a step-time rise of ``step_rise_s`` (0: unknown,
         every flag counts): flags whose replayed cost is at least MATERIAL_SHARE of the rise
-        (or was not read), and suspects held for at least MATERIAL_SHARE as many samples as
-        the most persistent one and, for a NIC or host, with a material flag on that host
-        where the ranks flagged there have a cost (a link suspected for a moment, or one whose
-        ranks cost 4 ms of a 180 ms rise, is not where the job waited)."""
+        (or was not read) and that were held for at least MATERIAL_SHARE as many samples as
+        the most persistent flag, and suspects held for at least MATERIAL_SHARE as many
+        samples as the most persistent one and, for a NIC or host, with a material flag on
+        that host where the ranks flagged there have a cost (a link suspected for a moment, or
+        one whose ranks cost 4 ms of a 180 ms rise, is not where the job waited).
+
+        A flag's cost is its rank's, whatever the cause: a compute straggler flagged for its
+        network for a few samples (another process took its CPU while it sent) carries the
+        rank's whole cost, and only its persistence tells it from the verdict that held."""
+        most_flagged = max((f.samples for f in self.flags), default=0)
 
         def counts(flag: Flag) -> bool:
+            if flag.samples > 0 and flag.samples < MATERIAL_SHARE * most_flagged:
+                return False
             if flag.cost_s <= 0 or step_rise_s <= 0:
                 return True
             return flag.cost_s >= MATERIAL_SHARE * step_rise_s
@@ -132,7 +149,9 @@ class Diagnosis:
                     continue
             suspects.append(s)
         return replace(
-            self, flags=tuple(f for f in self.flags if counts(f)), suspects=tuple(suspects)
+            self,
+            flags=tuple(f for f in self.flags if counts(f)),
+            suspects=tuple(suspects),
         )
 
     def describe(self) -> str:
@@ -181,19 +200,19 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
         for v in series.values
         if v == v and v != float("inf")
     ]
-    flags: set[Flag] = set()
+    flags: dict[Flag, int] = {}
     for series in source.series(STRAGGLERS, job, start, end):
         rank = series.labels.get(sig.RANK, "")
-        if any(v >= 1 for v in series.values) and rank.isdigit():
-            flags.add(
-                Flag(
-                    int(rank),
-                    series.labels.get(sig.HOST, ""),
-                    series.labels.get(sig.SWITCH, ""),
-                    series.labels.get(_CAUSE, ""),
-                    costs.get(rank, 0.0),
-                )
+        samples = sum(1 for v in series.values if v >= 1)
+        if samples and rank.isdigit():
+            flag = Flag(
+                int(rank),
+                series.labels.get(sig.HOST, ""),
+                series.labels.get(sig.SWITCH, ""),
+                series.labels.get(_CAUSE, ""),
+                costs.get(rank, 0.0),
             )
+            flags[flag] = max(flags.get(flag, 0), samples)
     suspects: dict[Suspect, int] = {}
     for series in source.series(SUSPECTS, job, start, end):
         samples = sum(1 for v in series.values if v >= 1)
@@ -210,7 +229,11 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
         if any(v >= 1 for v in series.values)
     }
     return Diagnosis(
-        tuple(sorted(flags, key=lambda f: (f.rank, f.cause))),
+        tuple(
+            sorted(
+                (replace(f, samples=n) for f, n in flags.items()), key=lambda f: (f.rank, f.cause)
+            )
+        ),
         tuple(sorted((replace(s, samples=n) for s, n in suspects.items()), key=lambda s: s.key)),
         max(slowdowns) if slowdowns else None,
         tuple(sorted(imbalances)),
@@ -240,6 +263,10 @@ class JobPath:
     link_s: float = math.inf
     """How far apart a component's change and the wait it explains may be dated: a disk that
     changed 10 s before a rank's loader wait rose did not make it rise."""
+    unread_hosts: frozenset[str] = frozenset()
+    """Hosts whose ranks read nothing from storage in the window (their ``process.io`` reads;
+    a host without that series is not among them): a block device there cannot have kept
+    their batches waiting, whatever it did then."""
 
     @classmethod
     def of(
@@ -250,6 +277,7 @@ class JobPath:
         switch_of: Mapping[str, str],
         step_rise_s: float = 0.0,
         link_s: float = math.inf,
+        unread_hosts: Iterable[str] = (),
     ) -> JobPath:
         loader: dict[str, float] = {}
         io: dict[str, list[float]] = {}
@@ -277,6 +305,7 @@ class JobPath:
             diagnosis.material(step_rise_s),
             dict(switch_of),
             link_s,
+            frozenset(unread_hosts),
         )
 
     def _linked(self, change: Any, at: float) -> bool:
@@ -304,20 +333,26 @@ class JobPath:
             return "the job's own wait"
         if kind == semconv.COMPONENT_DISK:
             own_io = change.signal.startswith(semconv.METRIC_PROCESS_IO)
+            # A host's block device feeds its ranks' batches only if they read from storage.
+            feeds = own_io or host not in self.unread_hosts
             if (
                 own_io
                 and component in self.loader_ranks
                 and self._linked(change, self.loader_ranks[component])
             ):
                 return "its rank's data-loader wait rose"
-            if not own_io and any(
-                host_of(r) == host and self._linked(change, at)
-                for r, at in self.loader_ranks.items()
+            if (
+                not own_io
+                and feeds
+                and any(
+                    host_of(r) == host and self._linked(change, at)
+                    for r, at in self.loader_ranks.items()
+                )
             ):
                 return "a rank on its host waited longer for its batches"
             if not own_io and any(self._linked(change, at) for at in self.io_hosts.get(host, ())):
                 return "a rank on its host reads or writes more"
-            if self._flagged_on(host, semconv.CAUSE_DATA):
+            if feeds and self._flagged_on(host, semconv.CAUSE_DATA):
                 return "the Collector flags a rank on its host for its data"
             return None
         if kind in _NETWORK_KINDS:
