@@ -82,6 +82,9 @@ def _longest_files_first(config: pytest.Config, items: list[pytest.Item]) -> Non
 
 
 _ran: dict[str, float] = {}
+# Selections that run whole files: `make test`'s two parts (test files are marked alone
+# whole).
+_WHOLE_FILES = ("", "alone", "not alone")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -94,7 +97,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     cache = getattr(config, "cache", None)
     if cache is None or not _ran or hasattr(config, "workerinput"):
         return
-    if config.getoption("keyword") or config.getoption("markexpr"):
+    if config.getoption("keyword") or config.getoption("markexpr") not in _WHOLE_FILES:
         return  # a selection of a file's tests is not how long the file takes
     known: dict[str, float] = cache.get(_DURATIONS_KEY, {})
     known.update({path: round(seconds, 2) for path, seconds in _ran.items()})

@@ -70,3 +70,20 @@ def test_a_compute_flag_is_explained_where_own_work_would_raise_or_keep_it() -> 
     # The injected rank and other causes are not judged here.
     flags = {s: {1: "compute", 2: "network"} for s in range(12)}
     assert v.unexplained_flags(spans, flags, injected=1) == {}
+
+
+def test_step_variation_is_the_jobs_own_noise_not_its_level_shift() -> None:
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    def steps(ms: list[float]) -> list[FileSpan]:
+        return [
+            FileSpan(semconv.SPAN_STEP, "t", "s", 0, int(d * 1e6), {semconv.STEP: i}, {"r": 0})
+            for i, d in enumerate(ms)
+        ]
+
+    # A quiet job whose step doubles from step 10 on (a fault): no noise.
+    assert v.step_variation(steps([100.0] * 10 + [200.0] * 10)) == 0.0
+    # A busy machine: steps alternate 90 and 110 ms around a 100 ms median, a 20% change.
+    assert abs(v.step_variation(steps([90.0, 110.0] * 10)) - 0.2) < 1e-9
+    assert v.step_variation(steps([100.0, 100.0])) == 0.0  # too few to say

@@ -5,6 +5,8 @@ depends on how much else the machine ran."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import pairwise
+from statistics import median
 
 from collector_harness import FileSpan
 from skewtrace import semconv
@@ -175,3 +177,20 @@ def assert_false_flags_explained(spans: Iterable[FileSpan], false_flags: Mapping
     assert other_causes <= 6, (dict(false_flags), others)
     unexplained = unexplained_flags(spans, others, injected=None)
     assert not unexplained, (dict(false_flags), unexplained, others)
+
+
+def step_variation(spans: Iterable[FileSpan]) -> float:
+    """The job's own step-to-step noise: the median change of its step time (each step's
+    median over ranks) from one step to the next, over the median step time. A level shift (a
+    fault from some step on) moves it by one change only; a busy machine raises it."""
+    by_step: dict[int, list[float]] = {}
+    for span in spans:
+        step = span.attributes.get(semconv.STEP)
+        if span.name == semconv.SPAN_STEP and isinstance(step, int):
+            by_step.setdefault(step, []).append(span.duration_s)
+    series = [median(by_step[step]) for step in sorted(by_step)]
+    if len(series) < 3:
+        return 0.0
+    changes = [abs(b - a) for a, b in pairwise(series)]
+    level = median(series)
+    return median(changes) / level if level > 0 else 0.0
