@@ -7,10 +7,10 @@ OTELCOL := $(BUILD)/otelcol-skewtrace
 JAEGER := $(BUILD)/jaeger
 export SKEWTRACE_OTELCOL := $(OTELCOL)
 export SKEWTRACE_JAEGER := $(JAEGER)
-# pytest-xdist workers for `make test` (README: timing of the suite): serial by default (0),
-# what CI runs. TEST_WORKERS=2 takes about half the time here, but beside the other worker's
-# jobs the timing-bound end-to-end runs (the emulated fabric's timeline runs, the main job's
-# scenarios) failed now and then, CI's last two-worker run among them.
+# pytest-xdist workers for the first part of `make test` (README: timing of the suite):
+# serial by default (0), what CI runs. TEST_WORKERS=2 took 23 minutes here against 32, but
+# beside the other worker's jobs the main job's short runs are as loaded as beside a CPU hog
+# (one of them flagged a healthy rank there).
 # A test file runs on one worker (--dist loadfile): a module's shared fixtures (a job run
 # once, a collector kept up) are set up once, and tests that use fixed ports (the default
 # ports in test_collector_auth.py) never run beside each other. Files are handed out longest
