@@ -578,16 +578,23 @@ PROFILED_STEPS = {2, 3, 4}  # schedule(wait=1, warmup=1, active=3)
 
 @pytest.fixture(scope="module")
 def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The profiler traces of a 2-rank DDP job on gloo (6 steps, 3 profiled)."""
-    out = tmp_path_factory.mktemp("kineto")
-    script = out / "job.py"
-    script.write_text(GLOO_JOB)
-    result = subprocess.run(
-        [sys.executable, str(script), "2", str(free_port()), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The profiler traces of a 2-rank DDP job on gloo (6 steps, 3 profiled). The job is
+    recorded again, once, when a rank dies from a signal: a serial `make test` saw torch's
+    profiler abort a rank once ("terminate called without an active exception", SIGABRT), a
+    crash of the recording, not of what these tests check."""
+    for attempt in range(2):
+        out = tmp_path_factory.mktemp("kineto")
+        script = out / "job.py"
+        script.write_text(GLOO_JOB)
+        result = subprocess.run(
+            [sys.executable, str(script), "2", str(free_port()), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode == 0 or "terminated with signal" not in result.stderr:
+            break
+        print(f"recording {attempt + 1}: a rank died from a signal:\n{result.stderr[-1500:]}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in out.glob("rank*.json")) == ["rank0.json", "rank1.json"]
     return out
