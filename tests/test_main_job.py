@@ -180,7 +180,7 @@ def _job_spans(workdir: Path, run: dict[str, Any]) -> list[Any]:
 
 
 def _assert_flags_follow_root_causes(
-    workdir: Path, run: dict[str, Any], phase: dict[str, Any], ranks: dict[int, str]
+    spans: list[Any], phase: dict[str, Any], ranks: dict[int, str]
 ) -> bool:
     """Per analyzed step, on the job's own evidence: each faulty rank is flagged for its
     cause exactly where the Collector's hysteresis makes that of the steps' replayed root
@@ -190,7 +190,6 @@ def _assert_flags_follow_root_causes(
     job's own timings show it. A busy machine changes how many steps name it, not this.
     Returns whether the verdict was due in the phase: every rank's fault showed and its
     root causes made the hysteresis flag it in a step of the phase."""
-    spans = _job_spans(workdir, run)
     named, flagged = root_causes(spans), flagged_by_step(spans)
     first, last = phase["onset_step"], phase["steps"][1]
     long = long_work(spans)
@@ -246,10 +245,11 @@ def test_each_scenario_is_diagnosed(
     (run,) = _summary(tmp_path)["runs"]
     phases = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
     assert [p["expected"] for p in phases] == expected
+    spans = _job_spans(tmp_path, run)
     for phase in phases:
         due = True
         if ranks:
-            due = _assert_flags_follow_root_causes(tmp_path, run, phase, ranks)
+            due = _assert_flags_follow_root_causes(spans, phase, ranks)
         else:
             # A link alone has no per-step root cause to judge by: the outcome's own rule
             # ("right" wants 75% of the steps from the first match), a little looser for a
@@ -262,7 +262,7 @@ def test_each_scenario_is_diagnosed(
         # steps' root causes makes it, judged above; how many steps that takes depends on how
         # busy the machine is, so no bound on it here: benchmarks/scenarios.py measures it).
         assert not due or phase["steps_to_flag"] is not None, phase
-    assert_false_flags_explained(_job_spans(tmp_path, run), run["false_flags"])
+    assert_false_flags_explained(spans, run["false_flags"])
     for clearing in run["clearings"]:
         assert clearing["steps_to_clear"] is not None, clearing
 
@@ -360,5 +360,5 @@ def test_loopback_runs_the_job_and_refuses_network_faults(
     (run,) = _summary(tmp_path / "run")["runs"]
     (phase,) = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
     assert phase["expected"] == "rank 2 (compute)"
-    _assert_flags_follow_root_causes(tmp_path / "run", run, phase, {2: "compute"})
+    _assert_flags_follow_root_causes(_job_spans(tmp_path / "run", run), phase, {2: "compute"})
     assert "over loopback" in result.stdout

@@ -100,26 +100,32 @@ def own_work(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
     return out
 
 
-def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
-    """Per step, the ranks whose own work was long: their forward, backward and optimizer step
-    ran longer than the step's median rank by the root-cause bound (MIN_COST_S, or
-    MIN_COST_FRACTION of the step's median duration)."""
-    spans = list(spans)
-    work = own_work(spans)
-    durations: dict[int, list[float]] = {}
+def step_durations(spans: Iterable[FileSpan]) -> dict[int, list[float]]:
+    """Per step, every rank's ``train.step`` duration, in seconds."""
+    out: dict[int, list[float]] = {}
     for span in spans:
         step = span.attributes.get(semconv.STEP)
         if span.name == semconv.SPAN_STEP and isinstance(step, int):
-            durations.setdefault(step, []).append(span.duration_s)
+            out.setdefault(step, []).append(span.duration_s)
+    return out
+
+
+def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
+    """Per step with own work measured, the ranks whose own work was long (none, an empty
+    set): their forward, backward and optimizer step ran longer than the step's median rank by
+    the root-cause bound (MIN_COST_S, or MIN_COST_FRACTION of the step's median duration)."""
+    spans = list(spans)
+    durations = step_durations(spans)
     out: dict[int, set[int]] = {}
-    for step, ranks in work.items():
+    for step, ranks in own_work(spans).items():
+        out[step] = set()
         if len(ranks) < 2 or step not in durations:
             continue
         step_s = sorted(durations[step])[len(durations[step]) // 2]
         for rank, mine in ranks.items():
             others = sorted(v for r, v in ranks.items() if r != rank)
             if mine - others[len(others) // 2] >= max(MIN_COST_S, MIN_COST_FRACTION * step_s):
-                out.setdefault(step, set()).add(rank)
+                out[step].add(rank)
     return out
 
 
@@ -134,9 +140,8 @@ def unexplained_flags(
     (one of the last CLEAR_STEPS long, after it was raised).
     On a busy machine a descheduled rank really computes longer, and then its flag is the
     job's own evidence, not a false one."""
-    spans = list(spans)
     long = long_work(spans)
-    steps = sorted(set(flags) | set(long) | set(own_work(spans)))
+    steps = sorted(set(flags) | set(long))
 
     def slow(step: int, rank: int) -> bool:
         return rank in long.get(step, set())
@@ -183,11 +188,7 @@ def step_variation(spans: Iterable[FileSpan]) -> float:
     """The job's own step-to-step noise: the median change of its step time (each step's
     median over ranks) from one step to the next, over the median step time. A level shift (a
     fault from some step on) moves it by one change only; a busy machine raises it."""
-    by_step: dict[int, list[float]] = {}
-    for span in spans:
-        step = span.attributes.get(semconv.STEP)
-        if span.name == semconv.SPAN_STEP and isinstance(step, int):
-            by_step.setdefault(step, []).append(span.duration_s)
+    by_step = step_durations(spans)
     series = [median(by_step[step]) for step in sorted(by_step)]
     if len(series) < 3:
         return 0.0
