@@ -104,6 +104,7 @@ def test_outcome_counts_steps_seconds_clearing_and_false_flags() -> None:
     (clearing,) = outcome.clearings
     assert clearing.steps_to_clear == 2
     assert outcome.false_flags == {1: 1}
+    assert outcome.false_flag_steps == {1: [20]}
     assert not outcome.right
     lines = conclusions(outcome)
     assert any("3 steps, 0.9 s from onset (step 5)" in line for line in lines)
@@ -123,6 +124,7 @@ def test_a_flag_that_lingers_after_the_end_is_clearing_not_a_false_flag() -> Non
     outcome = evaluate(_result([fault], 40), verdicts, FABRIC)
     assert outcome.clearings[0].steps_to_clear == 10
     assert outcome.false_flags == {3: 1}
+    assert outcome.false_flag_steps == {3: [30]}  # not its flags during or after the fault
 
 
 def test_a_verdict_that_comes_and_goes_is_not_right() -> None:

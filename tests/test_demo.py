@@ -51,7 +51,7 @@ def test_demo_defaults_name_the_injected_fault(
             result.stdout[-3000:],
         )
         spans = [s for s in exported if s.resource.get(JOB_ID) == run["job_id"]]
-        assert_false_flags_explained(spans, run["false_flags"])
+        assert_false_flags_explained(spans, run["false_flag_steps"])
         assert (tmp_path / f"report-{run['job_id']}.html").stat().st_size > 0
     assert re.search(r"concluded rank 2 (network|compute)", result.stdout), result.stdout
     assert re.search(r"pacing on vs pacing off: throughput [+-]\d", result.stdout)

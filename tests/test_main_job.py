@@ -262,7 +262,7 @@ def test_each_scenario_is_diagnosed(
         # steps' root causes makes it, judged above; how many steps that takes depends on how
         # busy the machine is, so no bound on it here: benchmarks/scenarios.py measures it).
         assert not due or phase["steps_to_flag"] is not None, phase
-    assert_false_flags_explained(spans, run["false_flags"])
+    assert_false_flags_explained(spans, run["false_flag_steps"])
     for clearing in run["clearings"]:
         assert clearing["steps_to_clear"] is not None, clearing
 

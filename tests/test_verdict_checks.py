@@ -4,6 +4,8 @@ a root cause in steps 10-15 and 20-23, rank 3 in steps 7 and 9."""
 
 from __future__ import annotations
 
+import pytest
+
 import verdict_checks as v
 
 NAMED: dict[int, dict[int, str]] = {s: {} for s in range(24)}
@@ -87,3 +89,45 @@ def test_step_variation_is_the_jobs_own_noise_not_its_level_shift() -> None:
     # A busy machine: steps alternate 90 and 110 ms around a 100 ms median, a 20% change.
     assert abs(v.step_variation(steps([90.0, 110.0] * 10)) - 0.2) < 1e-9
     assert v.step_variation(steps([100.0, 100.0])) == 0.0  # too few to say
+
+
+def _summary_spans(flags: dict[int, dict[int, str]]) -> list:
+    """One train.step.summary span per step with a straggler event per flagged rank."""
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    return [
+        FileSpan(
+            semconv.SPAN_STEP_SUMMARY,
+            "t",
+            "s",
+            0,
+            1,
+            {semconv.STEP: step},
+            {},
+            events=[
+                {
+                    "name": semconv.EVENT_STRAGGLER,
+                    "attributes": {semconv.RANK: rank, semconv.STRAGGLER_CAUSE: cause},
+                }
+                for rank, cause in flagged.items()
+            ],
+        )
+        for step, flagged in flags.items()
+    ]
+
+
+def test_only_the_steps_no_fault_explains_are_judged_as_false_flags() -> None:
+    # The demo's NIC fault: rank 2 flagged for network through 33 steps of its fault, and once
+    # more where nothing explained it. Its true flags are not false ones (CI once failed on that).
+    flags = {s: ({2: "network"} if 18 <= s <= 51 else {}) for s in range(60)}
+    spans = _summary_spans(flags) + _work_spans({}, 60)
+    v.assert_false_flags_explained(spans, {"2": [51]})
+    v.assert_false_flags_explained(spans, {})
+    # Seven steps of a network flag on a rank with nothing wrong are too many.
+    with pytest.raises(AssertionError):
+        v.assert_false_flags_explained(spans, {"2": list(range(40, 47))})
+    # A compute flag on an unfaulted rank whose own work never ran long is unexplained.
+    compute = _summary_spans({s: ({1: "compute"} if s == 30 else {}) for s in range(60)})
+    with pytest.raises(AssertionError):
+        v.assert_false_flags_explained(compute + _work_spans({}, 60), {"1": [30]})

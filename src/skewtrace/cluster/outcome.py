@@ -135,9 +135,14 @@ class Outcome:
     faults: list[Fault]
     phases: list[Phase]
     clearings: list[Clearing]
-    false_flags: dict[int, int]
-    """Rank -> steps at which it was flagged with nothing to explain it."""
+    false_flag_steps: dict[int, list[int]]
+    """Rank -> the steps at which it was flagged with nothing to explain it."""
     steps_analysed: int
+
+    @property
+    def false_flags(self) -> dict[int, int]:
+        """Rank -> how many steps it was flagged with nothing to explain it."""
+        return {rank: len(steps) for rank, steps in self.false_flag_steps.items()}
 
     @property
     def right(self) -> bool:
@@ -245,7 +250,7 @@ def evaluate(
          set(c.fault.expected(where).flagged))
         for c in clearings
     ]  # fmt: skip
-    false_flags: dict[int, int] = {}
+    false_flags: dict[int, list[int]] = {}
     for step in steps:
         window = range(max(0, step - clear_grace), step + 1)
         explained: set[int] = set()
@@ -257,5 +262,5 @@ def evaluate(
                 explained |= ranks
         for rank in verdicts[step].flagged:
             if rank not in explained:
-                false_flags[rank] = false_flags.get(rank, 0) + 1
+                false_flags.setdefault(rank, []).append(step)
     return Outcome(faults, phases, clearings, false_flags, len(steps))

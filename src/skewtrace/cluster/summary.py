@@ -90,6 +90,9 @@ class Summary:
                         for c in run.outcome.clearings
                     ],
                     "false_flags": {str(k): v for k, v in run.outcome.false_flags.items()},
+                    "false_flag_steps": {
+                        str(k): v for k, v in run.outcome.false_flag_steps.items()
+                    },
                     "figures": run.figures,
                     "pacing": run.result.pacing,
                 }
