@@ -80,6 +80,8 @@ START_DELAY_S = 20.0
 class JobSpec:
     name: str
     nodes: tuple[str, str]
+    extra: tuple[str, ...] = ()
+    """More ``train_ddp.py`` flags (a jitter, a straggler: ``benchmarks/no_harm.py``)."""
 
 
 JOB_A = JobSpec("A", ("node0", "node2"))
@@ -125,6 +127,7 @@ def launch(
             "--start-at", f"{start_at:.3f}", "--backend", "gloo",
             *(["--cadence", f"{cadence:.4f}"] if cadence else []),
             *(["--no-instrument"] if telemetry is None else ["--job-id", telemetry.job_id(job)]),
+            *job.extra,
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -329,9 +332,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def start_services(stack: contextlib.ExitStack, fabric: Fabric, logs: Path) -> Telemetry:
-    """The Collector and the pacer (``--policy interleave``, no effect guard) in the fabric's
-    operations namespace; the ranks' way to them."""
+INTERLEAVE_UNGUARDED = ("--policy", "interleave", "--interleave-effect-pairs", "0")
+
+
+def start_services(
+    stack: contextlib.ExitStack,
+    fabric: Fabric,
+    logs: Path,
+    pacer_args: tuple[str, ...] = INTERLEAVE_UNGUARDED,
+) -> Telemetry:
+    """The Collector and the pacer (by default ``--policy interleave`` without its effect
+    guard) in the fabric's operations namespace; the ranks' way to them."""
     from skewtrace import _resources
     from skewtrace.cluster.services import Services
 
@@ -345,11 +356,11 @@ def start_services(stack: contextlib.ExitStack, fabric: Fabric, logs: Path) -> T
             configs,
             logs,
             env=dict(os.environ),
-            pacer_args=("--policy", "interleave", "--interleave-effect-pairs", "0"),
+            pacer_args=pacer_args,
         )
     )
     topology = fabric.write_topology_conf(logs / "topology.conf")
-    print(f"services: Collector and pacer (--policy interleave) in {fabric.ops_ns}")
+    print(f"services: Collector and pacer ({' '.join(pacer_args)}) in {fabric.ops_ns}")
     return Telemetry(services.otlp_for_ranks, services.pacer_for_ranks, topology, services)
 
 

@@ -23,7 +23,8 @@ Knobs to make a rank late on purpose:
   communication phases apart, ``benchmarks/collision.py``).
 
 At the end every rank prints one JSON line: ``{"event": "step_stats", "rank": ..,
-"step_time_mean_s": .., "step_time_cv": .., ...}`` (steps after ``--warmup``).
+"step_time_mean_s": .., "step_time_cv": .., ...}`` (steps after ``--warmup``), with every
+step's time in ``step_times_s``.
 """
 
 from __future__ import annotations
@@ -332,6 +333,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "step_time_cv": stdev / mean if mean > 0 else 0.0,
         "step_time_median_s": statistics.median(measured) if measured else 0.0,
         "instrumented": not args.no_instrument,
+        "step_times_s": [round(t, 5) for t in step_times],
         "final_loss": float(reported.item()) / world if step_times else None,
     }
 

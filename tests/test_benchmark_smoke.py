@@ -204,6 +204,14 @@ NAMESPACE_SMOKES = [
         ),
     ),
     Smoke(
+        "no_harm",
+        "--quick",
+        (
+            rf"^round 1 slow-nic: observed {NUMBER} ms .* controlled {NUMBER} ms .* pacer: \w+",
+            rf"^slow-nic: controlled over observed throughput [-+]{NUMBER}% .* target >= -1%: ",
+        ),
+    ),
+    Smoke(
         "scenarios",
         "--repeat 1 --scenario compute --steps 16",
         (

@@ -1,0 +1,266 @@
+"""The controller where a delay cannot pay: it must stay out of the way (issue 23: never worse
+than -1% throughput where phases do not collide), on the emulated fabric with the loop closed.
+
+The fabric of ``benchmarks/collision.py`` (2 leaves of 2 nodes, NICs and uplinks shaped to
+``--mbit``), a real ``otelcol-skewtrace`` and ``skewtrace pacer --policy pacing,interleave``
+in the operations namespace: both policies, each behind its effect guard at its defaults, as
+a user turns them on. Two 2-rank gloo DDP jobs (``examples/train_ddp.py``, instrumented,
+compute a sleep per sample) run at the same time, each inside one leaf (node0 + node1, node2 +
+node3), so they share no shaped link: one's ranks poll the pacer ("controlled"), the other's
+do not ("observed"), and the two swap leaves from round to round. Running them side by side
+gives both the same load on the machine's two shared CPUs.
+
+Scenarios, the same fault in both jobs:
+
+- ``healthy``: nothing wrong;
+- ``jitter``: rank 1 sleeps a uniform 0..``--jitter`` s per step inside forward: noise, no
+  persistent early rank;
+- ``slow-nic``: the second node's NIC at ``--slow-nic`` of its rate: a rank late for its
+  network (the pacer declines a flagged NIC, ``fabric_fault``);
+- ``slow-rank``: rank 1 sleeps ``--slow-rank`` s per step outside the traced phases: a
+  persistently late rank, whose partner arrives early every step and would wait anyway.
+
+Not here: a long pipeline stage (these jobs are data-parallel; the pacer's decline of
+``stage_imbalance`` and ``data_imbalance`` is tested in ``tests/test_pacer_service.py``).
+
+Printed per scenario and round: each job's mean step time (the slowest rank's, per step) over
+the whole run after ``--warmup`` steps and over its last ``--tail`` of steps (after the effect
+guard's measurement: six phases of 10 s), the controlled job's throughput change over the
+observed one, the reasons the pacer gave for the controlled job in order and the share of its
+decisions that published a delay or a schedule; then per scenario the median and the spread
+over rounds, beside the -1% target. The decision traces are in ``<logs>/no-harm-*.jsonl``.
+
+    python benchmarks/no_harm.py               # 4 scenarios x 2 rounds, ~20 minutes here
+    python benchmarks/no_harm.py --quick       # the smoke run
+
+Needs root and iproute2 (network namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from collision import JobSpec, Telemetry, launch, start_services
+from skewtrace.cluster.fabric import Fabric, FabricSpec
+
+TARGET = -0.01
+PACER_ARGS = ("--policy", "pacing,interleave")
+SCENARIOS = ("healthy", "jitter", "slow-nic", "slow-rank")
+LEAVES = (("node0", "node1"), ("node2", "node3"))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    scenario: str
+    round: int
+    observed: list[float]
+    """The observed job's step times (the slowest rank's, per step)."""
+    controlled: list[float]
+    reasons: list[str]
+    """The pacer's reasons for the controlled job, in order, repeats dropped."""
+    published_share: float
+    """Of the decisions read during the run, the share that delayed someone."""
+
+
+def job_steps(procs: list[subprocess.Popen[str]], timeout: float) -> list[float]:
+    """Per step, the slowest rank's step time (ranks wait for each other at the all-reduce)."""
+    per_rank = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a rank exited with {proc.returncode}; see its log")
+        stats = [json.loads(line) for line in out.splitlines() if '"step_stats"' in line]
+        per_rank.append([float(t) for t in stats[-1]["step_times_s"]])
+    return [max(times) for times in zip(*per_rank, strict=False)]
+
+
+def scenario_jobs(scenario: str, args: argparse.Namespace, round_: int) -> tuple[JobSpec, JobSpec]:
+    """The observed and the controlled job, on opposite leaves (swapped every round)."""
+    extra: tuple[str, ...] = ()
+    if scenario == "jitter":
+        extra = ("--jitter", f"1:{args.jitter}")
+    elif scenario == "slow-rank":
+        extra = ("--straggler", f"1:sleep:{args.slow_rank}")
+    first, second = LEAVES if round_ % 2 == 0 else LEAVES[::-1]
+    return JobSpec("obs", first, extra), JobSpec("ctl", second, extra)
+
+
+def _decisions(
+    telemetry: Telemetry, job_id: str, path: Path, stop: threading.Event
+) -> tuple[list[str], list[bool]]:
+    reasons: list[str] = []
+    published: list[bool] = []
+    with path.open("w") as out:
+        while not stop.wait(1.0):
+            body = telemetry.services.pacing(job_id)
+            if not body.get("reason"):  # not a job the pacer knows yet
+                continue
+            out.write(json.dumps({"t": round(time.time(), 3), **body}) + "\n")
+            reason = str(body["reason"])
+            if not reasons or reasons[-1] != reason:
+                reasons.append(reason)
+            delays = body.get("delays") or {}
+            published.append(
+                bool(body.get("active"))
+                and (any(float(d) > 0 for d in delays.values()) or bool(body.get("schedule")))
+            )
+    return reasons, published
+
+
+def run_scenario(
+    fabric: Fabric,
+    telemetry: Telemetry,
+    args: argparse.Namespace,
+    scenario: str,
+    round_: int,
+) -> RunResult:
+    observed_job, controlled_job = scenario_jobs(scenario, args, round_)
+    if scenario == "slow-nic":
+        for _, node in (observed_job.nodes, controlled_job.nodes):
+            fabric.set_nic_rate(node, args.mbit * args.slow_nic)
+    label = f"-{scenario}-{round_ + 1}"
+    observed = replace(telemetry, pacer=None, label=label)
+    controlled = replace(telemetry, label=label)
+    stop = threading.Event()
+    traced: dict[str, tuple[list[str], list[bool]]] = {}
+    path = args.logs / f"no-harm-{scenario}-{round_ + 1}.jsonl"
+    job_id = controlled.job_id(controlled_job)
+    tracer = threading.Thread(
+        target=lambda: traced.setdefault("t", _decisions(controlled, job_id, path, stop)),
+        name="decision-trace",
+        daemon=True,
+    )
+    try:
+        start = time.time() + args.start_delay
+        obs = launch(fabric, observed_job, args, start, None, args.logs, observed)
+        ctl = launch(fabric, controlled_job, args, start, None, args.logs, controlled)
+        tracer.start()
+        timeout = args.start_delay + 60 + args.steps * 2.0
+        observed_steps = job_steps(obs, timeout)
+        controlled_steps = job_steps(ctl, timeout)
+    finally:
+        stop.set()
+        if tracer.is_alive():
+            tracer.join(timeout=5)
+        if scenario == "slow-nic":
+            for _, node in (observed_job.nodes, controlled_job.nodes):
+                fabric.set_nic_rate(node, None)
+    reasons, published = traced.get("t", ([], []))
+    share = sum(published) / len(published) if published else 0.0
+    return RunResult(scenario, round_, observed_steps, controlled_steps, reasons, share)
+
+
+def window_means(steps: list[float], warmup: int, tail: float) -> tuple[float, float]:
+    """The mean step time after ``warmup`` steps, and over the last ``tail`` of the steps."""
+    whole = steps[warmup:] or steps
+    last = steps[int(len(steps) * (1 - tail)) :] or steps
+    return statistics.fmean(whole), statistics.fmean(last)
+
+
+def change(observed_s: float, controlled_s: float) -> float:
+    """The controlled job's throughput over the observed one's, minus one."""
+    return observed_s / controlled_s - 1 if controlled_s > 0 else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--tail", type=float, default=1 / 3, help="share of steps at the end")
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS, default=[])
+    parser.add_argument("--hidden", type=int, default=512, help="gradient size knob")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sample-time", type=float, default=0.002, help="seconds a sample")
+    parser.add_argument("--mbit", type=float, default=400.0, help="NIC and uplink rate")
+    parser.add_argument("--jitter", type=float, default=0.03, help="seconds, at most")
+    parser.add_argument("--slow-nic", type=float, default=0.5, help="share of the NIC's rate")
+    parser.add_argument("--slow-rank", type=float, default=0.03, help="seconds a step")
+    parser.add_argument("--start-delay", type=float, default=20.0, help="seconds to start")
+    parser.add_argument("--quick", action="store_true", help="one short run (smoke)")
+    parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-no-harm"))
+    args = parser.parse_args(argv)
+    scenarios = tuple(args.scenario) or SCENARIOS
+    if args.quick:  # runs, but too short for its figures to mean anything
+        args.rounds, args.steps, args.warmup, args.start_delay = 1, 30, 5, 8.0
+        scenarios = tuple(args.scenario) or ("slow-nic",)
+    # collision.launch reads the instrumented runs' lengths from these.
+    args.controlled_steps, args.controlled_warmup = args.steps, args.warmup
+    if os.geteuid() != 0:
+        print("no_harm: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    args.logs.mkdir(parents=True, exist_ok=True)
+    spec = FabricSpec(leaves=2, nodes_per_leaf=2, nic_mbit=args.mbit, uplink_mbit=args.mbit)
+    results: list[RunResult] = []
+    with contextlib.ExitStack() as stack:
+        fabric = stack.enter_context(Fabric(spec))
+        print(f"fabric: {fabric.describe()}; two 2-rank jobs, one per leaf")
+        telemetry = start_services(stack, fabric, args.logs, PACER_ARGS)
+        for round_ in range(args.rounds):
+            for scenario in scenarios:
+                r = run_scenario(fabric, telemetry, args, scenario, round_)
+                results.append(r)
+                obs_whole, obs_tail = window_means(r.observed, args.warmup, args.tail)
+                ctl_whole, ctl_tail = window_means(r.controlled, args.warmup, args.tail)
+                print(
+                    f"round {round_ + 1} {scenario}: observed {obs_whole * 1e3:.1f} ms "
+                    f"(last {args.tail:.0%} {obs_tail * 1e3:.1f} ms), controlled "
+                    f"{ctl_whole * 1e3:.1f} ms ({ctl_tail * 1e3:.1f} ms): throughput "
+                    f"{change(obs_whole, ctl_whole):+.1%} (last {args.tail:.0%} "
+                    f"{change(obs_tail, ctl_tail):+.1%}); pacer: {' -> '.join(r.reasons)}, "
+                    f"published in {r.published_share:.0%} of decisions",
+                    flush=True,
+                )
+    summary = summarize(results, args.warmup, args.tail)
+    for scenario, s in summary.items():
+        print(
+            f"{scenario}: controlled over observed throughput {s['whole']:+.1%} (spread "
+            f"{s['whole_min']:+.1%}..{s['whole_max']:+.1%}), last {args.tail:.0%} "
+            f"{s['tail']:+.1%} ({s['tail_min']:+.1%}..{s['tail_max']:+.1%}); target >= "
+            f"{TARGET:+.0%}: {'met' if min(s['whole'], s['tail']) >= TARGET else 'NOT met'}"
+        )
+    print("SUMMARY " + json.dumps(summary))
+    return 0
+
+
+def summarize(results: list[RunResult], warmup: int, tail: float) -> dict[str, dict[str, Any]]:
+    """Per scenario, the median and the spread over rounds of the throughput change, over the
+    whole run and over its last ``tail``."""
+    out: dict[str, dict[str, Any]] = {}
+    for scenario in dict.fromkeys(r.scenario for r in results):
+        whole, last = [], []
+        for r in results:
+            if r.scenario != scenario:
+                continue
+            obs = window_means(r.observed, warmup, tail)
+            ctl = window_means(r.controlled, warmup, tail)
+            whole.append(change(obs[0], ctl[0]))
+            last.append(change(obs[1], ctl[1]))
+        out[scenario] = {
+            "whole": statistics.median(whole),
+            "whole_min": min(whole),
+            "whole_max": max(whole),
+            "tail": statistics.median(last),
+            "tail_min": min(last),
+            "tail_max": max(last),
+            "rounds": len(whole),
+            "target": TARGET,
+        }
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
