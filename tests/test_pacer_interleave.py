@@ -288,29 +288,165 @@ def test_a_shorter_period_on_trial_that_fails_goes_back_to_the_last_one_kept_up(
     # may have been judged while the jobs moved into their turns), even where the window
     # still shows the collision's steps (the jobs move back into their turns) ...
     assert step(back * 1.1, back * 1.1) == back
-    # ... and is tried again once the floor expires.
+    # ... and is tried again once the floor expires, half as far below it (2%): the search
+    # narrows on the shortest period the steps keep up with.
     trial = step(back, back)
-    assert trial == round(back * 0.96, 3)
+    assert trial == round(back * 0.98, 3)
+    assert out.info["interleave"]["trial_step_halvings"] == 1
     # It fails again: back, and the floor holds twice as long (four settle times).
     assert step(trial * 1.15, trial * 1.15) == back
     assert out.info["interleave"]["failed_trials"] == 2
     assert [step(back, back) for _ in range(3)] == [back] * 3
-    assert step(back, back) == trial
-    # This time the steps keep up with the trial: it passes, the count starts again, and the
-    # search goes on down.
-    assert step(trial, trial) == round(trial * 0.96, 3)
+    trial = step(back, back)
+    assert trial == round(back * 0.99, 3)  # 1% below
+    # This time the steps keep up with the trial: it passes, the count of failures in a row
+    # starts again, and the search goes on down at the narrowed step (not back to 4%, into
+    # the periods that failed).
+    passed = trial
+    trial = step(passed, passed)
+    assert trial == round(passed * 0.99, 3)
     assert "failed_trials" not in out.info["interleave"]
-    # A failure after that is a first one again: back to the trial that passed, two settles.
-    shorter = round(trial * 0.96, 3)
-    assert step(shorter * 1.15, shorter * 1.15) == trial
+    # A failure now is a first one in a row (back to the trial that passed, two settles), and
+    # the third of the search: the next trial would be 0.5% below, too close to be worth a
+    # collision, so the search is done and the period holds for 50 settle times (5 min).
+    assert step(trial * 1.15, trial * 1.15) == passed
     assert out.info["interleave"]["failed_trials"] == 1
-    assert step(trial, trial) == trial
+    assert out.info["interleave"]["trial_step_halvings"] == 3
+    assert out.info["interleave"]["floor_s"] == passed
+    assert [step(passed, passed) for _ in range(20)] == [passed] * 20  # past any other hold
     # A period kept up with that fails later (it is no trial): one step longer, not back, and
-    # its floor holds ten settle times whatever the count.
-    longer = step(trial * 1.03, trial * 1.03)
-    assert longer == round(trial / 0.96, 3)
+    # its floor holds ten settle times whatever the count ...
+    longer = step(passed * 1.03, passed * 1.03)
+    assert longer == round(passed / 0.96, 3)
     assert [step(longer, longer) for _ in range(9)] == [longer] * 9
+    # ... after which the done search starts again from the full step.
     assert step(longer, longer) == round(longer * 0.96, 3)
+    assert "trial_step_halvings" not in out.info["interleave"]
+
+
+def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
+    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
+    policy = InterleavePolicy(params)
+    out = policy.decide(
+        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
+    )
+    now = 0.0
+
+    def step(steps_s: float) -> float:
+        nonlocal out, now
+        now += 6.0
+        held = (
+            job_group("A", step_s=steps_s, phase=(0.1, 0.0525)),
+            job_group("B", step_s=steps_s, phase=(0.153, 0.0525)),
+        )
+        out = policy.decide(_window("B", held, now, 1.0), out.state)
+        return float(out.info["schedule"]["period_s"])
+
+    kept = float(out.info["schedule"]["period_s"])
+    # Three trials fail in a row, 4%, 2% and 1% below the period kept up with; the floor
+    # holds 2 and 4 settle times after the first two.
+    for below, hold in ((0.96, 2), (0.98, 4), (0.99, None)):
+        trial = step(kept)
+        assert trial == round(kept * below, 3)
+        assert step(trial * 1.15) == kept
+        if hold is not None:
+            assert [step(kept) for _ in range(hold - 1)] == [kept] * (hold - 1)
+    assert out.info["interleave"]["trial_step_halvings"] == 3
+    # The next would be 0.5% below: the search is done, and the period holds 50 settle times.
+    held = [step(kept) for _ in range(50)]
+    assert held[:49] == [kept] * 49
+    assert held[49] == round(kept * 0.96, 3)
+
+
+def test_a_done_search_comes_back_after_a_collision_and_tries_nothing_below() -> None:
+    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
+    policy = InterleavePolicy(params)
+    out = policy.decide(
+        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
+    )
+    now = 0.0
+
+    def step(steps_s: float) -> float:
+        nonlocal out, now
+        now += 6.0
+        held = (
+            job_group("A", step_s=steps_s, phase=(0.1, 0.0525)),
+            job_group("B", step_s=steps_s, phase=(0.153, 0.0525)),
+        )
+        out = policy.decide(_window("B", held, now, 1.0), out.state)
+        return float(out.info["schedule"]["period_s"])
+
+    kept = float(out.info["schedule"]["period_s"])
+    settles = 0
+    for below, hold in ((0.96, 2), (0.98, 4), (0.99, None)):
+        assert step(kept) == round(kept * below, 3)
+        assert step(kept * 1.4) == kept
+        if hold is not None:
+            assert [step(kept) for _ in range(hold - 1)] == [kept] * (hold - 1)
+    # The third failure's collision outlasts its hold (8 settle times: the third in a row).
+    assert [step(kept * 1.4) for _ in range(7)] == [kept] * 7
+    settles += 7
+    longer = step(kept * 1.4)
+    settles += 1
+    assert longer == round(kept * 1.4 * 1.05, 3)
+    back = [step(longer)]
+    while back[-1] > kept and len(back) < 10:
+        back.append(step(back[-1]))
+    settles += len(back)
+    assert back[-1] == kept
+    # No trial below it until the done search's 50 settle times are over, then the full step.
+    rest = [step(kept) for _ in range(50 - settles)]
+    assert rest[:-1] == [kept] * (len(rest) - 1)
+    assert rest[-1] == round(kept * 0.96, 3)
+
+
+def test_a_collision_that_outlasts_a_failed_trial_comes_back_fast() -> None:
+    """The 15:36 run of benchmarks/collision.py: a trial of 141 ms failed, the period went
+    back to 144 ms, but the jobs stayed collided (steps of 200 ms run late for every slot, so
+    they never fall back into their turns), and 12 s later the period was lengthened to
+    211 ms and searched down again at 1% a settle time. Now it is lengthened as far, and then
+    comes back halfway to the shortest period kept up with each settle time."""
+    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
+    policy = InterleavePolicy(params)
+    out = policy.decide(
+        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
+    )
+    now = 0.0
+
+    def step(steps_s: float) -> float:
+        nonlocal out, now
+        now += 6.0
+        held = (
+            job_group("A", step_s=steps_s, phase=(0.1, 0.0525)),
+            job_group("B", step_s=steps_s, phase=(0.153, 0.0525)),
+        )
+        out = policy.decide(_window("B", held, now, 1.0), out.state)
+        return float(out.info["schedule"]["period_s"])
+
+    kept = float(out.info["schedule"]["period_s"])
+    trial = step(kept)
+    assert trial == round(kept * 0.96, 3)
+    assert step(trial * 1.4) == kept  # the trial fails: back
+    assert step(kept * 1.4) == kept  # the floor's hold: the collision is not judged
+    longer = step(kept * 1.4)  # it outlasted the hold: as long as the steps plus the margin
+    assert longer == round(kept * 1.4 * 1.05, 3)
+    assert out.info["interleave"]["floor_s"] == kept
+    # A step back toward it that fails goes back to the longer period, and is no narrowing
+    # of the trials below it (one failed trial so far: the next one 2% below).
+    halfway = step(longer)
+    assert halfway == round((longer + kept) / 2, 3)
+    assert step(halfway * 1.15) == longer
+    assert out.info["interleave"]["trial_step_halvings"] == 1
+    assert step(longer) == longer  # the floor's hold after a second failure in a row
+    assert [step(longer) for _ in range(3)] == [longer] * 2 + [halfway]
+    # In turns again at that period: back toward the period kept up with, halfway each time.
+    back = [halfway]
+    while back[-1] > kept and len(back) < 10:
+        back.append(step(back[-1]))
+    assert back[-1] == kept and len(back) <= 5, back
+    # Its floor (raised by the failed step back) has expired by then: trials below it,
+    # narrowed by the one failed trial (2%).
+    assert step(kept) == round(kept * 0.98, 3)
 
 
 def test_a_schedule_is_placed_again_only_from_a_window_without_one() -> None:

@@ -53,7 +53,13 @@ Its decision, on the body:
   plus the margin when they outgrew it by more), and the floor rises above it for ten settle
   times; a floor raised by a failed trial holds 2, 4, 8, then 10 settle times as trials fail
   in a row (the count starts again when one passes), and the period gone back to is not
-  judged outgrown while it holds (the window still shows the collision). The units take
+  judged outgrown while it holds (the window still shows the collision). Each failed trial
+  halves the next one's step, so the search narrows on the shortest period kept up with;
+  when the step would be under ``_MIN_TRIAL_STEP`` the search is done and the period holds
+  ``_SEARCH_DONE_SETTLES`` settle times, then the search starts again. A failed trial's
+  collision that outlasts its hold (steps longer than the period never fall back into
+  their turns) lengthens the period to the collided steps plus the margin, from where it
+  comes back halfway each settle time to the shortest period kept up with. The units take
   turns around the period (:func:`spread`): each a share in proportion to its longest phase
   alone, a group's slot its unit's turn minus that phase's natural start, so the phases
   keep their spacing at any period. While a schedule is in force the observed phases
@@ -130,7 +136,8 @@ class InterleaveParams:
 
     interleave_period_step: float = option(0.04, check=below_one)
     """While every job's steps wait for their slots, the period is shortened by this fraction
-    once per ``interleave_settle_s`` (down to the slowest job's step without the collision)."""
+    once per ``interleave_settle_s`` (down to the slowest job's step without the collision);
+    each trial that fails halves the step of the next, down to 1%."""
 
     interleave_settle_s: float = option(6.0, check=positive, seconds=True)
     """How long a new period runs before the steps under it are judged (keep it above
@@ -461,6 +468,15 @@ class Schedule:
     failed_trials: int = 0
     """Trials of a shorter period that failed since one last passed: the floor after a
     failure holds 2, 4, 8, then ``_FLOOR_SETTLES`` settle times."""
+    halvings: int = 0
+    """Failed trials since the search began: each halves the step of the next trial (the
+    search narrows on the shortest period the steps keep up with instead of trying the same
+    failing one again); once the step is below ``_MIN_TRIAL_STEP`` the search is done and the
+    floor holds ``_SEARCH_DONE_SETTLES`` settle times, after which it starts again."""
+    best_s: float = 0.0
+    """The shortest period the steps were seen to keep up with in this search (0: none yet).
+    Above it (a collision that outlasted a failed trial's hold lengthened the period), the
+    period comes back toward it fast, halfway each settle time; trials below it narrow."""
 
     @property
     def slots(self) -> dict[tuple[str, str], float]:
@@ -496,6 +512,19 @@ _LOCKED = 0.02
 # of the machine is not the period's fault for ever); after a failed trial, 2, 4, 8 and then
 # this many, as trials keep failing.
 _FLOOR_SETTLES = 10
+
+
+# A search whose next trial would be shorter by less than this (of the period) is done.
+_MIN_TRIAL_STEP = 0.01
+# A done search holds the period this many settle times, then searches again from the full
+# step (the jobs or the machine may have changed).
+_SEARCH_DONE_SETTLES = 50
+
+
+def _trial_step(params: InterleaveParams, halvings: int) -> float:
+    """The next trial's step, as a fraction of the period: the full step halved at each
+    failed trial of the search."""
+    return float(params.interleave_period_step) / (2 ** min(halvings, 30))
 
 
 def _trial_hold(failed_trials: int) -> int:
@@ -594,60 +623,117 @@ class InterleavePolicy:
             # for a window, so that the next one is placed from phases without holds.
             return _unscheduled(REASON_REGROUPING, InterleaveState(schedule=kept), crossing)
         if kept is not None and window.scheduled > 0:
-            if window.now >= kept.floor_until and kept.floor_s > kept.natural_s:
-                kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
+            if window.now >= kept.floor_until:
+                if kept.floor_s > kept.natural_s:
+                    kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
+                if _trial_step(params, kept.halvings) < _MIN_TRIAL_STEP:
+                    # A done search: again, from the full step.
+                    kept = replace(kept, halvings=0, failed_trials=0, best_s=0.0)
             schedule = kept
             settled = window.now - kept.since >= params.interleave_settle_s
             if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
                 floor = kept.floor_s
-                notch = 1 - params.interleave_period_step
+                notch = 1 - _trial_step(params, kept.halvings)
                 # Back from a failed trial (no trial now), the steps move into their turns
                 # again while the floor holds: the window still shows the collision, not this
                 # period's steps, so it is not judged outgrown then.
+                # (For the hold of a failed trial's count, not the long hold of a done search:
+                # a slowdown then is the jobs', and lengthens the period as below.)
                 returning = (
-                    kept.failed_trials > 0 and kept.kept_up_s == 0 and window.now < kept.floor_until
+                    kept.failed_trials > 0
+                    and kept.kept_up_s == 0
+                    and window.now
+                    < kept.since + _trial_hold(kept.failed_trials) * params.interleave_settle_s
                 )
                 outgrown = slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2)
                 if outgrown and not returning:
                     failed, hold = kept.failed_trials, _FLOOR_SETTLES
+                    halvings, best = kept.halvings, kept.best_s
                     if kept.kept_up_s > 0:
                         # A trial of a shorter period failed: the jobs fell out of their turns
                         # and collided, so their steps say how long a collision takes, not
                         # how long a period they keep up with is. Back to the period they kept
                         # up with, and none shorter for a while, longer at each failure in a
                         # row (should that one fail later, the rule below lengthens it).
+                        # The next trial below the shortest period kept up with is half as
+                        # far below it; when that is too close to be worth a collision, the
+                        # search is done for a long while. (A step back toward that period
+                        # that fails is no narrowing.)
                         longer = kept.kept_up_s
                         raised = kept.kept_up_s
                         failed += 1
+                        if not (best and kept.period_s >= best):
+                            halvings += 1
                         hold = _trial_hold(failed)
+                        if _trial_step(params, halvings) < _MIN_TRIAL_STEP:
+                            hold = _SEARCH_DONE_SETTLES
                     else:
                         # Steps outgrow a period they kept up with (the jobs or the machine
-                        # slowed): one step longer, as far as the steps when they outgrew
+                        # slowed): one full step longer, as far as the steps when they outgrew
                         # it by more, and not this short again for a while.
                         longer = max(
-                            kept.period_s / notch,
+                            kept.period_s / (1 - params.interleave_period_step),
                             slowest * margin if slowest > kept.period_s * margin else 0.0,
                         )
                         raised = kept.period_s + _RESOLUTION_S
+                        # Just after a failed trial's hold, it is the trial's collision that
+                        # outlasted it: the period comes back fast to the shortest one kept up
+                        # with. Otherwise the jobs or the machine slowed: a new search.
+                        just_failed = failed > 0 and window.now - kept.since <= (
+                            (_trial_hold(failed) + 1) * params.interleave_settle_s
+                        )
+                        if not just_failed:
+                            halvings, best = 0, 0.0
+                        elif best:
+                            raised = best
+                    until = window.now + hold * params.interleave_settle_s
+                    if halvings and _trial_step(params, halvings) < _MIN_TRIAL_STEP:
+                        until = max(until, kept.floor_until)  # a done search's hold stays
                     schedule = replace(
                         kept.rescaled(_round_period(longer), window.now),
                         floor_s=raised,
-                        floor_until=window.now + hold * params.interleave_settle_s,
+                        floor_until=until,
                         failed_trials=failed,
+                        halvings=halvings,
+                        best_s=best,
                     )
                 elif slowest <= kept.period_s * (1 + _LOCKED):
                     # Every step waits for its slot: try a shorter period, down to the floor.
                     # A period on trial that the steps kept up with ends the failures' count.
                     failed = 0 if kept.kept_up_s > 0 else kept.failed_trials
-                    shorter = _round_period(kept.period_s * notch)
-                    if shorter >= floor and shorter < kept.period_s:
+                    best = min(kept.best_s, kept.period_s) if kept.best_s else kept.period_s
+                    kept = replace(kept, best_s=best)
+                    if kept.period_s > best:
+                        # Back toward the shortest period kept up with, halfway (at least a
+                        # full step) each settle time: a collision that outlasted a failed
+                        # trial's hold had the period lengthened to the collided steps.
+                        shorter = _round_period(
+                            max(
+                                best,
+                                min(
+                                    kept.period_s * (1 - params.interleave_period_step),
+                                    (kept.period_s + best) / 2,
+                                ),
+                            )
+                        )
+                    else:
+                        shorter = _round_period(kept.period_s * notch)
+                    # A done search tries nothing below the shortest period kept up with, but
+                    # still comes back to it.
+                    searching = _trial_step(params, kept.halvings) >= _MIN_TRIAL_STEP
+                    returning_to_best = kept.period_s > best
+                    if (
+                        (searching or returning_to_best)
+                        and shorter >= floor
+                        and shorter < kept.period_s
+                    ):
                         schedule = replace(
                             kept.rescaled(shorter, window.now),
                             floor_s=floor,
                             kept_up_s=kept.period_s,
                             failed_trials=failed,
                         )
-                    else:  # at the floor: the period on trial passed it
+                    else:  # at the floor, or the search done: the period on trial passed
                         schedule = replace(kept, kept_up_s=0.0, failed_trials=failed)
             return self._scheduled(window, schedule, len(crossing), None, slowest)
         if min(u.step_s for u in crossing) <= 0:
@@ -695,6 +781,8 @@ class InterleavePolicy:
                 natural_s=kept.natural_s,
                 kept_up_s=kept.kept_up_s,
                 failed_trials=kept.failed_trials,
+                halvings=kept.halvings,
+                best_s=kept.best_s,
             )
         figures = {"overlap_s": before, "overlap_after_s": after}
         if aligned is not None:
@@ -717,6 +805,8 @@ class InterleavePolicy:
         }
         if schedule.failed_trials:
             interleave["failed_trials"] = schedule.failed_trials
+        if schedule.halvings:
+            interleave["trial_step_halvings"] = schedule.halvings
         for name, seconds in (figures or {}).items():
             interleave[name] = round(seconds, 4)
         return Outcome(
