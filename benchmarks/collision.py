@@ -162,17 +162,22 @@ def launch(
     return procs
 
 
-def step_time(procs: list[subprocess.Popen[str]], timeout: float) -> float:
-    """The job's mean step time after warm-up: the slowest rank's (ranks wait for each other,
-    so they agree to within a step's jitter)."""
-    means = []
+def rank_stats(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[str, Any]]:
+    """Each rank's ``step_stats`` line (``train_ddp.py``), once the rank has exited."""
+    out_stats = []
     for proc in procs:
         out, _ = proc.communicate(timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"a rank exited with {proc.returncode}; see its log")
         stats = [json.loads(line) for line in out.splitlines() if '"step_stats"' in line]
-        means.append(float(stats[-1]["step_time_mean_s"]))
-    return max(means)
+        out_stats.append(stats[-1])
+    return out_stats
+
+
+def step_time(procs: list[subprocess.Popen[str]], timeout: float) -> float:
+    """The job's mean step time after warm-up: the slowest rank's (ranks wait for each other,
+    so they agree to within a step's jitter)."""
+    return max(float(stats["step_time_mean_s"]) for stats in rank_stats(procs, timeout))
 
 
 def run(

@@ -53,7 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from collision import JobSpec, Telemetry, launch, start_services
+from collision import JobSpec, Telemetry, launch, rank_stats, start_services
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 
 TARGET = -0.01
@@ -77,13 +77,7 @@ class RunResult:
 
 def job_steps(procs: list[subprocess.Popen[str]], timeout: float) -> list[float]:
     """Per step, the slowest rank's step time (ranks wait for each other at the all-reduce)."""
-    per_rank = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"a rank exited with {proc.returncode}; see its log")
-        stats = [json.loads(line) for line in out.splitlines() if '"step_stats"' in line]
-        per_rank.append([float(t) for t in stats[-1]["step_times_s"]])
+    per_rank = [[float(t) for t in stats["step_times_s"]] for stats in rank_stats(procs, timeout)]
     return [max(times) for times in zip(*per_rank, strict=False)]
 
 

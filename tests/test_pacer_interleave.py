@@ -324,25 +324,40 @@ def test_a_shorter_period_on_trial_that_fails_goes_back_to_the_last_one_kept_up(
     assert "trial_step_halvings" not in out.info["interleave"]
 
 
-def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
-    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
-    policy = InterleavePolicy(params)
-    out = policy.decide(
-        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
-    )
-    now = 0.0
+class _Search:
+    """Two colliding jobs under the interleave policy (no effect guard, 6 s settle), stepped
+    one settle time at a time with both jobs' steps at a given length."""
 
-    def step(steps_s: float) -> float:
-        nonlocal out, now
-        now += 6.0
+    def __init__(self) -> None:
+        self.policy = InterleavePolicy(
+            InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
+        )
+        self.out = self.policy.decide(
+            _window("B", (job_group("A"), job_group("B")), 0.0, 0.0),
+            self.policy.initial_state(),
+        )
+        self.now = 0.0
+        self.period = float(self.out.info["schedule"]["period_s"])
+
+    @property
+    def interleave(self) -> dict:
+        return self.out.info["interleave"]
+
+    def step(self, steps_s: float) -> float:
+        """One settle time with every step ``steps_s`` long: the period decided."""
+        self.now += 6.0
         held = (
             job_group("A", step_s=steps_s, phase=(0.1, 0.0525)),
             job_group("B", step_s=steps_s, phase=(0.153, 0.0525)),
         )
-        out = policy.decide(_window("B", held, now, 1.0), out.state)
-        return float(out.info["schedule"]["period_s"])
+        self.out = self.policy.decide(_window("B", held, self.now, 1.0), self.out.state)
+        self.period = float(self.out.info["schedule"]["period_s"])
+        return self.period
 
-    kept = float(out.info["schedule"]["period_s"])
+
+def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
+    search = _Search()
+    step, kept = search.step, search.period
     # Three trials fail in a row, 4%, 2% and 1% below the period kept up with; the floor
     # holds 2 and 4 settle times after the first two.
     for below, hold in ((0.96, 2), (0.98, 4), (0.99, None)):
@@ -351,7 +366,7 @@ def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
         assert step(trial * 1.15) == kept
         if hold is not None:
             assert [step(kept) for _ in range(hold - 1)] == [kept] * (hold - 1)
-    assert out.info["interleave"]["trial_step_halvings"] == 3
+    assert search.interleave["trial_step_halvings"] == 3
     # The next would be 0.5% below: the search is done, and the period holds 50 settle times.
     held = [step(kept) for _ in range(50)]
     assert held[:49] == [kept] * 49
@@ -359,24 +374,8 @@ def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
 
 
 def test_a_done_search_comes_back_after_a_collision_and_tries_nothing_below() -> None:
-    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
-    policy = InterleavePolicy(params)
-    out = policy.decide(
-        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
-    )
-    now = 0.0
-
-    def step(steps_s: float) -> float:
-        nonlocal out, now
-        now += 6.0
-        held = (
-            job_group("A", step_s=steps_s, phase=(0.1, 0.0525)),
-            job_group("B", step_s=steps_s, phase=(0.153, 0.0525)),
-        )
-        out = policy.decide(_window("B", held, now, 1.0), out.state)
-        return float(out.info["schedule"]["period_s"])
-
-    kept = float(out.info["schedule"]["period_s"])
+    search = _Search()
+    step, kept = search.step, search.period
     settles = 0
     for below, hold in ((0.96, 2), (0.98, 4), (0.99, None)):
         assert step(kept) == round(kept * below, 3)
@@ -406,37 +405,21 @@ def test_a_collision_that_outlasts_a_failed_trial_comes_back_fast() -> None:
     they never fall back into their turns), and 12 s later the period was lengthened to
     211 ms and searched down again at 1% a settle time. Now it is lengthened as far, and then
     comes back halfway to the shortest period kept up with each settle time."""
-    params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
-    policy = InterleavePolicy(params)
-    out = policy.decide(
-        _window("B", (job_group("A"), job_group("B")), 0.0, 0.0), policy.initial_state()
-    )
-    now = 0.0
-
-    def step(steps_s: float) -> float:
-        nonlocal out, now
-        now += 6.0
-        held = (
-            job_group("A", step_s=steps_s, phase=(0.1, 0.0525)),
-            job_group("B", step_s=steps_s, phase=(0.153, 0.0525)),
-        )
-        out = policy.decide(_window("B", held, now, 1.0), out.state)
-        return float(out.info["schedule"]["period_s"])
-
-    kept = float(out.info["schedule"]["period_s"])
+    search = _Search()
+    step, kept = search.step, search.period
     trial = step(kept)
     assert trial == round(kept * 0.96, 3)
     assert step(trial * 1.4) == kept  # the trial fails: back
     assert step(kept * 1.4) == kept  # the floor's hold: the collision is not judged
     longer = step(kept * 1.4)  # it outlasted the hold: as long as the steps plus the margin
     assert longer == round(kept * 1.4 * 1.05, 3)
-    assert out.info["interleave"]["floor_s"] == kept
+    assert search.interleave["floor_s"] == kept
     # A step back toward it that fails goes back to the longer period, and is no narrowing
     # of the trials below it (one failed trial so far: the next one 2% below).
     halfway = step(longer)
     assert halfway == round((longer + kept) / 2, 3)
     assert step(halfway * 1.15) == longer
-    assert out.info["interleave"]["trial_step_halvings"] == 1
+    assert search.interleave["trial_step_halvings"] == 1
     assert step(longer) == longer  # the floor's hold after a second failure in a row
     assert [step(longer) for _ in range(3)] == [longer] * 2 + [halfway]
     # In turns again at that period: back toward the period kept up with, halfway each time.

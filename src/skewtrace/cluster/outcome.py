@@ -250,7 +250,7 @@ def evaluate(
          set(c.fault.expected(where).flagged))
         for c in clearings
     ]  # fmt: skip
-    false_flags: dict[int, list[int]] = {}
+    false_steps: dict[int, list[int]] = {}
     for step in steps:
         window = range(max(0, step - clear_grace), step + 1)
         explained: set[int] = set()
@@ -262,5 +262,5 @@ def evaluate(
                 explained |= ranks
         for rank in verdicts[step].flagged:
             if rank not in explained:
-                false_flags.setdefault(rank, []).append(step)
-    return Outcome(faults, phases, clearings, false_flags, len(steps))
+                false_steps.setdefault(rank, []).append(step)
+    return Outcome(faults, phases, clearings, false_steps, len(steps))

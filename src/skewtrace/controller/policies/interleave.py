@@ -527,6 +527,11 @@ def _trial_step(params: InterleaveParams, halvings: int) -> float:
     return float(params.interleave_period_step) / (2 ** min(halvings, 30))
 
 
+def _search_done(params: InterleaveParams, halvings: int) -> bool:
+    """The next trial would be too close to be worth a collision: the search is done."""
+    return _trial_step(params, halvings) < _MIN_TRIAL_STEP
+
+
 def _trial_hold(failed_trials: int) -> int:
     """Settle times the floor holds after the ``failed_trials``-th failed trial in a row: a
     trial judged while the jobs still moved into their turns fails once and is tried again
@@ -626,7 +631,7 @@ class InterleavePolicy:
             if window.now >= kept.floor_until:
                 if kept.floor_s > kept.natural_s:
                     kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
-                if _trial_step(params, kept.halvings) < _MIN_TRIAL_STEP:
+                if _search_done(params, kept.halvings):
                     # A done search: again, from the full step.
                     kept = replace(kept, halvings=0, failed_trials=0, best_s=0.0)
             schedule = kept
@@ -665,7 +670,7 @@ class InterleavePolicy:
                         if not (best and kept.period_s >= best):
                             halvings += 1
                         hold = _trial_hold(failed)
-                        if _trial_step(params, halvings) < _MIN_TRIAL_STEP:
+                        if _search_done(params, halvings):
                             hold = _SEARCH_DONE_SETTLES
                     else:
                         # Steps outgrow a period they kept up with (the jobs or the machine
@@ -687,7 +692,7 @@ class InterleavePolicy:
                         elif best:
                             raised = best
                     until = window.now + hold * params.interleave_settle_s
-                    if halvings and _trial_step(params, halvings) < _MIN_TRIAL_STEP:
+                    if halvings and _search_done(params, halvings):
                         until = max(until, kept.floor_until)  # a done search's hold stays
                     schedule = replace(
                         kept.rescaled(_round_period(longer), window.now),
@@ -703,7 +708,8 @@ class InterleavePolicy:
                     failed = 0 if kept.kept_up_s > 0 else kept.failed_trials
                     best = min(kept.best_s, kept.period_s) if kept.best_s else kept.period_s
                     kept = replace(kept, best_s=best)
-                    if kept.period_s > best:
+                    returning_to_best = kept.period_s > best
+                    if returning_to_best:
                         # Back toward the shortest period kept up with, halfway (at least a
                         # full step) each settle time: a collision that outlasted a failed
                         # trial's hold had the period lengthened to the collided steps.
@@ -720,10 +726,8 @@ class InterleavePolicy:
                         shorter = _round_period(kept.period_s * notch)
                     # A done search tries nothing below the shortest period kept up with, but
                     # still comes back to it.
-                    searching = _trial_step(params, kept.halvings) >= _MIN_TRIAL_STEP
-                    returning_to_best = kept.period_s > best
                     if (
-                        (searching or returning_to_best)
+                        (not _search_done(params, kept.halvings) or returning_to_best)
                         and shorter >= floor
                         and shorter < kept.period_s
                     ):
