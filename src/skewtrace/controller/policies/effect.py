@@ -6,10 +6,12 @@ fabric, and every measurement before this module found pacing costing throughput
 pacing policy would pace a job, :class:`EffectGuard` runs an experiment on it:
 
 - phases of ``effect_phase_s`` (plus the job's window stretch), alternately with the policy's
-  delays published (``on``) and withheld (``off``: no delays, ``active`` false, reason
-  ``measuring``). At the end of each phase the job's mean step time over the window (the
+  delays withheld (``off``: no delays, ``active`` false, reason ``measuring``) and published
+  (``on``), withheld first: the policy acts only on a cause that lasted a whole phase, so a
+  transient (a fault's onset before the diagnosis names it, a burst that ends by itself)
+  publishes nothing. At the end of each phase the job's mean step time over the window (the
   phase's last steps: the phase outlasts the window and the ranks' lag) is read;
-- each on/off pair gives a gain ``g = (T_off - T_on) / T_off`` (a fraction of the step time:
+- each off/on pair gives a gain ``g = (T_off - T_on) / T_off`` (a fraction of the step time:
   positive when pacing shortens the step, i.e. raises throughput);
 - after ``effect_pairs`` pairs, the mean gain and its one-sided 90% lower confidence bound
   (Student's t over the pairs) decide. Above ``effect_min_gain``, pacing stays on (``kept``)
@@ -128,13 +130,14 @@ class EffectState:
 
     inner: Any
     mode: str = "idle"
-    """idle (nothing paced), on / off (the experiment's phases), kept, backoff."""
+    """idle (nothing paced), off / on (the experiment's phases, in that order), kept,
+    backoff."""
     since: float = 0.0
     """When the current mode or phase began."""
     until: float = 0.0
     """kept: when to measure again; backoff: when to let the policy decide again."""
-    t_on: float | None = None
-    """The step time read at the end of the current pair's on phase."""
+    t_off: float | None = None
+    """The step time read at the end of the current pair's off phase."""
     gains: tuple[float, ...] = ()
     judged: EffectEstimate | None = None
     """The last experiment's estimate."""
@@ -167,28 +170,28 @@ class EffectGuard:
         if not paces:
             if state.mode in ("on", "off"):
                 # Pacing stopped by itself mid-experiment: nothing left to measure.
-                state = replace(state, mode="idle", gains=(), t_on=None)
+                state = replace(state, mode="idle", gains=(), t_off=None)
             return self._with_effect(out, state)
         if state.mode == "kept" and now < state.until:
             return self._with_effect(out, state)
         if state.mode in ("idle", "kept"):
-            state = replace(state, mode="on", since=now, gains=(), t_on=None)
+            state = replace(state, mode="off", since=now, gains=(), t_off=None)
         phase = self.params.effect_phase_s + window.stretch_s
-        if state.mode == "on":
+        if state.mode == "off":
             if now - state.since < phase:
-                return self._with_effect(out, state)
-            state = replace(state, mode="off", since=now, t_on=step_time(window))
-            return self._withheld(out, state, REASON_MEASURING)
-        # mode == "off"
-        if now - state.since < phase:
-            return self._withheld(out, state, REASON_MEASURING)
-        t_off = step_time(window)
-        gains = state.gains
-        if state.t_on is not None and t_off is not None:
-            gains = (*gains, (t_off - state.t_on) / t_off)
-        if len(gains) < self.params.effect_pairs:
-            state = replace(state, mode="on", since=now, gains=gains, t_on=None)
+                return self._withheld(out, state, REASON_MEASURING)
+            state = replace(state, mode="on", since=now, t_off=step_time(window))
             return self._with_effect(out, state)
+        # mode == "on"
+        if now - state.since < phase:
+            return self._with_effect(out, state)
+        t_on = step_time(window)
+        gains = state.gains
+        if state.t_off is not None and t_on is not None:
+            gains = (*gains, (state.t_off - t_on) / state.t_off)
+        if len(gains) < self.params.effect_pairs:
+            state = replace(state, mode="off", since=now, gains=gains, t_off=None)
+            return self._withheld(out, state, REASON_MEASURING)
         judged = estimate(gains)
         if judged.low > self.params.effect_min_gain:
             state = replace(
@@ -197,7 +200,7 @@ class EffectGuard:
                 since=now,
                 until=now + self.params.effect_recheck_s,
                 gains=(),
-                t_on=None,
+                t_off=None,
                 judged=judged,
                 judged_state=STATE_KEPT,
             )
@@ -208,7 +211,7 @@ class EffectGuard:
             since=now,
             until=now + self.params.effect_backoff_s,
             gains=(),
-            t_on=None,
+            t_off=None,
             judged=judged,
             judged_state=STATE_NO_GAIN,
         )

@@ -109,7 +109,7 @@ class PolicyParams:
 
     effect_pairs: int = option(3, parse=integer, check=at_least(0))
     """Do no harm, measured: while pacing would be on, alternate phases with its delays
-    published and withheld, and keep pacing only when this many paced/unpaced pairs show a
+    withheld (first) and published, and keep pacing only when this many paced/unpaced pairs show a
     real gain in step time (docs/pacing.md, 'Its own effect'); 0: no measurement."""
 
     effect_phase_s: float = option(10.0, check=positive, seconds=True)
