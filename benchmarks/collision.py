@@ -174,10 +174,10 @@ def rank_stats(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[
     return out_stats
 
 
-def step_time(procs: list[subprocess.Popen[str]], timeout: float) -> float:
-    """The job's mean step time after warm-up: the slowest rank's (ranks wait for each other,
-    so they agree to within a step's jitter)."""
-    return max(float(stats["step_time_mean_s"]) for stats in rank_stats(procs, timeout))
+def step_time(stats: list[dict[str, Any]]) -> float:
+    """The job's mean step time after warm-up from its ranks' ``step_stats``: the slowest
+    rank's (ranks wait for each other, so they agree to within a step's jitter)."""
+    return max(float(rank["step_time_mean_s"]) for rank in stats)
 
 
 def run(
@@ -187,14 +187,20 @@ def run(
     logs: Path,
     cadence: float | None = None,
     telemetry: Telemetry | None = None,
+    record: str | None = None,
 ) -> dict[str, float]:
+    """Each job's mean step time after warm-up; with ``record``, every rank's ``step_stats``
+    (each step's time) also to ``logs/steps-{record}.json``."""
     t0 = time.time() + args.start_delay
     running = {
         job.name: launch(fabric, job, args, t0 + offset, cadence, logs, telemetry)
         for job, offset in jobs
     }
     timeout = args.start_delay + 60 + max(args.steps, args.controlled_steps) * 2.0
-    return {name: step_time(procs, timeout) for name, procs in running.items()}
+    stats = {name: rank_stats(procs, timeout) for name, procs in running.items()}
+    if record is not None:
+        (logs / f"steps-{record}.json").write_text(json.dumps(stats))
+    return {name: step_time(ranks) for name, ranks in stats.items()}
 
 
 @contextlib.contextmanager
@@ -281,7 +287,15 @@ def main(argv: list[str] | None = None) -> int:
                 controlled = replace(telemetry, label=f"-c{round_ + 1}")
                 with _decision_trace(controlled, args.logs / f"decisions-{round_ + 1}.jsonl"):
                     results["controlled"].append(
-                        run(fabric, args, both, args.logs, None, controlled)
+                        run(
+                            fabric,
+                            args,
+                            both,
+                            args.logs,
+                            None,
+                            controlled,
+                            f"controlled-{round_ + 1}",
+                        )
                     )
                 for job in (JOB_A, JOB_B):
                     body = telemetry.services.pacing(controlled.job_id(job))
@@ -292,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                 observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")
-                results["observed"].append(run(fabric, args, both, args.logs, None, observed))
+                results["observed"].append(
+                    run(fabric, args, both, args.logs, None, observed, f"observed-{round_ + 1}")
+                )
             print(
                 f"round {round_ + 1}: step time A alone {alone['A'] * 1e3:.1f} ms, period "
                 f"{period * 1e3:.1f} ms; "

@@ -122,7 +122,7 @@ def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None
     assert json.dumps(pacing.to_json(), separators=(",", ":")) == (
         '{"job":"run-42","version":17,"active":true,'
         '"delays":{"0":0.0101,"1":0.0099,"2":0.0102},"spread":0.231,"reason":"active",'
-        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":2}'
+        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":3}'
     )
     rebalance = DecisionBody(
         job="run-42",
@@ -139,14 +139,14 @@ def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None
         '{"job":"run-42","version":6,"active":false,"delays":{},"spread":null,'
         '"reason":"balanced","ranks":4,"policy":"rebalance","updated_unix":1764424000.1,'
         '"shares":{"0":0.148,"1":0.2816},"shares_version":3,'
-        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":2}'
+        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":3}'
     )
     # Equal shares: no "shares", still a "shares_version".
     equal = DecisionBody(job="j", reason="balanced", policy="rebalance", shares_version=4)
     assert "shares" not in equal.to_json() and equal.to_json()["shares_version"] == 4
     unknown = DecisionBody("nobody").to_json()
     assert json.dumps(unknown, separators=(",", ":")) == (
-        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":2}'
+        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":3}'
     )
 
 
@@ -178,7 +178,7 @@ def test_an_old_body_without_body_version_reads_as_version_1() -> None:
         "updated_unix": 1764424000.1,
     }
     body = DecisionBody.from_json(old)
-    assert body.body_version == 1 and BODY_VERSION == 2
+    assert body.body_version == 1 and BODY_VERSION == 3
     assert (body.version, body.active, dict(body.delays)) == (17, True, {0: 0.0101, 2: 0.0102})
     assert (body.spread, body.reason, body.ranks, body.policy) == (0.231, "active", 4, "pacing")
     assert body.shares is None and body.shares_version is None and body.effect is None
@@ -404,8 +404,82 @@ def test_an_old_client_reads_a_body_with_a_schedule() -> None:
         version=5,
         active=True,
         delays={1: 0.02},
-        schedule=Schedule(0.2, {"dp0": 0.1}),
+        schedule=Schedule(0.2, {"dp0": 0.1}, late_s=0.02),
         served_unix=5.0,
     ).to_json()
     assert parse_decision(wire(new), 1, 0.05) == (0.02, 5)
     assert parse_decision(wire(new), 0, 0.05) == (0.0, 5)
+    assert deployed_parse_decision(wire(new), 1, 0.05) == (0.02, 5)
+    # A client of body version 2 reads the schedule without late_s: half a period.
+    assert "late_s" in new["schedule"]
+    version_2 = Schedule.from_json({k: v for k, v in new["schedule"].items() if k != "late_s"})
+    assert version_2 == Schedule(0.2, {"dp0": 0.1}) and version_2.run_late_within() == 0.1
+
+
+def test_a_step_later_than_late_s_waits_for_its_next_slot() -> None:
+    body = DecisionBody(
+        job="a", version=1, active=True, schedule=Schedule(0.2, {"dp0": 0.0}, late_s=0.02)
+    )
+    assert DecisionBody.from_json(wire(body.to_json())) == body
+    # Controller time 1000.0 is slot 0 of a 0.2 s period (1000.0 mod 0.2 = 0).
+    assert body.hold_for(["dp0"], 1000.0, 1.0) == pytest.approx(0.0, abs=1e-9)  # its slot
+    assert body.hold_for(["dp0"], 1000.015, 1.0) == 0.0  # late by 15 ms: at once
+    assert body.hold_for(["dp0"], 1000.03, 1.0) == pytest.approx(0.17)  # 30 ms: next slot
+    # The rank's own cap: an early step holds as long as it allows; a late one that it
+    # cannot hold to its next slot runs at once (holding part of the wait only delays it).
+    assert body.hold_for(["dp0"], 1000.15, 0.01) == 0.01
+    assert body.hold_for(["dp0"], 1000.03, 0.05) == 0.0
+    assert body.hold_for(["dp0"], 1000.15, 1.0) == pytest.approx(0.05)  # early
+    # A pacer of body version 2 (no late_s): a step late by up to half a period runs at once.
+    before = replace(body, schedule=Schedule(0.2, {"dp0": 0.0}))
+    assert before.hold_for(["dp0"], 1000.03, 1.0) == 0.0
+    assert before.hold_for(["dp0"], 1000.09, 1.0) == 0.0
+    assert before.hold_for(["dp0"], 1000.11, 1.0) == pytest.approx(0.09)
+    # A malformed late_s costs only itself: the schedule stands, with half a period.
+    for bad in (-0.01, 0.2, "soon", None, float("inf")):
+        raw = {"period_s": 0.2, "slots": {"dp0": 0.0}, "late_s": bad}
+        assert Schedule.from_json(raw) == Schedule(0.2, {"dp0": 0.0})
+
+
+def _shared_uplink_steps(late_s: float | None, first_late_s: float) -> dict[str, int]:
+    """Two jobs on one schedule (period 0.15 s, slots half a period apart) whose steps are
+    0.05 s of compute then 0.06 s of all-reduce over an uplink they share (processor sharing:
+    each at half rate while both transfer), stepped on a simulated clock through
+    ``hold_for``; job A's first step starts ``first_late_s`` after its slot. Per job, the
+    steps whose all-reduce overlapped the other's."""
+    period, compute, transfer, dt = 0.15, 0.05, 0.06, 0.0002
+    body = {
+        job: DecisionBody(
+            job=job, version=1, active=True, schedule=Schedule(period, {"g": slot}, late_s)
+        )
+        for job, slot in (("A", 0.0), ("B", period / 2))
+    }
+    # Per job: what it does, until when (or the bytes left, in seconds alone), its step.
+    state = {"A": ["compute", first_late_s + compute, 0], "B": ["ask", period / 2, 0]}
+    overlapped: dict[str, set[int]] = {"A": set(), "B": set()}
+    now = 0.0
+    while min(s[2] for s in state.values()) < 20:
+        sharing = sum(s[0] == "transfer" for s in state.values())
+        for job, s in state.items():
+            if s[0] == "ask" and now >= s[1]:
+                s[0], s[1] = "compute", now + body[job].hold_for(["g"], now, 1.0) + compute
+            elif s[0] == "compute" and now >= s[1]:
+                s[0], s[1] = "transfer", transfer
+            elif s[0] == "transfer":
+                s[1] -= dt / sharing
+                if sharing > 1:
+                    overlapped[job].add(s[2])
+                if s[1] <= 0:
+                    s[0], s[1], s[2] = "ask", now, s[2] + 1
+        now += dt
+    return {job: len(steps) for job, steps in overlapped.items()}
+
+
+def test_a_collision_ends_in_one_slot_when_a_late_step_waits_for_its_next() -> None:
+    """A step late by more than its turn's slack (0.01 s here) waits for its next slot: the
+    collision its lateness starts ends with that step. Run at once while up to half a period
+    late (body version 2), the collided steps (0.17 s against a 0.15 s period) start late
+    again, and the collision carries on for steps."""
+    for late in (0.04, 0.06, 0.08):
+        assert _shared_uplink_steps(0.01, late) == {"A": 1, "B": 1}
+    assert max(_shared_uplink_steps(None, late)["A"] for late in (0.04, 0.06, 0.08)) >= 3

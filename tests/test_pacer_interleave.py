@@ -93,7 +93,7 @@ def test_groups_sharing_a_host_get_one_offset() -> None:
 
 def test_guarded_offsets_are_withheld_while_measuring() -> None:
     # Under the effect guard (the registry's entry) the offsets are measured like pacing's
-    # delays: published in the first phase, withheld (no offsets, inactive) in the second.
+    # delays: withheld (no offsets, inactive) in the first phase, published in the second.
     params = InterleaveParams(interleave_effect_pairs=2, interleave_effect_phase_s=5.0)
     policy = build_policy("interleave", [params])
     groups = (group("dp0", GATHER, REDUCE), group("dp1", GATHER, REDUCE))
@@ -103,8 +103,8 @@ def test_guarded_offsets_are_withheld_while_measuring() -> None:
         out = policy.decide(JobWindow(now=now, ranks={}, groups=groups), state)
         state = out.state
         seen.append((out.active, dict(out.info["offsets"]), out.reason))
-    assert seen[0] == (True, {"dp1": 0.1}, REASON_INTERLEAVING)
-    assert seen[2] == (False, {}, "measuring")
+    assert seen[0] == seen[1] == (False, {}, "measuring")
+    assert seen[2] == (True, {"dp1": 0.1}, REASON_INTERLEAVING)
 
 
 def test_composes_with_pacing() -> None:
@@ -151,6 +151,24 @@ def test_groups_of_two_jobs_get_one_schedule_both_jobs_agree_on() -> None:
     assert a.info["schedule"]["slots"] == {"0": 0.0}
     assert b.info["schedule"]["slots"] == {"0": 0.1075}
     assert a.info["interleave"]["overlap_after_s"] == 0 < a.info["interleave"]["overlap_s"]
+    # A step runs at once while its phase still ends within its turn: half the period less
+    # the phase alone (0.1075 - 0.0525 s); a later one waits for its next slot.
+    assert a.info["schedule"]["late_s"] == b.info["schedule"]["late_s"] == 0.055
+
+
+def test_how_late_a_step_runs_at_once_is_its_turns_slack_within_bounds() -> None:
+    from skewtrace.controller.policies.interleave import Schedule
+
+    turns = {("A", "0"): (0.0, 0.0), ("B", "0"): (0.25, 0.0)}  # shares 1/4 and 3/4
+    # The least slack: a quarter of the period less a quarter of the phases (the shares are
+    # in proportion to the phases).
+    assert Schedule(0.2, turns, busy_s=0.04).late_s == pytest.approx(0.04)
+    # At or below the phases' sum, no slack: 10% of the period (a step's own jitter).
+    assert Schedule(0.2, turns, busy_s=0.25).late_s == pytest.approx(0.02)
+    assert Schedule(0.2, turns, busy_s=0.19).late_s == pytest.approx(0.02)
+    # Never more than half the period (body version 2's rule).
+    one = {("A", "0"): (0.0, 0.0)}
+    assert Schedule(0.2, one, busy_s=0.0).late_s == pytest.approx(0.1)
 
 
 def test_jobs_whose_phases_do_not_meet_on_the_controllers_clock_get_no_schedule() -> None:
@@ -448,7 +466,7 @@ def test_a_schedule_is_placed_again_only_from_a_window_without_one() -> None:
     # Still colliding without it: placed again, at the period its search had got to.
     searched = replace(first.state, schedule=first.state.schedule.rescaled(0.17, now=0.0))
     colliding = decide_jobs(policy, "B", (job_group("A"), job_group("B")), searched, scheduled=0.0)
-    assert colliding.info["schedule"] == {"period_s": 0.17, "slots": {"0": 0.085}}
+    assert colliding.info["schedule"] == {"period_s": 0.17, "slots": {"0": 0.085}, "late_s": 0.0325}
 
 
 def test_no_schedule_without_the_jobs_step_times() -> None:
@@ -468,7 +486,7 @@ def test_a_guarded_schedule_is_withheld_while_measuring() -> None:
         out = policy.decide(window, policy.initial_state() if state is None else state)
         state = out.state
         seen.append((out.active, "schedule" in out.info, out.reason))
-    assert seen == [(True, True, REASON_INTERLEAVING), (False, False, "measuring")]
+    assert seen == [(False, False, "measuring"), (True, True, REASON_INTERLEAVING)]
 
 
 def test_jobs_behind_other_uplinks_are_not_in_the_schedule() -> None:

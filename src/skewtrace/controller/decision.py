@@ -12,8 +12,9 @@ its policy's outcome and serves :meth:`DecisionBody.to_json`; the rank client
 
 The interleave policy (``--policy interleave``) adds ``offsets`` (``{pg: seconds}``: a rank
 holds the largest of its groups' before every forward) or, for groups of several jobs, a
-``schedule`` (``{"period_s": P, "slots": {pg: seconds}}``: a rank of a listed group holds
-until the controller's clock reaches its slot modulo ``P``; :meth:`DecisionBody.hold_for`).
+``schedule`` (``{"period_s": P, "slots": {pg: seconds}, "late_s": L}``: a rank of a listed
+group holds until the controller's clock reaches its slot modulo ``P``, and a step more than
+``L`` past its slot waits for the next one; :meth:`DecisionBody.hold_for`).
 ``served_unix`` is the pacer's wall clock when it served the answer, from which a rank
 estimates its clock's offset to the pacer's (half the round trip is the error bound). A
 malformed ``offsets`` or ``schedule`` costs the hold only, never the delay.
@@ -44,8 +45,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-BODY_VERSION = 2
-"""The format of the bodies this release serves: the fields below. Absent on a body: 1."""
+BODY_VERSION = 3
+"""The format of the bodies this release serves: the fields below. Absent on a body: 1.
+2 added ``offsets``, ``schedule`` and ``served_unix``; 3 the schedule's ``late_s``."""
 
 STEP_AGE_PARAM = "step_age"
 """The poll's optional query parameter: seconds since the rank's current step started (the
@@ -200,13 +202,21 @@ class Schedule:
 
     period_s: float
     slots: Mapping[str, float]
+    late_s: float | None = None
+    """How late after its slot a step still runs at once (body version 3); a step later than
+    that waits for its next slot. None (absent, a pacer of before, or malformed): half the
+    period, the rule of body version 2."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"period_s": self.period_s, "slots": dict(self.slots)}
+        body: dict[str, Any] = {"period_s": self.period_s, "slots": dict(self.slots)}
+        if self.late_s is not None:
+            body["late_s"] = self.late_s
+        return body
 
     @classmethod
     def from_json(cls, raw: Any) -> Schedule | None:
-        """None when absent or malformed (a positive period, slots in [0, period))."""
+        """None when absent or malformed (a positive period, slots in [0, period)); a
+        malformed ``late_s`` (not a number in [0, period)) is read as absent."""
         if not isinstance(raw, dict):
             return None
         period, slots = _number(raw.get("period_s")), read_offsets(raw.get("slots"))
@@ -214,7 +224,14 @@ class Schedule:
             return None
         if any(slot >= period for slot in slots.values()):
             return None
-        return cls(period, slots)
+        late = _number(raw.get("late_s"))
+        if late is not None and not 0 <= late < period:
+            late = None
+        return cls(period, slots, late)
+
+    def run_late_within(self) -> float:
+        """How late after its slot a step runs at once: ``late_s``, or half the period."""
+        return self.period_s / 2 if self.late_s is None else self.late_s
 
 
 @dataclass(frozen=True)
@@ -389,8 +406,11 @@ class DecisionBody:
         """How long a rank in ``groups`` holds before its forward, in [0, max_delay_s]: its
         groups' largest ``offsets`` entry, or, under a ``schedule``, the time until the
         controller's clock (``controller_now_unix``) reaches its groups' latest slot modulo
-        the period; 0 when the slot passed less than half a period ago (a late step runs at
-        once), while inactive, or when none of its groups is listed."""
+        the period; 0 when the slot passed at most the schedule's ``late_s`` ago (half a
+        period when the pacer sends none): a step that late runs at once, a later one waits
+        for its next slot (a collision then ends in one slot instead of carrying on) unless
+        ``max_delay_s`` is too short to reach it (then at once too); 0 while inactive, or
+        when none of its groups is listed."""
         if not self.active:
             return 0.0
         names = set(groups)
@@ -400,7 +420,12 @@ class DecisionBody:
                 return 0.0
             period = self.schedule.period_s
             wait = (max(slots) - controller_now_unix) % period
-            if wait > period / 2:
+            late = period - wait if wait > 0 else 0.0
+            if late and late <= self.schedule.run_late_within():
+                return 0.0
+            if late and late < period / 2 and wait > max_delay_s:
+                # Late, and the rank's own cap cannot hold it to its next slot: a part of
+                # the wait would only make it later. At once, as body version 2 had it.
                 return 0.0
             return min(wait, max_delay_s)
         if self.offsets:

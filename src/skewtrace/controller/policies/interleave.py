@@ -34,14 +34,19 @@ Its decision, on the body:
   keeps its groups in lockstep, so a shift made this way holds from step to step;
 - groups of several jobs (the window's ``fabric``): the jobs do not step together, and a
   one-time shift drifts away within tens of steps (``benchmarks/collision.py``), so the
-  policy publishes a **schedule**: ``{"period_s": P, "slots": {pg: seconds}}``. A rank of a
-  listed group holds before its forward until the controller's clock reaches its slot modulo
-  ``P`` (its clock offset to the controller estimated from its polls), and not at all when
-  the slot passed less than half a period ago (a late step runs at once and the next one
-  falls back into its slot). Every job's decision is computed from the same units, in one
-  order (natural start, then job id), so they agree on ``P`` and the slots. ``P`` starts at
-  the slowest job's step time as observed times ``1 + interleave_period_margin`` (a job
-  loses at most the margin before the schedule pays) and is searched down: while every
+  policy publishes a **schedule**: ``{"period_s": P, "slots": {pg: seconds}, "late_s": L}``.
+  A rank of a listed group holds before its forward until the controller's clock reaches its
+  slot modulo ``P`` (its clock offset to the controller estimated from its polls), and not at
+  all when the slot passed at most ``L`` ago: the least slack of a turn (its share of the
+  period less its unit's longest phase alone), at least 10% of the period (``_LATE_FLOOR``:
+  a step's own jitter), at most half. A step later than that waits for its next slot: run
+  at once, its phase would overlap the next unit's turn, that job's next step would start
+  late too, and the collision would carry on from step to step (seen with ranks of body
+  version 2, which run a step late by up to half a period at once). Every job's decision is
+  computed from the same units, in one order (natural start, then job id), so they agree on
+  ``P`` and the slots. ``P`` starts at the slowest job's step time as observed times
+  ``1 + interleave_period_margin`` (a job loses at most the margin before the schedule
+  pays) and is searched down: while every
   job's steps keep up with it (their step time within 2% of ``P``: each waits for its slot)
   it is shortened by ``interleave_period_step`` once per ``interleave_settle_s``, never
   below the floor (the slowest job's step time without the collision as estimated: observed
@@ -477,6 +482,21 @@ class Schedule:
     """The shortest period the steps were seen to keep up with in this search (0: none yet).
     Above it (a collision that outlasted a failed trial's hold lengthened the period), the
     period comes back toward it fast, halfway each settle time; trials below it narrow."""
+    busy_s: float = 0.0
+    """The units' longest phases alone, summed: what their turns share of the period."""
+
+    @property
+    def late_s(self) -> float:
+        """How late after its slot a step still runs at once (the body's ``late_s``): the
+        least slack of a turn, its share of the period less its phase (the phase of a step
+        that late still ends within its turn), at least ``_LATE_FLOOR`` of the period (a
+        step's own jitter), at most half of it. A later step waits for its next slot: run
+        at once, its phase would overlap the next unit's and both jobs' next steps would
+        start late."""
+        starts = sorted({turn for turn, _ in self.turns.values()})
+        shares = [end - start for start, end in zip(starts, [*starts[1:], 1.0], strict=True)]
+        slack = min(shares, default=0.0) * (self.period_s - self.busy_s)
+        return round(min(max(slack, _LATE_FLOOR * self.period_s), self.period_s / 2), 6)
 
     @property
     def slots(self) -> dict[tuple[str, str], float]:
@@ -508,6 +528,13 @@ class InterleaveState:
 _WHOLE_WINDOW = 0.99
 # Steps within this fraction over the period wait for their slots (they keep up with it).
 _LOCKED = 0.02
+# A step this late for its slot (a fraction of the period) runs at once whatever its turn's
+# slack: steps that keep up with a period vary by a few percent of it (168-180 ms at 173 ms
+# in benchmarks/collision.py, whose DDP all-reduce spans backward, so a turn's slack there
+# is 0), where collided steps outgrow it by 15-25%. With 2% instead, a step in 40 to 80
+# waited a whole period, and every trial of a shorter period failed (its steps averaged
+# above it).
+_LATE_FLOOR = 0.1
 # A floor raised above a period the steps outgrew holds this many settle times (a busy spell
 # of the machine is not the period's fault for ever); after a failed trial, 2, 4, 8 and then
 # this many, as trials keep failing.
@@ -773,6 +800,7 @@ class InterleavePolicy:
             floor_s=_round_period(natural),
             since=window.now,
             natural_s=_round_period(natural),
+            busy_s=sum(max(duration for _, duration in phases) for phases in alone),
         )
         if kept is not None and set(kept.turns) == keys:
             # Placed again after a spell without it (the effect guard's phase without the
@@ -822,6 +850,7 @@ class InterleavePolicy:
                 SCHEDULE: {
                     "period_s": round(schedule.period_s, 6),
                     "slots": schedule.for_job(window.job),
+                    "late_s": schedule.late_s,
                 },
                 "interleave": interleave,
             },
