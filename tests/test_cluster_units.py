@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from skewtrace import semconv
 from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 from skewtrace.cluster.job import JobPlan, JobResult, Observation, Tick
@@ -192,3 +193,47 @@ def test_a_tbf_burst_holds_any_queued_packet(rate_mbit: float) -> None:
     burst = int(args[args.index("burst") + 1])
     assert burst > 65536
     assert burst >= rate_mbit * 1e6 / 8 * 0.004
+
+
+def test_a_paced_runs_summary_says_what_delays_the_ranks_applied(tmp_path: Path) -> None:
+    """The demo's comparison line beside what pacing did: the ranks' ``pacing.delay`` spans
+    (of this job, above 0, well-typed) summed; a paced run that delayed nobody says that
+    its difference to the unpaced run is noise."""
+    from report_fixtures import line, span_json
+    from skewtrace.cluster.outcome import Outcome
+    from skewtrace.cluster.summary import Summary, summarize_run
+
+    def delay(job: str, seconds: object) -> str:
+        attrs = {semconv.STEP: 3, semconv.PACING_DELAY: seconds}
+        span = span_json(semconv.SPAN_PACING_DELAY, 1.0, 1.1, attrs, trace_id="ab" * 16)
+        return line({semconv.JOB_ID: job}, [span])
+
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text(
+        "\n".join(
+            [
+                *(delay("j-paced", seconds) for seconds in (0.012, 0.008, 0.0, "x")),
+                delay("other", 0.5),
+                "{not json",
+            ]
+        )
+        + "\n"
+    )
+    stats = [{"rank": 0, "step_time_mean_s": 0.1, "step_time_cv": 0.1, "throughput_samples_s": 9}]
+    runs = []
+    for job, paced in (("j-unpaced", False), ("j-paced", True)):
+        plan = JobPlan(job_id=job, script=Path("x"), steps=5, pacing=paced)
+        result = JobResult(plan, started=0.0, ended=1.0, step_ends={}, stats=stats)
+        runs.append(summarize_run(f"pacing {paced}", result, Outcome([], [], [], {}, 0), spans))
+    assert "paced_steps" not in runs[0].figures
+    assert runs[1].figures["paced_steps"] == 2
+    assert runs[1].figures["pacing_delay_s"] == pytest.approx(0.02)
+    lines = Summary("c", [], runs).lines()
+    assert "  pacing True: 2 rank-steps delayed, 0.02 s of delay in all" in lines
+    # Without a delay above 0 (or without the file): nobody was delayed, and it says so.
+    for path in (tmp_path / "none.jsonl", spans):
+        plan = JobPlan(job_id="quiet", script=Path("x"), steps=5, pacing=True)
+        result = JobResult(plan, started=0.0, ended=1.0, step_ends={}, stats=stats)
+        quiet = summarize_run("pacing on", result, Outcome([], [], [], {}, 0), path)
+        assert quiet.figures["paced_steps"] == 0
+        assert any("no rank was delayed" in text for text in Summary("c", [], [quiet]).lines())

@@ -226,7 +226,7 @@ def _run(
                     finish(services, result, args.settle_s)
                     verdicts = read_verdicts(services.spans_path, plan.job_id)
                     outcome = evaluate(result, verdicts, cluster)
-                    runs.append(summarize_run(label, result, outcome))
+                    runs.append(summarize_run(label, result, outcome, services.spans_path))
         except (ServiceError, JobFailed) as exc:
             print(f"skewtrace demo: {exc}", file=sys.stderr)
             return 1

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from skewtrace import semconv
 from skewtrace.cluster.job import JobResult, job_figures
 from skewtrace.cluster.outcome import Clearing, Outcome
 from skewtrace.cluster.scenarios import Placement
+from skewtrace.report.spans import SpanFileReader
 
 
 @dataclass
@@ -55,6 +58,9 @@ class Summary:
                         f"CV {a.get('step_time_cv', math.nan):.3f} -> "
                         f"{b.get('step_time_cv', math.nan):.3f}"
                     )
+            for run in figures:
+                if PACED_STEPS in run.figures:
+                    out.append(f"  {run.label}: {_delays(run.figures)}")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -140,8 +146,56 @@ def conclusions(outcome: Outcome) -> list[str]:
     return out
 
 
-def summarize_run(label: str, result: JobResult, outcome: Outcome) -> RunSummary:
-    return RunSummary(label, result, outcome, job_figures(result.stats))
+PACED_STEPS = "paced_steps"
+"""A paced run's figure: the rank-steps a pacing delay or hold was applied to."""
+PACING_DELAY_S = "pacing_delay_s"
+"""A paced run's figure: those delays' seconds, summed over ranks."""
+
+
+def summarize_run(
+    label: str, result: JobResult, outcome: Outcome, spans_path: Path | None = None
+) -> RunSummary:
+    """The run's figures; for a paced run with the Collector's span file, also the delays the
+    ranks applied (their ``pacing.delay`` spans)."""
+    figures = job_figures(result.stats)
+    if result.plan.pacing and spans_path is not None:
+        steps, seconds = applied_delays(spans_path, result.plan.job_id)
+        figures.update({PACED_STEPS: steps, PACING_DELAY_S: round(seconds, 4)})
+    return RunSummary(label, result, outcome, figures)
+
+
+def applied_delays(spans_path: Path, job_id: str) -> tuple[int, float]:
+    """(rank-steps delayed, seconds in all) from ``job_id``'s ``pacing.delay`` spans (a delay
+    or an interleave hold above 0); (0, 0.0) without the file."""
+    reader = SpanFileReader(
+        spans_path,
+        job=job_id,
+        line_contains=semconv.SPAN_PACING_DELAY.encode(),
+        include_unterminated=True,
+    )
+    steps, seconds = 0, 0.0
+    try:
+        for span in reader:
+            delay = span.attributes.get(semconv.PACING_DELAY)
+            if (
+                span.name == semconv.SPAN_PACING_DELAY
+                and isinstance(delay, (int, float))
+                and math.isfinite(delay)
+                and delay > 0
+            ):
+                steps, seconds = steps + 1, seconds + float(delay)
+    except FileNotFoundError:
+        pass
+    return steps, seconds
+
+
+def _delays(figures: dict[str, float]) -> str:
+    """What pacing did in a paced run, beside its figures: a run whose ranks were never
+    delayed differs from the unpaced one by the machine's own noise, not by pacing."""
+    steps, seconds = int(figures[PACED_STEPS]), figures[PACING_DELAY_S]
+    if steps == 0:
+        return "no rank was delayed (the pacer published no delay: the runs differ by noise)"
+    return f"{steps} rank-steps delayed, {seconds:.2f} s of delay in all"
 
 
 def injected(faults: list[Any], where: Placement, results: list[JobResult]) -> list[str]:
