@@ -251,14 +251,20 @@ def test_the_period_comes_down_while_steps_keep_up_and_goes_up_when_they_do_not(
         periods.append(step(periods[-1], periods[-1]))
     # Down to the floor (0.152 s) and no further.
     assert step(periods[-1], periods[-1]) == periods[-1] >= 0.152
-    # A job whose steps outgrow the period (by more than half the margin) lengthens it one
-    # step, and that short a period is not tried again for ten settle times.
+    # A job whose steps outgrow the period (by more than half the margin) for a settle time
+    # lengthens it one step, and that short a period is not tried again for ten settle times.
+    # Outgrown once and not a settle time later (a stall of the machine in the window), it
+    # stays.
     failed = periods[-1]
+    assert step(failed * 1.03, failed) == failed
+    assert step(failed, failed) == failed
+    assert step(failed * 1.03, failed) == failed
     grown = step(failed * 1.03, failed)
     assert grown == round(failed / 0.96, 3)
     assert out.info["interleave"]["floor_s"] > failed
     assert step(grown, grown) == grown
     # Steps far over the period: as long as they are plus the margin.
+    assert step(0.3, grown) == grown
     assert step(0.3, grown) == 0.315
     # Down again while the steps keep up, to the raised floor; once it expires (ten settle
     # times after it was raised), the floor is the estimate without the collision again.
@@ -332,8 +338,9 @@ def test_a_shorter_period_on_trial_that_fails_goes_back_to_the_last_one_kept_up(
     assert out.info["interleave"]["trial_step_halvings"] == 3
     assert out.info["interleave"]["floor_s"] == passed
     assert [step(passed, passed) for _ in range(20)] == [passed] * 20  # past any other hold
-    # A period kept up with that fails later (it is no trial): one step longer, not back, and
-    # its floor holds ten settle times whatever the count ...
+    # A period kept up with that fails later (it is no trial) for a settle time: one step
+    # longer, not back, and its floor holds ten settle times whatever the count ...
+    assert step(passed * 1.03, passed * 1.03) == passed
     longer = step(passed * 1.03, passed * 1.03)
     assert longer == round(passed / 0.96, 3)
     assert [step(longer, longer) for _ in range(9)] == [longer] * 9
@@ -400,9 +407,10 @@ def test_a_done_search_comes_back_after_a_collision_and_tries_nothing_below() ->
         assert step(kept * 1.4) == kept
         if hold is not None:
             assert [step(kept) for _ in range(hold - 1)] == [kept] * (hold - 1)
-    # The third failure's collision outlasts its hold (8 settle times: the third in a row).
-    assert [step(kept * 1.4) for _ in range(7)] == [kept] * 7
-    settles += 7
+    # The third failure's collision outlasts its hold (8 settle times: the third in a row)
+    # and then a settle time.
+    assert [step(kept * 1.4) for _ in range(8)] == [kept] * 8
+    settles += 8
     longer = step(kept * 1.4)
     settles += 1
     assert longer == round(kept * 1.4 * 1.05, 3)
@@ -429,7 +437,8 @@ def test_a_collision_that_outlasts_a_failed_trial_comes_back_fast() -> None:
     assert trial == round(kept * 0.96, 3)
     assert step(trial * 1.4) == kept  # the trial fails: back
     assert step(kept * 1.4) == kept  # the floor's hold: the collision is not judged
-    longer = step(kept * 1.4)  # it outlasted the hold: as long as the steps plus the margin
+    assert step(kept * 1.4) == kept  # it outlasts the hold: seen, and a settle time later
+    longer = step(kept * 1.4)  # it still does: as long as the steps plus the margin
     assert longer == round(kept * 1.4 * 1.05, 3)
     assert search.interleave["floor_s"] == kept
     # A step back toward it that fails goes back to the longer period, and is no narrowing

@@ -53,15 +53,17 @@ Its decision, on the body:
   step minus what sharing the uplink added to its phases). When a job's steps outgrow a
   shorter period on trial, the jobs fell out of their turns and collided, and their steps
   measure the collision, not the period they need: the period goes back to the last one they
-  kept up with, and the floor to that one. When they outgrow a period they had
-  kept up with (the jobs or the machine slowed), it is lengthened one step (to the steps
-  plus the margin when they outgrew it by more), and the floor rises above it for ten settle
-  times; a floor raised by a failed trial holds 2, 4, 8, then 10 settle times as trials fail
-  in a row (the count starts again when one passes), and the period gone back to is not
-  judged outgrown while it holds (the window still shows the collision). Each failed trial
-  halves the next one's step, so the search narrows on the shortest period kept up with;
-  when the step would be under ``_MIN_TRIAL_STEP`` the search is done and the period holds
-  ``_SEARCH_DONE_SETTLES`` settle times, then the search starts again. A failed trial's
+  kept up with, and the floor to that one. When they outgrow a period they had kept up with
+  (the jobs or the machine slowed) and still do a settle time later (a stall of the machine
+  that made a few steps skip their slots is out of the window by then), it is lengthened one
+  step (to the steps plus the margin when they outgrew it by more), and the floor rises
+  above it for ten settle times; a floor raised by a failed trial holds 2, 4, 8, then 10
+  settle times as trials fail in a row (the count starts again when one passes), and the
+  period gone back to is not judged outgrown while it holds (the window still shows the
+  collision). Each failed trial halves the next one's step, so the search narrows on the
+  shortest period kept up with; when the step would be under ``_MIN_TRIAL_STEP`` the search
+  is done and the period holds ``_SEARCH_DONE_SETTLES`` settle times, then the search starts
+  again. A failed trial's
   collision that outlasts its hold (steps longer than the period never fall back into
   their turns) lengthens the period to the collided steps plus the margin, from where it
   comes back halfway each settle time to the shortest period kept up with. The units take
@@ -484,6 +486,10 @@ class Schedule:
     period comes back toward it fast, halfway each settle time; trials below it narrow."""
     busy_s: float = 0.0
     """The units' longest phases alone, summed: what their turns share of the period."""
+    outgrown_at: float = 0.0
+    """When the steps were first seen to outgrow this period, which they had kept up with (0:
+    they do not now). It is lengthened only if they still do a settle time later: a burst of
+    skipped slots (a stall of the machine) is out of the window by then."""
 
     @property
     def late_s(self) -> float:
@@ -664,6 +670,8 @@ class InterleavePolicy:
             schedule = kept
             settled = window.now - kept.since >= params.interleave_settle_s
             if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
+                outgrown_at = kept.outgrown_at
+                schedule = kept = replace(kept, outgrown_at=0.0)
                 floor = kept.floor_s
                 notch = 1 - _trial_step(params, kept.halvings)
                 # Back from a failed trial (no trial now), the steps move into their turns
@@ -678,7 +686,14 @@ class InterleavePolicy:
                     < kept.since + _trial_hold(kept.failed_trials) * params.interleave_settle_s
                 )
                 outgrown = slowest > kept.period_s * (1.0 + params.interleave_period_margin / 2)
-                if outgrown and not returning:
+                lasting = (
+                    kept.kept_up_s > 0  # a trial's failure is not waited for
+                    or (outgrown_at > 0 and window.now - outgrown_at >= params.interleave_settle_s)
+                )
+                if outgrown and not returning and not lasting:
+                    # Outgrown a period kept up with: lengthened if it lasts a settle time.
+                    schedule = replace(kept, outgrown_at=outgrown_at or window.now)
+                elif outgrown and not returning:
                     failed, hold = kept.failed_trials, _FLOOR_SETTLES
                     halvings, best = kept.halvings, kept.best_s
                     if kept.kept_up_s > 0:
@@ -711,7 +726,7 @@ class InterleavePolicy:
                         # Just after a failed trial's hold, it is the trial's collision that
                         # outlasted it: the period comes back fast to the shortest one kept up
                         # with. Otherwise the jobs or the machine slowed: a new search.
-                        just_failed = failed > 0 and window.now - kept.since <= (
+                        just_failed = failed > 0 and outgrown_at - kept.since <= (
                             (_trial_hold(failed) + 1) * params.interleave_settle_s
                         )
                         if not just_failed:
