@@ -425,6 +425,29 @@ def test_a_done_search_comes_back_after_a_collision_and_tries_nothing_below() ->
     assert rest[-1] == round(kept * 0.96, 3)
 
 
+def test_a_trial_kept_up_with_below_a_failed_one_widens_the_search_again() -> None:
+    """The 18:08 run of benchmarks/collision.py, round 2: the first trials (187 and 183 ms)
+    failed while the jobs were still moving into their turns, the search narrowed to 1% a
+    settle time, and then crawled from 183 ms to 169 ms through the whole measured window,
+    where every trial passed. A trial that passes below one that failed shows that failure
+    was not the period's: the full step again."""
+    search = _Search()
+    step, kept = search.step, search.period
+    failed = step(kept)
+    assert failed == round(kept * 0.96, 3)
+    assert step(failed * 1.15) == kept  # fails: back, and the next trial is 2% below
+    assert step(kept) == kept  # the floor's hold
+    period = step(kept)
+    assert period == round(kept * 0.98, 3)
+    while period >= failed:  # passing, 2% at a time, down past the failed period
+        assert search.interleave["trial_step_halvings"] == 1
+        period = step(period)
+    below = period
+    assert below < failed
+    assert step(below) == round(below * 0.96, 3)  # kept up with below it: 4% again
+    assert "trial_step_halvings" not in search.interleave
+
+
 def test_a_collision_that_outlasts_a_failed_trial_comes_back_fast() -> None:
     """The 15:36 run of benchmarks/collision.py: a trial of 141 ms failed, the period went
     back to 144 ms, but the jobs stayed collided (steps of 200 ms run late for every slot, so

@@ -61,7 +61,9 @@ Its decision, on the body:
   settle times as trials fail in a row (the count starts again when one passes), and the
   period gone back to is not judged outgrown while it holds (the window still shows the
   collision). Each failed trial halves the next one's step, so the search narrows on the
-  shortest period kept up with; when the step would be under ``_MIN_TRIAL_STEP`` the search
+  shortest period kept up with, until a trial passes below the shortest one that failed
+  (that failure was the jobs still moving into their turns: the full step again); when the
+  step would be under ``_MIN_TRIAL_STEP`` the search
   is done and the period holds ``_SEARCH_DONE_SETTLES`` settle times, then the search starts
   again. A failed trial's
   collision that outlasts its hold (steps longer than the period never fall back into
@@ -486,6 +488,10 @@ class Schedule:
     period comes back toward it fast, halfway each settle time; trials below it narrow."""
     busy_s: float = 0.0
     """The units' longest phases alone, summed: what their turns share of the period."""
+    failed_s: float = 0.0
+    """The shortest period whose trial failed and narrowed this search (0: none). A trial
+    that passes below it shows that failure was the jobs still moving into their turns, not
+    the period: the search's step is the full one again."""
     outgrown_at: float = 0.0
     """When the steps were first seen to outgrow this period, which they had kept up with (0:
     they do not now). It is lengthened only if they still do a settle time later: a burst of
@@ -666,7 +672,7 @@ class InterleavePolicy:
                     kept = replace(kept, floor_s=kept.natural_s)  # a raised floor expires
                 if _search_done(params, kept.halvings):
                     # A done search: again, from the full step.
-                    kept = replace(kept, halvings=0, failed_trials=0, best_s=0.0)
+                    kept = replace(kept, halvings=0, failed_trials=0, best_s=0.0, failed_s=0.0)
             schedule = kept
             settled = window.now - kept.since >= params.interleave_settle_s
             if window.scheduled >= _WHOLE_WINDOW and settled and slowest > 0:
@@ -695,7 +701,7 @@ class InterleavePolicy:
                     schedule = replace(kept, outgrown_at=outgrown_at or window.now)
                 elif outgrown and not returning:
                     failed, hold = kept.failed_trials, _FLOOR_SETTLES
-                    halvings, best = kept.halvings, kept.best_s
+                    halvings, best, failed_s = kept.halvings, kept.best_s, kept.failed_s
                     if kept.kept_up_s > 0:
                         # A trial of a shorter period failed: the jobs fell out of their turns
                         # and collided, so their steps say how long a collision takes, not
@@ -711,6 +717,7 @@ class InterleavePolicy:
                         failed += 1
                         if not (best and kept.period_s >= best):
                             halvings += 1
+                            failed_s = min(failed_s or math.inf, kept.period_s)
                         hold = _trial_hold(failed)
                         if _search_done(params, halvings):
                             hold = _SEARCH_DONE_SETTLES
@@ -730,7 +737,7 @@ class InterleavePolicy:
                             (_trial_hold(failed) + 1) * params.interleave_settle_s
                         )
                         if not just_failed:
-                            halvings, best = 0, 0.0
+                            halvings, best, failed_s = 0, 0.0, 0.0
                         elif best:
                             raised = best
                     until = window.now + hold * params.interleave_settle_s
@@ -743,11 +750,17 @@ class InterleavePolicy:
                         failed_trials=failed,
                         halvings=halvings,
                         best_s=best,
+                        failed_s=failed_s,
                     )
                 elif slowest <= kept.period_s * (1 + _LOCKED):
                     # Every step waits for its slot: try a shorter period, down to the floor.
                     # A period on trial that the steps kept up with ends the failures' count.
                     failed = 0 if kept.kept_up_s > 0 else kept.failed_trials
+                    if kept.kept_up_s > 0 and 0 < kept.period_s < kept.failed_s:
+                        # Kept up with below a period that failed: that failure was not the
+                        # period's. The full step again (the next failure narrows anew).
+                        kept = replace(kept, halvings=0, failed_s=0.0)
+                        notch = 1 - _trial_step(params, 0)
                     best = min(kept.best_s, kept.period_s) if kept.best_s else kept.period_s
                     kept = replace(kept, best_s=best)
                     returning_to_best = kept.period_s > best
