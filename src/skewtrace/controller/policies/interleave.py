@@ -46,11 +46,11 @@ Its decision, on the body:
   computed from the same units, in one order (natural start, then job id), so they agree on
   ``P`` and the slots. ``P`` starts at the slowest job's step time as observed times
   ``1 + interleave_period_margin`` (a job loses at most the margin before the schedule
-  pays) and is searched down: while every
-  job's steps keep up with it (their step time within 2% of ``P``: each waits for its slot)
-  it is shortened by ``interleave_period_step`` once per ``interleave_settle_s``, never
-  below the floor (the slowest job's step time without the collision as estimated: observed
-  step minus what sharing the uplink added to its phases). When a job's steps outgrow a
+  pays) and is searched down: while every job's steps keep up with it (their step time
+  within 2% of ``P``: each waits for its slot) it is shortened by
+  ``interleave_period_step`` once per ``interleave_settle_s``, never below the floor (the
+  slowest job's step time without the collision as estimated: observed step minus what
+  sharing the uplink added to its phases). When a job's steps outgrow a
   shorter period on trial, the jobs fell out of their turns and collided, and their steps
   measure the collision, not the period they need: the period goes back to the last one they
   kept up with, and the floor to that one. When they outgrow a period they had kept up with
@@ -63,9 +63,8 @@ Its decision, on the body:
   collision). Each failed trial halves the next one's step, so the search narrows on the
   shortest period kept up with, until a trial passes below the shortest one that failed
   (that failure was the jobs still moving into their turns: the full step again); when the
-  step would be under ``_MIN_TRIAL_STEP`` the search
-  is done and the period holds ``_SEARCH_DONE_SETTLES`` settle times, then the search starts
-  again. A failed trial's
+  step would be under ``_MIN_TRIAL_STEP`` the search is done and the period holds
+  ``_SEARCH_DONE_SETTLES`` settle times, then the search starts again. A failed trial's
   collision that outlasts its hold (steps longer than the period never fall back into
   their turns) lengthens the period to the collided steps plus the margin, from where it
   comes back halfway each settle time to the shortest period kept up with. The units take
