@@ -147,7 +147,7 @@ def launch(
                     "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                     "SKEWTRACE_EXPORT_INTERVAL_MILLIS": "200",
                     "SKEWTRACE_TOPOLOGY": str(telemetry.topology),
-                    # A slot may be up to half a period away.
+                    # A late step's next slot may be up to a period away (140-230 ms here).
                     "SKEWTRACE_PACER_RANK_MAX_DELAY_MILLIS": "200",
                     "SKEWTRACE_PACER_POLL_INTERVAL_MILLIS": "500",
                 }
