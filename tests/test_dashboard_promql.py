@@ -4,7 +4,9 @@ Starts, on 127.0.0.1 with free ports:
 
 - the built ``otelcol-skewtrace`` with ``collector-config/otelcol.yaml`` (what docker-compose
   runs),
-- ``skewtrace pacer`` (its metrics go to the Collector, the Collector's to it),
+- ``skewtrace pacer`` (its metrics go to the Collector, the Collector's to it), without
+  its effect guard (``--effect-pairs 0``: the guard withholds a policy's first 10 s, and
+  the pacing panels need delays within this short job),
 - a real Prometheus (Debian's package) scraping the Collector's exporter and its own telemetry,
 - ``examples/train_ddp.py --nprocs 4 --straggler 2:compute:0.05`` (gloo, CPU) sending to the
   Collector,
@@ -103,7 +105,7 @@ def stack(
                  "--otlp-grpc", f"127.0.0.1:{ports['pacer']}",
                  "--http", f"127.0.0.1:{ports['pacer_http']}",
                  "--metrics-endpoint", f"127.0.0.1:{ports['grpc']}",
-                 "--metrics-interval-millis", "1000"],
+                 "--metrics-interval-millis", "1000", "--effect-pairs", "0"],
                 stdout=out, stderr=subprocess.STDOUT,
             ))  # fmt: skip
         _wait_http(f"http://127.0.0.1:{ports['pacer_http']}/v1/pacing?job={job_id}",

@@ -196,6 +196,11 @@ def reader() -> InMemoryMetricReader:
 def _start(
     clock: FakeClock, reader: InMemoryMetricReader | None = None, **overrides: Any
 ) -> PacerService:
+    """A service the test ticks itself. Without ``policy_params`` pacing has no effect guard
+    (``effect_pairs=0``): these tests drive a job for seconds to check the service's
+    mechanics, and the guard withholds a policy's first 10 s; the guard through the service
+    is ``test_pacing_is_kept_where_it_pays_and_backs_off_where_it_does_not``."""
+    overrides.setdefault("policy_params", (PolicyParams(effect_pairs=0),))
     config = PacerConfig(
         otlp_grpc=ANY_PORT,
         http=ANY_PORT,
@@ -678,7 +683,7 @@ def test_cli_serves_and_stops_on_sigterm() -> None:
 
 
 def test_policy_params_reach_the_service(clock: FakeClock) -> None:
-    svc = _start(clock, policy_params=(PolicyParams(max_delay_s=0.004),))
+    svc = _start(clock, policy_params=(PolicyParams(max_delay_s=0.004, effect_pairs=0),))
     channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
     try:
         drive(
