@@ -678,7 +678,6 @@ class InterleavePolicy:
                 outgrown_at = kept.outgrown_at
                 schedule = kept = replace(kept, outgrown_at=0.0)
                 floor = kept.floor_s
-                notch = 1 - _trial_step(params, kept.halvings)
                 # Back from a failed trial (no trial now), the steps move into their turns
                 # again while the floor holds: the window still shows the collision, not this
                 # period's steps, so it is not judged outgrown then.
@@ -759,7 +758,6 @@ class InterleavePolicy:
                         # Kept up with below a period that failed: that failure was not the
                         # period's. The full step again (the next failure narrows anew).
                         kept = replace(kept, halvings=0, failed_s=0.0)
-                        notch = 1 - _trial_step(params, 0)
                     best = min(kept.best_s, kept.period_s) if kept.best_s else kept.period_s
                     kept = replace(kept, best_s=best)
                     returning_to_best = kept.period_s > best
@@ -777,7 +775,9 @@ class InterleavePolicy:
                             )
                         )
                     else:
-                        shorter = _round_period(kept.period_s * notch)
+                        shorter = _round_period(
+                            kept.period_s * (1 - _trial_step(params, kept.halvings))
+                        )
                     # A done search tries nothing below the shortest period kept up with, but
                     # still comes back to it.
                     if (
