@@ -4,7 +4,10 @@ against its faults, the summary's lines, and the live view's rendering (rich, re
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -229,7 +232,7 @@ def test_a_paced_runs_summary_says_what_delays_the_ranks_applied(tmp_path: Path)
     assert runs[1].figures["paced_steps"] == 2
     assert runs[1].figures["pacing_delay_s"] == pytest.approx(0.02)
     lines = Summary("c", [], runs).lines()
-    assert "  pacing True: 2 rank-steps delayed, 0.02 s of delay in all" in lines
+    assert "  pacing on: 2 rank-steps delayed, 0.02 s of delay in all" in lines
     # Without a delay above 0 (or without the file): nobody was delayed, and it says so.
     for path in (tmp_path / "none.jsonl", spans):
         plan = JobPlan(job_id="quiet", script=Path("x"), steps=5, pacing=True)
@@ -237,3 +240,47 @@ def test_a_paced_runs_summary_says_what_delays_the_ranks_applied(tmp_path: Path)
         quiet = summarize_run("pacing on", result, Outcome([], [], [], {}, 0), path)
         assert quiet.figures["paced_steps"] == 0
         assert any("no rank was delayed" in text for text in Summary("c", [], [quiet]).lines())
+
+
+def test_the_demos_comparison_pools_pairs_run_in_alternating_order() -> None:
+    """Sequential runs carry the machine's drift: with step times rising by 2% a run and no
+    effect of pacing, the first pair alone says -2%; pairs in order off, on, on, off pool to
+    nothing. Each pair's own change is shown; an arm without a throughput gives no
+    comparison; ``--pairs`` below 1 is refused at the command line."""
+    from skewtrace.cluster.outcome import Outcome
+    from skewtrace.cluster.summary import Summary, compare, pacing_order, summarize_run
+
+    assert pacing_order(1) == [False, True]
+    assert pacing_order(3) == [False, True, True, False, False, True]
+    with pytest.raises(ValueError):
+        pacing_order(0)
+
+    def run(paced: bool, step_s: float | None, n: int) -> Any:
+        stats = [{"rank": 0, "step_time_mean_s": step_s, "step_time_cv": 0.1 if paced else 0.2,
+                  "throughput_samples_s": None if step_s is None else 32 / step_s}]  # fmt: skip
+        plan = JobPlan(job_id=f"j-{paced}-{n}", script=Path("x"), steps=5, pacing=paced)
+        result = JobResult(plan, started=0.0, ended=1.0, step_ends={}, stats=stats)
+        return summarize_run(
+            "pacing on" if paced else "pacing off", result, Outcome([], [], [], {}, 0)
+        )
+
+    drifting = [run(paced, 1.0 + 0.02 * i, i) for i, paced in enumerate(pacing_order(2))]
+    first_pair = compare(drifting[:2])
+    assert first_pair is not None and first_pair.change == pytest.approx(1 / 1.02 - 1)
+    both = compare(drifting)
+    assert both is not None
+    assert both.change == pytest.approx(0.0, abs=1e-12)
+    assert both.pairs == pytest.approx((1 / 1.02 - 1, 1.06 / 1.04 - 1))
+    assert both.order == ("off", "on", "on", "off")
+    assert (both.cv_off, both.cv_on) == pytest.approx((0.2, 0.1))
+    line = next(t for t in Summary("c", [], drifting).lines() if "pacing on vs pacing off" in t)
+    assert "throughput +0.0% over 2 pairs run off, on, on, off (-2.0%, +1.9%)" in line, line
+    assert Summary("c", [], drifting).as_dict()["comparison"]["order"] == ["off", "on", "on", "off"]
+    # A paced arm whose runs have no throughput: nothing to compare.
+    assert compare([drifting[0], run(True, None, 9)]) is None
+    assert Summary("c", [], drifting[:1]).as_dict()["comparison"] is None
+    refused = subprocess.run(
+        [sys.executable, "-m", "skewtrace.cli", "demo", "--pairs", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--pairs: at least 1, got 0" in refused.stderr

@@ -101,6 +101,10 @@ def test_fabric_is_built_shaped_and_removed(namespaces: None, tmp_path: Path) ->
         )
         assert "25Mbit" in shaping, shaping
         assert fab.uplink_stats("leaf0")["bytes"] > 1_000_000
+        # Every namespace's loopback at the MTU that does not stall TCP within a node.
+        for ns in fab.namespaces():
+            lo = netns.run(["ip", "-n", ns, "link", "show", "lo"])
+            assert f"mtu {netns.LOOPBACK_MTU} " in lo and "UP" in lo, (ns, lo)
         conf = fab.write_topology_conf(tmp_path / "topology.conf").read_text()
         assert "SwitchName=leaf0 Nodes=node0" in conf
         assert "SwitchName=spine Switches=leaf[0-1]" in conf
@@ -270,13 +274,17 @@ def test_each_scenario_is_diagnosed(
 def test_summary_figures_come_from_the_run(
     namespaces: None, otelcol_path: Path, tmp_path: Path
 ) -> None:
-    """Two runs (pacing off, on) of a NIC fault that persists; every figure of the summary is
-    recomputed here from the ranks' logs and the Collector's spans; the report shows the
-    straggler's row marked in Chromium."""
+    """Two pairs of runs (pacing off, on, on, off: the default) of a NIC fault that persists;
+    every figure of the summary is recomputed here from the ranks' logs and the Collector's
+    spans, the comparison of the arms too; the report shows the straggler's row marked in
+    Chromium."""
     result = _demo(otelcol_path, tmp_path, "--scenario", "nic:node2:200@8", "--steps", "24")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = _summary(tmp_path)
-    assert [r["label"] for r in summary["runs"]] == ["pacing off", "pacing on"]
+    labels = ["pacing off", "pacing on", "pacing on", "pacing off"]
+    assert [r["label"] for r in summary["runs"]] == labels
+    assert len({r["job_id"] for r in summary["runs"]}) == 4
+    throughputs: dict[str, list[float]] = {"pacing off": [], "pacing on": []}
     for run in summary["runs"]:
         job = run["job_id"]
         stats = [
@@ -286,6 +294,7 @@ def test_summary_figures_come_from_the_run(
         ]
         assert run["figures"]["step_time_mean_s"] == pytest.approx(stats[0]["step_time_mean_s"])
         assert run["figures"]["step_time_cv"] == pytest.approx(stats[0]["step_time_cv"])
+        throughputs[run["label"]].append(stats[0]["throughput_samples_s"])
         verdicts = read_verdicts(tmp_path / "spans.jsonl", job)
         (phase,) = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
         first = min(
@@ -295,7 +304,15 @@ def test_summary_figures_come_from_the_run(
         )  # fmt: skip
         assert phase["flag_step"] == first
         assert phase["steps_to_flag"] == first - phase["onset_step"]
-    assert re.search(r"throughput [+-]\d+\.\d%", result.stdout), result.stdout[-2000:]
+    # Each arm: its samples over its time (the runs have the same steps and batch).
+    off, on = (len(t) / sum(1 / x for x in t) for t in throughputs.values())
+    comparison = summary["comparison"]
+    assert comparison["order"] == ["off", "on", "on", "off"]
+    assert comparison["throughput_change"] == pytest.approx(on / off - 1)
+    assert re.search(
+        r"pacing on vs pacing off: throughput [+-]\d+\.\d% over 2 pairs run off, on, on, off",
+        result.stdout,
+    ), result.stdout[-2000:]
     report = tmp_path / f"report-{summary['runs'][0]['job_id']}.html"
     assert report.is_file()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -6,8 +6,9 @@ fabric, with faults injected, diagnosed and paced live by the real Collector and
    operations namespace for the Collector and the pacer. Without root or namespaces it runs
    the same job over loopback (:mod:`skewtrace.cluster.loopback`) and says so.
 2. Runs ``examples/train_2d.py`` (pipeline x data parallel, gloo over TCP between the nodes:
-   several process groups) with the chosen faults (:mod:`skewtrace.cluster.scenarios`), once
-   with pacing off and once with it on, showing a live view (:mod:`skewtrace.cluster.live`).
+   several process groups) with the chosen faults (:mod:`skewtrace.cluster.scenarios`), with
+   pacing off and on, in pairs of runs in alternating order (off, on, on, off: the machine's
+   drift over the runs favours neither), showing a live view (:mod:`skewtrace.cluster.live`).
 3. Prints what was injected, what skewtrace concluded and how fast, iteration-time CV and
    throughput with pacing off and on; writes an HTML report and a JSON summary; says where
    the traces and metrics are and what to query.
@@ -45,7 +46,14 @@ from skewtrace.cluster.metrics import RankReport, parse_prometheus_text, summari
 from skewtrace.cluster.outcome import evaluate, read_verdicts
 from skewtrace.cluster.scenarios import Fault
 from skewtrace.cluster.services import ServiceError, Services
-from skewtrace.cluster.summary import RunSummary, Summary, conclusions, injected, summarize_run
+from skewtrace.cluster.summary import (
+    RunSummary,
+    Summary,
+    conclusions,
+    injected,
+    pacing_order,
+    summarize_run,
+)
 from skewtrace.demo_command import (
     COLLECTOR_CONFIG,
     DEFAULT_FABRIC_SCENARIO,
@@ -156,7 +164,7 @@ def run_demo(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="skewtrace-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     base = args.job_id or f"demo-{os.getpid()}"
-    pacing = {"off": [False], "on": [True], "both": [False, True]}[args.pacing]
+    pacing = [args.pacing == "on"] if args.pacing != "both" else pacing_order(args.pairs)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _run(
@@ -206,8 +214,10 @@ def _run(
                 runs = []
                 for paced in pacing:
                     label = "pacing on" if paced else "pacing off"
+                    again = sum(r.result.plan.pacing is paced for r in runs)
                     plan = JobPlan(
-                        job_id=f"{base}-{'paced' if paced else 'unpaced'}",
+                        job_id=f"{base}-{'paced' if paced else 'unpaced'}"
+                        + (f"-{again + 1}" if again else ""),
                         script=example,
                         steps=args.steps,
                         faults=tuple(faults),

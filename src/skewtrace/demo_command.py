@@ -86,7 +86,14 @@ def add_parser(subparsers: Any) -> None:
         "--pacing",
         choices=("off", "on", "both"),
         default="both",
-        help="run with pacing off, on, or both one after the other (default both)",
+        help="run with pacing off, on, or both (default both: --pairs pairs of runs)",
+    )
+    demo.add_argument(
+        "--pairs",
+        type=_at_least_one,
+        default=2,
+        help="with --pacing both, pairs of runs (off, on), in alternating order: off, on, on, "
+        "off, ... so that the machine's drift over the runs favours neither (default 2)",
     )
     demo.add_argument("--job-id", default=None, help="prefix of the runs' job ids")
     demo.add_argument("--workdir", default=None, help="where logs, spans and the report go")
@@ -117,3 +124,13 @@ def _duration(parser: argparse.ArgumentParser, stem: str, default_s: float, what
         help=f"{what} (default {default_s * 1000:g})",
     )
     parser.add_argument(old, dest=dest, type=seconds, help=argparse.SUPPRESS)
+
+
+def _at_least_one(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, got {value}")
+    return value

@@ -365,7 +365,14 @@ def job_figures(stats: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {}
     s = rank0[0]
     return {
-        "step_time_mean_s": float(s.get("step_time_mean_s", math.nan)),
-        "step_time_cv": float(s.get("step_time_cv", math.nan)),
-        "throughput": float(s.get("throughput_samples_s", math.nan)),
+        "step_time_mean_s": _number(s.get("step_time_mean_s")),
+        "step_time_cv": _number(s.get("step_time_cv")),
+        "throughput": _number(s.get("throughput_samples_s")),
     }
+
+
+def _number(value: object) -> float:
+    """A figure from a rank's log; NaN for one missing or not a number (a log is input)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)

@@ -48,22 +48,23 @@ class Summary:
                     f"  {run.label:<11} mean {f.get('step_time_mean_s', math.nan) * 1e3:6.1f} ms"
                     f"  CV {f.get('step_time_cv', math.nan):.3f}"
                     f"  throughput {f.get('throughput', math.nan):8.1f} samples/s"
+                    + (f"  (job {run.result.plan.job_id})" if len(figures) > 2 else "")
                 )
-            if len(figures) == 2:
-                a, b = figures[0].figures, figures[1].figures
-                if a.get("throughput") and b.get("throughput"):
-                    change = (b["throughput"] / a["throughput"] - 1) * 100
-                    out.append(
-                        f"  {figures[1].label} vs {figures[0].label}: throughput {change:+.1f}%, "
-                        f"CV {a.get('step_time_cv', math.nan):.3f} -> "
-                        f"{b.get('step_time_cv', math.nan):.3f}"
-                    )
-            for run in figures:
-                if PACED_STEPS in run.figures:
-                    out.append(f"  {run.label}: {_delays(run.figures)}")
+            comparison = compare(self.runs)
+            if comparison is not None:
+                out.append(f"  {comparison.line()}")
+            paced = [r.figures for r in figures if PACED_STEPS in r.figures]
+            if paced:
+                total = {
+                    PACED_STEPS: sum(f[PACED_STEPS] for f in paced),
+                    PACING_DELAY_S: sum(f[PACING_DELAY_S] for f in paced),
+                }
+                runs = "" if len(paced) == 1 else f" ({len(paced)} runs)"
+                out.append(f"  pacing on{runs}: {_delays(total)}")
         return out
 
     def as_dict(self) -> dict[str, Any]:
+        comparison = compare(self.runs)
         return {
             "cluster": self.cluster,
             "injected": self.injected,
@@ -104,6 +105,7 @@ class Summary:
                 }
                 for run in self.runs
             ],
+            "comparison": None if comparison is None else comparison.as_dict(),
         }
 
 
@@ -144,6 +146,89 @@ def conclusions(outcome: Outcome) -> list[str]:
     else:
         out.append("false flags: none")
     return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Pacing on against pacing off over runs of the same job, which ran one after the other.
+
+    Run order is in any comparison of sequential runs (a machine warming up or filling its
+    caches and logs makes later runs slower or faster), so the demo runs its pairs in
+    alternating order (off, on, then on, off, ...) and the change pools them: a drift that is
+    linear in time cancels over each two pairs. The pairs' own changes show the spread."""
+
+    change: float
+    """Pacing on's throughput over pacing off's, minus one: each arm's samples over its time."""
+    pairs: tuple[float, ...]
+    """Each pair's change (consecutive runs, one of each arm), in run order."""
+    order: tuple[str, ...]
+    """``off`` / ``on`` per run, in run order."""
+    cv_off: float
+    cv_on: float
+    """Each arm's iteration-time CV, the mean over its runs."""
+
+    def line(self) -> str:
+        text = f"pacing on vs pacing off: throughput {self.change * 100:+.1f}%"
+        if len(self.pairs) > 1:
+            spread = ", ".join(f"{p * 100:+.1f}%" for p in self.pairs)
+            text += f" over {len(self.pairs)} pairs run {', '.join(self.order)} ({spread})"
+        return f"{text}, CV {self.cv_off:.3f} -> {self.cv_on:.3f}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "throughput_change": self.change,
+            "pairs": list(self.pairs),
+            "order": list(self.order),
+            "cv_off": self.cv_off,
+            "cv_on": self.cv_on,
+        }
+
+
+def compare(runs: list[RunSummary]) -> Comparison | None:
+    """Pacing on against off from runs with figures (None without a run of each arm with a
+    throughput). An arm's throughput is its runs' samples over their time: the harmonic mean
+    of the runs' throughputs (the runs have the same steps and batch)."""
+    usable = [r for r in runs if _positive(r.figures.get("throughput"))]
+    arms = {on: [r for r in usable if r.result.plan.pacing is on] for on in (False, True)}
+    if not arms[False] or not arms[True]:
+        return None
+
+    def pooled(arm: list[RunSummary]) -> float:
+        return len(arm) / sum(1 / r.figures["throughput"] for r in arm)
+
+    pairs = []
+    for first, second in zip(runs[::2], runs[1::2], strict=False):
+        if (
+            all(any(r is u for u in usable) for r in (first, second))
+            and first.result.plan.pacing != second.result.plan.pacing
+        ):
+            off, on = (first, second) if second.result.plan.pacing else (second, first)
+            pairs.append(on.figures["throughput"] / off.figures["throughput"] - 1)
+    return Comparison(
+        change=pooled(arms[True]) / pooled(arms[False]) - 1,
+        pairs=tuple(pairs),
+        order=tuple("on" if r.result.plan.pacing else "off" for r in usable),
+        cv_off=_mean_cv(arms[False]),
+        cv_on=_mean_cv(arms[True]),
+    )
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def _mean_cv(arm: list[RunSummary]) -> float:
+    return sum(r.figures.get("step_time_cv", math.nan) for r in arm) / len(arm)
+
+
+def pacing_order(pairs: int) -> list[bool]:
+    """Whether each run is paced, for ``pairs`` pairs in alternating order: off, on, on, off,
+    off, on, ... (so that a drift over the runs does not favour either arm)."""
+    if pairs < 1:
+        raise ValueError(f"pairs must be >= 1, got {pairs}")
+    return [
+        paced for i in range(pairs) for paced in ((False, True) if i % 2 == 0 else (True, False))
+    ]
 
 
 PACED_STEPS = "paced_steps"
