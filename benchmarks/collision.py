@@ -67,6 +67,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "train_ddp.py"
+PIPELINE_SCRIPT = REPO / "examples" / "train_2d.py"
 
 from skewtrace._ports import free_port  # noqa: E402
 from skewtrace.cluster.fabric import NIC, Fabric, FabricSpec  # noqa: E402
@@ -81,7 +82,15 @@ class JobSpec:
     name: str
     nodes: tuple[str, str]
     extra: tuple[str, ...] = ()
-    """More ``train_ddp.py`` flags (a jitter, a straggler: ``benchmarks/no_harm.py``)."""
+    """More flags of the job's script (a jitter, a straggler: ``benchmarks/no_harm.py``)."""
+    stages: int = 1
+    """1: ``train_ddp.py``, a rank per node. More: ``train_2d.py`` with that many pipeline
+    stages, one replica per node (a node holds its replica's every stage; the stages'
+    all-reduces cross the nodes' NICs)."""
+
+    def placement(self) -> list[str]:
+        """Each rank's node, by rank (``train_2d.py``: rank = stage x replicas + replica)."""
+        return [self.nodes[rank % len(self.nodes)] for rank in range(self.stages * len(self.nodes))]
 
 
 JOB_A = JobSpec("A", ("node0", "node2"))
@@ -119,21 +128,27 @@ def launch(
     steps, warmup = args.steps, args.warmup
     if telemetry is not None:
         steps, warmup = args.controlled_steps, args.controlled_warmup
-    for rank, node in enumerate(job.nodes):
-        argv = [
-            sys.executable, str(SCRIPT), "--steps", str(steps),
-            "--warmup", str(warmup), "--hidden", str(args.hidden),
-            "--batch-size", str(args.batch_size), "--sample-time", str(args.sample_time),
-            "--start-at", f"{start_at:.3f}", "--backend", "gloo",
-            *(["--cadence", f"{cadence:.4f}"] if cadence else []),
+    placement = job.placement()
+    for rank, node in enumerate(placement):
+        common = [
+            "--steps", str(steps), "--warmup", str(warmup), "--hidden", str(args.hidden),
+            "--batch-size", str(args.batch_size),
             *(["--no-instrument"] if telemetry is None else ["--job-id", telemetry.job_id(job)]),
-            *job.extra,
         ]  # fmt: skip
+        if job.stages > 1:  # no start time: both jobs are launched together
+            argv = [sys.executable, str(PIPELINE_SCRIPT), *common, "--pp", str(job.stages)]
+        else:
+            argv = [
+                sys.executable, str(SCRIPT), *common, "--sample-time", str(args.sample_time),
+                "--start-at", f"{start_at:.3f}", "--backend", "gloo",
+                *(["--cadence", f"{cadence:.4f}"] if cadence else []),
+            ]  # fmt: skip
+        argv += job.extra
         env = {
             **os.environ,
             "RANK": str(rank),
-            "LOCAL_RANK": "0",
-            "WORLD_SIZE": str(len(job.nodes)),
+            "LOCAL_RANK": str(placement[:rank].count(node)),
+            "WORLD_SIZE": str(len(placement)),
             "MASTER_ADDR": master,
             "MASTER_PORT": str(port),
             "GLOO_SOCKET_IFNAME": NIC,

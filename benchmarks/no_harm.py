@@ -18,10 +18,15 @@ Scenarios, the same fault in both jobs:
 - ``slow-nic``: the second node's NIC at ``--slow-nic`` of its rate: a rank late for its
   network (the pacer declines a flagged NIC, ``fabric_fault``);
 - ``slow-rank``: rank 1 sleeps ``--slow-rank`` s per step outside the traced phases: a
-  persistently late rank, whose partner arrives early every step and would wait anyway.
-
-Not here: a long pipeline stage (these jobs are data-parallel; the pacer's decline of
-``stage_imbalance`` and ``data_imbalance`` is tested in ``tests/test_pacer_service.py``).
+  persistently late rank, whose partner arrives early every step and would wait anyway;
+- ``long-stage``: each job is ``examples/train_2d.py`` instead, 2 pipeline stages x 2
+  replicas (a node holds one replica's two stages, so each stage's gradient all-reduce
+  crosses the NICs; ``--pipeline-hidden`` wide, so that the stages' work, not the NICs, makes
+  the step), and the second stage computes ``--long-stage`` s more per step on both
+  replicas, from the first step. With one microbatch a step the stages run one after the
+  other, so moving work between them would save nothing (the Collector names no
+  ``stage_imbalance``; it would be declined if it did), and in each stage's all-reduce both
+  replicas arrive together: a long stage leaves nothing for a delay to level.
 
 Printed per scenario and round: each job's mean step time (the slowest rank's, per step) over
 the whole run after ``--warmup`` steps and over its last ``--tail`` of steps (after the effect
@@ -30,7 +35,7 @@ observed one, the reasons the pacer gave for the controlled job in order and the
 decisions that published a delay or a schedule; then per scenario the median and the spread
 over rounds, beside the -1% target. The decision traces are in ``<logs>/no-harm-*.jsonl``.
 
-    python benchmarks/no_harm.py               # 4 scenarios x 2 rounds, ~20 minutes here
+    python benchmarks/no_harm.py               # 5 scenarios x 2 rounds, ~25 minutes here
     python benchmarks/no_harm.py --quick       # the smoke run
 
 Needs root and iproute2 (network namespaces).
@@ -58,7 +63,8 @@ from skewtrace.cluster.fabric import Fabric, FabricSpec
 
 TARGET = -0.01
 PACER_ARGS = ("--policy", "pacing,interleave")
-SCENARIOS = ("healthy", "jitter", "slow-nic", "slow-rank")
+SCENARIOS = ("healthy", "jitter", "slow-nic", "slow-rank", "long-stage")
+PIPELINE_STAGES = 2
 LEAVES = (("node0", "node1"), ("node2", "node3"))
 
 
@@ -88,8 +94,15 @@ def scenario_jobs(scenario: str, args: argparse.Namespace, round_: int) -> tuple
         extra = ("--jitter", f"1:{args.jitter}")
     elif scenario == "slow-rank":
         extra = ("--straggler", f"1:sleep:{args.slow_rank}")
+    stages = 1
+    if scenario == "long-stage":  # the last stage's ranks, on both replicas
+        stages, replicas = PIPELINE_STAGES, len(LEAVES[0])
+        last = range((stages - 1) * replicas, stages * replicas)
+        extra = tuple(
+            arg for rank in last for arg in ("--straggler", f"{rank}:compute:{args.long_stage}")
+        )
     first, second = LEAVES if round_ % 2 == 0 else LEAVES[::-1]
-    return JobSpec("obs", first, extra), JobSpec("ctl", second, extra)
+    return JobSpec("obs", first, extra, stages), JobSpec("ctl", second, extra, stages)
 
 
 def _decisions(
@@ -139,8 +152,11 @@ def run_scenario(
     )
     try:
         start = time.time() + args.start_delay
-        obs = launch(fabric, observed_job, args, start, None, args.logs, observed)
-        ctl = launch(fabric, controlled_job, args, start, None, args.logs, controlled)
+        job_args = args
+        if observed_job.stages > 1:
+            job_args = argparse.Namespace(**{**vars(args), "hidden": args.pipeline_hidden})
+        obs = launch(fabric, observed_job, job_args, start, None, args.logs, observed)
+        ctl = launch(fabric, controlled_job, job_args, start, None, args.logs, controlled)
         tracer.start()
         timeout = args.start_delay + 60 + args.steps * 2.0
         observed_steps = job_steps(obs, timeout)
@@ -183,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jitter", type=float, default=0.03, help="seconds, at most")
     parser.add_argument("--slow-nic", type=float, default=0.5, help="share of the NIC's rate")
     parser.add_argument("--slow-rank", type=float, default=0.03, help="seconds a step")
+    parser.add_argument(
+        "--long-stage", type=float, default=0.03, help="seconds more a step, the last stage"
+    )
+    parser.add_argument(
+        "--pipeline-hidden", type=int, default=128, help="the long-stage jobs' stage width"
+    )
     parser.add_argument("--start-delay", type=float, default=20.0, help="seconds to start")
     parser.add_argument("--quick", action="store_true", help="one short run (smoke)")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-no-harm"))
@@ -201,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[RunResult] = []
     with contextlib.ExitStack() as stack:
         fabric = stack.enter_context(Fabric(spec))
-        print(f"fabric: {fabric.describe()}; two 2-rank jobs, one per leaf")
+        print(f"fabric: {fabric.describe()}; two jobs side by side, one per leaf")
         telemetry = start_services(stack, fabric, args.logs, PACER_ARGS)
         for round_ in range(args.rounds):
             for scenario in scenarios:

@@ -40,7 +40,8 @@ from that file or block device with ``O_DIRECT`` (real storage in the data loade
 (n counts from 0, as the spans' ``training.step``), flushed at once, so a program outside the
 job can follow it. At the end every rank prints one JSON line ``{"event": "step_stats",
 "rank": .., "stage": .., "replica": .., "step_time_mean_s": .., "step_time_cv": ..,
-"throughput_samples_s": .., ...}`` over the steps after ``--warmup``.
+"throughput_samples_s": .., ...}`` over the steps after ``--warmup``, with every step's time
+in ``step_times_s``.
 """
 
 from __future__ import annotations
@@ -449,6 +450,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "step_time_mean_s": mean,
         "step_time_cv": stdev / mean if mean > 0 else 0.0,
         "step_time_median_s": statistics.median(measured),
+        "step_times_s": [round(t, 5) for t in step_times],
         "throughput_samples_s": args.batch_size * layout.dp / mean if mean > 0 else 0.0,
         "activation_bytes": act_width * args.batch_size * FLOAT_BYTES,
         "grad_bytes": sum(p.numel() * p.element_size() for p in stage.parameters()),

@@ -205,10 +205,10 @@ NAMESPACE_SMOKES = [
     ),
     Smoke(
         "no_harm",
-        "--quick",
+        "--quick --scenario long-stage",
         (
-            rf"^round 1 slow-nic: observed {NUMBER} ms .* controlled {NUMBER} ms .* pacer: \w+",
-            rf"^slow-nic: controlled over observed throughput [-+]{NUMBER}% .* target >= -1%: ",
+            rf"^round 1 long-stage: observed {NUMBER} ms .* controlled {NUMBER} ms .* pacer: \w+",
+            rf"^long-stage: controlled over observed throughput [-+]{NUMBER}% .* target >= -1%: ",
         ),
     ),
     Smoke(
