@@ -68,11 +68,11 @@ def list_namespaces() -> list[str]:
 
 
 LOOPBACK_MTU = 16384
-"""The loopback MTU of every namespace made here. At the kernel's 65536, TCP between two
-processes of one namespace stalled here (a 6.18 Firecracker VM) for 44 to 176 ms per 256 KiB
-sent, against 0.1 ms on the host's own loopback and 5.5 ms to another node at 400 Mbit/s:
-two ranks of one node exchanging pipeline messages, or the Collector pushing to the pacer in
-the operations namespace, were slowed by it. At 16384 a send takes 0.1 ms."""
+"""The loopback MTU of every namespace made here. A node's TCP send buffer is at most 64 KiB
+(``fabric.TCP_SEND_BUFFER``), one segment at the kernel's loopback MTU of 65536: TCP between
+two ranks of one node then moved a segment per delayed acknowledgement, 44 to 176 ms per
+256 KiB sent (measured here; 5.5 ms to another node at 400 Mbit/s). At 16384 four segments
+fit in the buffer and such a send takes 0.1 ms."""
 
 
 def add_namespace(name: str) -> None:
