@@ -244,8 +244,8 @@ def _run(
             cluster.describe(), injected(faults, cluster, [r.result for r in runs]), runs
         )
     console.print("\n[bold]summary[/bold]")
-    for line in summary.lines():
-        console.print(line, highlight=False)
+    for line in summary.lines():  # not wrapped: a line is one figure, copied whole
+        console.print(line, highlight=False, soft_wrap=True)
     _print_final(console, runs[-1].result.final, runs[-1].result.final_job)
     (workdir / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     reports = _write_reports(workdir, summary, services_cm.spans_path)
