@@ -1,7 +1,8 @@
 """`skewtrace demo`, the README's main job, with its defaults: the real collector, the real
 pacer and real gloo ranks, on the emulated fabric when this machine allows namespaces (the
 default scenario throttles node2's NIC for steps 15-44) or on loopback otherwise (a compute
-straggler on rank 2 from step 10), each run with pacing off and on."""
+straggler on rank 2 from step 10), in two pairs of runs with pacing off and on, in alternating
+order."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def test_demo_defaults_name_the_injected_fault(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert [r["label"] for r in summary["runs"]] == ["pacing off", "pacing on"]
+    labels = [r["label"] for r in summary["runs"]]
+    assert labels == ["pacing off", "pacing on", "pacing on", "pacing off"]
+    assert summary["comparison"]["order"] == ["off", "on", "on", "off"]
     exported = read_file_export(tmp_path / "spans.jsonl")
     on_fabric = "network namespaces" in result.stdout
     expected = "rank 2 (network), nic:node2/eth0" if on_fabric else "rank 2 (compute)"
@@ -54,7 +57,10 @@ def test_demo_defaults_name_the_injected_fault(
         assert_false_flags_explained(spans, run["false_flag_steps"])
         assert (tmp_path / f"report-{run['job_id']}.html").stat().st_size > 0
     assert re.search(r"concluded rank 2 (network|compute)", result.stdout), result.stdout
-    assert re.search(r"pacing on vs pacing off: throughput [+-]\d", result.stdout)
+    assert re.search(
+        r"pacing on vs pacing off: throughput [+-]\d+\.\d% over 2 pairs run off, on, on, off",
+        result.stdout,
+    ), result.stdout[-3000:]
     assert re.search(r"\d+ collectives joined across ranks", result.stdout), result.stdout
     ranks = re.findall(
         r"^\s+(\d+)(\s+\S+){3}(\s+\d+\.\d){3}\s+(ok|STRAGGLER)", result.stdout, re.MULTILINE
