@@ -211,7 +211,7 @@ def _run(
                     else "loopback"
                 )
                 console.print(f"  collector and pacer up ({where})")
-                runs = []
+                runs: list[RunSummary] = []
                 for paced in pacing:
                     label = "pacing on" if paced else "pacing off"
                     again = sum(r.result.plan.pacing is paced for r in runs)
