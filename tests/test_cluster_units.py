@@ -276,6 +276,12 @@ def test_the_demos_comparison_pools_pairs_run_in_alternating_order() -> None:
     line = next(t for t in Summary("c", [], drifting).lines() if "pacing on vs pacing off" in t)
     assert "throughput +0.0% over 2 pairs run off, on, on, off (-2.0%, +1.9%)" in line, line
     assert Summary("c", [], drifting).as_dict()["comparison"]["order"] == ["off", "on", "on", "off"]
+    # A rank log's figure that is not a finite number reads as NaN, never raises.
+    from skewtrace.cluster.job import job_figures
+
+    odd = job_figures([{"rank": 0, "step_time_mean_s": 10**400, "step_time_cv": float("inf"),
+                        "throughput_samples_s": True}])  # fmt: skip
+    assert all(math.isnan(v) for v in odd.values()), odd
     # A paced arm whose runs have no throughput: nothing to compare.
     assert compare([drifting[0], run(True, None, 9)]) is None
     assert Summary("c", [], drifting[:1]).as_dict()["comparison"] is None

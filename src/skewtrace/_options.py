@@ -112,8 +112,20 @@ class HostPort(NamedTuple):
 Check = Callable[[Any], "str | None"]
 
 
+def finite_number(value: Any) -> float | None:
+    """A finite number (a JSON or config value) as a float, else None: a bool, a string, NaN,
+    an infinity or an integer too large for a float is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value) is not None
 
 
 def positive(value: Any) -> str | None:

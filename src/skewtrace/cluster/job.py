@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from prometheus_client.samples import Sample
 
+from skewtrace._options import finite_number
 from skewtrace._ports import free_port
 from skewtrace.cluster import metrics
 from skewtrace.cluster.scenarios import Fault, Placement
@@ -372,7 +373,7 @@ def job_figures(stats: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _number(value: object) -> float:
-    """A figure from a rank's log; NaN for one missing or not a number (a log is input)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return math.nan
-    return float(value)
+    """A figure from a rank's log; NaN for one missing or not a finite number (a log is
+    input)."""
+    number = finite_number(value)
+    return math.nan if number is None else number

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from skewtrace import semconv
+from skewtrace._options import finite_number
 from skewtrace.cluster.job import JobResult, job_figures
 from skewtrace.cluster.outcome import Clearing, Outcome
 from skewtrace.cluster.scenarios import Placement
@@ -199,7 +200,8 @@ def compare(runs: list[RunSummary]) -> Comparison | None:
     pairs = []
     for first, second in zip(runs[::2], runs[1::2], strict=False):
         if (
-            all(any(r is u for u in usable) for r in (first, second))
+            _positive(first.figures.get("throughput"))
+            and _positive(second.figures.get("throughput"))
             and first.result.plan.pacing != second.result.plan.pacing
         ):
             off, on = (first, second) if second.result.plan.pacing else (second, first)
@@ -214,7 +216,8 @@ def compare(runs: list[RunSummary]) -> Comparison | None:
 
 
 def _positive(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    number = finite_number(value)
+    return number is not None and number > 0
 
 
 def _mean_cv(arm: list[RunSummary]) -> float:
