@@ -76,7 +76,11 @@ def test_pacing_activates_under_jitter_shows_in_traces_and_releases(
             job_id,
             pacing=True,
             nprocs=4,
-            steps=650,
+            # Pacing turns on after the guard's first off phase (about 10 s) and off once the
+            # spread has stayed low for deactivate_hold_s after the window has let the jitter
+            # go: the 850 steps after the jitter (about 19 s here, longer on a busy machine)
+            # leave that release twice the time it takes.
+            steps=1100,
             jitter=JITTER,
             jitter_steps=f"0:{jitter_end_step}",
         )
