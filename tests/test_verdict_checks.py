@@ -69,9 +69,57 @@ def test_a_compute_flag_is_explained_where_own_work_would_raise_or_keep_it() -> 
     # A flag on a rank whose own work never ran long is unexplained in every step.
     flags = {s: ({1: "compute"} if s in (8, 9) else {}) for s in range(12)}
     assert v.unexplained_flags(spans, flags, injected=None) == {8: [1], 9: [1]}
-    # The injected rank and other causes are not judged here.
-    flags = {s: {1: "compute", 2: "network"} for s in range(12)}
+    # The injected rank and causes without evidence to judge them by are not judged here.
+    flags = {s: {1: "compute", 2: "data"} for s in range(12)}
     assert v.unexplained_flags(spans, flags, injected=1) == {}
+
+
+def _transfer_spans(slow: dict[int, set[int]], steps: int, ranks: int = 4) -> list:
+    """Per step a 100 ms train.step per rank, an all_reduce of all ranks and a send from rank
+    0 to rank 1, all arriving at once; the all_reduce's transfer takes 2 ms, 30 ms in the
+    steps where one of its ranks is slow (``slow``), and the send 1 ms."""
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    spans = []
+    ms = 1_000_000
+    for step in range(steps):
+        t0 = step * 200 * ms
+        reduce_ms = 30 if slow.get(step) else 2
+        for rank in range(ranks):
+            step_attrs = {semconv.STEP: step}
+            res = {semconv.RANK: rank}
+            spans.append(FileSpan(semconv.SPAN_STEP, "t", "s", t0, t0 + 100 * ms, step_attrs, res))
+            coll = {semconv.STEP: step, semconv.COLLECTIVE_PG: "default"}
+            end = t0 + (50 + reduce_ms) * ms
+            spans.append(
+                FileSpan("collective.all_reduce", "t", "s", t0 + 50 * ms, end,
+                         {**coll, semconv.COLLECTIVE_SEQ: 2 * step}, res)
+            )  # fmt: skip
+            if rank < 2:
+                name, peer = ("collective.send", 1) if rank == 0 else ("collective.recv", 0)
+                attrs = {**coll, semconv.COLLECTIVE_SEQ: step, semconv.COLLECTIVE_PEER: peer}
+                spans.append(FileSpan(name, "t", "s", t0 + 60 * ms, t0 + 61 * ms, attrs, res))
+    return spans
+
+
+def test_transfers_are_joined_from_the_spans_own_times() -> None:
+    spans = _transfer_spans({3: {2}}, 6)
+    measured = v.transfers(spans)
+    assert measured[0] == pytest.approx({0: 0.003, 1: 0.003, 2: 0.002, 3: 0.002})
+    assert measured[3] == pytest.approx({0: 0.031, 1: 0.031, 2: 0.030, 3: 0.030})
+    # Every rank of the slowed all_reduce took 28 ms longer than its typical step.
+    assert v.long_transfers(spans) == {s: ({0, 1, 2, 3} if s == 3 else set()) for s in range(6)}
+    # A span of one rank alone joins nothing.
+    assert v.transfers(spans[:3]) == {}
+
+
+def test_a_network_flag_is_explained_where_the_ranks_transfers_ran_long() -> None:
+    spans = _transfer_spans({s: {2} for s in [4, 5, 6, 7, 10, 13]}, 18)
+    flags = {s: ({2: "network"} if 7 <= s <= 16 else {}) for s in range(18)}
+    assert v.unexplained_flags(spans, flags, injected=None) == {16: [2]}
+    quiet = _transfer_spans({}, 18)
+    assert v.unexplained_flags(quiet, flags, injected=None) == {s: [2] for s in range(7, 17)}
 
 
 def test_step_variation_is_the_jobs_own_noise_not_its_level_shift() -> None:
@@ -127,6 +175,13 @@ def test_only_the_steps_no_fault_explains_are_judged_as_false_flags() -> None:
     # Seven steps of a network flag on a rank with nothing wrong are too many.
     with pytest.raises(AssertionError):
         v.assert_false_flags_explained(spans, {"2": list(range(40, 47))})
+    # Unless its transfers really ran long in those steps (a descheduled rank's do).
+    slow = _transfer_spans({s: {2} for s in range(36, 47)}, 60)
+    v.assert_false_flags_explained(_summary_spans(flags) + slow, {"2": list(range(40, 47))})
+    # Data flags have no such evidence: seven steps of them are too many whatever the spans.
+    data = _summary_spans({s: ({2: "data"} if 40 <= s < 47 else {}) for s in range(60)})
+    with pytest.raises(AssertionError):
+        v.assert_false_flags_explained(data + slow, {"2": list(range(40, 47))})
     # A compute flag on an unfaulted rank whose own work never ran long is unexplained.
     compute = _summary_spans({s: ({1: "compute"} if s == 30 else {}) for s in range(60)})
     with pytest.raises(AssertionError):

@@ -129,34 +129,124 @@ def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
     return out
 
 
+def _transfer_key(span: FileSpan, rank: int) -> tuple[object, ...] | None:
+    """What joins one rank's collective span with its peers': the group and sequence number,
+    and for a point-to-point transfer its sender and receiver."""
+    attrs = span.attributes
+    pg, seq = attrs.get(semconv.COLLECTIVE_PG), attrs.get(semconv.COLLECTIVE_SEQ)
+    if not isinstance(seq, int):
+        return None
+    if span.name in (_SEND, _RECV):
+        peer = attrs.get(semconv.COLLECTIVE_PEER)
+        if not isinstance(peer, int):
+            return None
+        src, dst = (rank, peer) if span.name == _SEND else (peer, rank)
+        return ("p2p", pg, src, dst, seq)
+    return (span.name, pg, seq)
+
+
+_SEND = semconv.SPAN_COLLECTIVE_PREFIX + "send"
+_RECV = semconv.SPAN_COLLECTIVE_PREFIX + "recv"
+
+
+def transfers(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
+    """Per step, each rank's time in transfers, in seconds, from the spans' own timestamps
+    (one clock: the tests' ranks share one kernel), not from the Collector's annotations: every
+    collective the rank took part in is joined with its peers' spans, and its transfer is the
+    time from the last arrival to the (upper) median end, summed over the rank's collectives
+    of the step. A slow link lengthens the transfers of every rank behind it, and so does a
+    rank descheduled in the middle of one."""
+    joined: dict[tuple[object, ...], list[tuple[int, int, int, int]]] = {}
+    for span in spans:
+        if not span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX):
+            continue
+        step = span.attributes.get(semconv.STEP)
+        rank = span.resource.get(semconv.RANK)
+        if not isinstance(step, int) or rank is None:
+            continue
+        key = _transfer_key(span, int(rank))
+        if key is not None:
+            joined.setdefault(key, []).append((step, int(rank), span.start_ns, span.end_ns))
+    out: dict[int, dict[int, float]] = {}
+    for members in joined.values():
+        if len(members) < 2:
+            continue
+        last_arrival = max(start for _, _, start, _ in members)
+        ends = sorted(end for _, _, _, end in members)
+        transfer = max(0, ends[len(ends) // 2] - last_arrival) / 1e9
+        for step, rank, _, _ in members:
+            by_rank = out.setdefault(step, {})
+            by_rank[rank] = by_rank.get(rank, 0.0) + transfer
+    return out
+
+
+# A rank's typical transfer time is this quantile of its per-step times over the run: low, so
+# that a fault lasting half the run does not raise it.
+_TRANSFER_REFERENCE_QUANTILE = 0.25
+
+
+def long_transfers(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
+    """Per step with transfers measured, the ranks whose transfers were long (none, an empty
+    set): longer than the rank's own typical transfer time (a low quantile of its steps) by the
+    root-cause bound (MIN_COST_S, or MIN_COST_FRACTION of the step's median duration)."""
+    spans = list(spans)
+    durations = step_durations(spans)
+    by_step = transfers(spans)
+    per_rank: dict[int, list[float]] = {}
+    for ranks in by_step.values():
+        for rank, seconds in ranks.items():
+            per_rank.setdefault(rank, []).append(seconds)
+    typical = {
+        rank: sorted(values)[int(_TRANSFER_REFERENCE_QUANTILE * (len(values) - 1))]
+        for rank, values in per_rank.items()
+    }
+    out: dict[int, set[int]] = {}
+    for step, ranks in by_step.items():
+        out[step] = set()
+        if step not in durations:
+            continue
+        step_s = sorted(durations[step])[len(durations[step]) // 2]
+        bound = max(MIN_COST_S, MIN_COST_FRACTION * step_s)
+        out[step] = {rank for rank, seconds in ranks.items() if seconds - typical[rank] >= bound}
+    return out
+
+
 def unexplained_flags(
     spans: Iterable[FileSpan], flags: Mapping[int, Mapping[int, str]], injected: int | None
 ) -> dict[int, list[int]]:
-    """Per step, the ranks flagged for compute (other than ``injected``, the fault's rank)
-    whose own measured work does not explain it. Its work is long in a step when its forward,
-    backward and optimizer step ran longer than the step's median rank by the root-cause
-    bound (long_work); a flag is explained when FLAG_K of the last FLAG_WINDOW steps were long,
-    or when the Collector's hysteresis (expected_flagged) applied to the long steps keeps it
-    (one of the last CLEAR_STEPS long, after it was raised).
-    On a busy machine a descheduled rank really computes longer, and then its flag is the
-    job's own evidence, not a false one."""
-    long = long_work(spans)
-    steps = sorted(set(flags) | set(long))
+    """Per step, the ranks flagged for compute or network (other than ``injected``, the
+    fault's rank) whose own measured times do not explain it. For compute, its work is long in
+    a step when its forward, backward and optimizer step ran longer than the step's median rank
+    by the root-cause bound (long_work); for network, when its transfers ran longer than its
+    own typical transfer by that bound (long_transfers). A flag is explained when FLAG_K of the
+    last FLAG_WINDOW steps were long, or when the Collector's hysteresis (expected_flagged)
+    applied to the long steps keeps it (one of the last CLEAR_STEPS long, after it was raised).
+    On a busy machine a descheduled rank really computes longer, or really takes longer over a
+    transfer it was descheduled in, and then its flag is the job's own evidence, not a false
+    one. Flags for other causes are not judged here."""
+    spans = list(spans)
+    evidence_of = {
+        semconv.CAUSE_COMPUTE: long_work(spans),
+        semconv.CAUSE_NETWORK: long_transfers(spans),
+    }
+    steps = sorted(set(flags).union(*evidence_of.values()))
 
-    def slow(step: int, rank: int) -> bool:
-        return rank in long.get(step, set())
-
-    held: dict[int, dict[int, bool]] = {}
+    held: dict[tuple[int, str], dict[int, bool]] = {}
     out: dict[int, list[int]] = {}
     for step, flagged in sorted(flags.items()):
         for rank, cause in flagged.items():
-            if rank == injected or cause != semconv.CAUSE_COMPUTE:
+            if rank == injected or cause not in evidence_of:
                 continue
-            if rank not in held:
-                evidence = {s: ({rank: cause} if slow(s, rank) else {}) for s in steps}
-                held[rank] = expected_flagged(evidence, rank)
+            long = evidence_of[cause]
+
+            def slow(s: int, rank: int = rank, long: dict[int, set[int]] = long) -> bool:
+                return rank in long.get(s, set())
+
+            if (rank, cause) not in held:
+                evidence = {s: ({rank: cause} if slow(s) else {}) for s in steps}
+                held[rank, cause] = expected_flagged(evidence, rank)
             recent = range(step - FLAG_WINDOW + 1, step + 1)
-            if held[rank].get(step, False) or sum(slow(s, rank) for s in recent) >= FLAG_K:
+            if held[rank, cause].get(step, False) or sum(slow(s) for s in recent) >= FLAG_K:
                 continue
             out.setdefault(step, []).append(rank)
     return out
@@ -170,9 +260,14 @@ def assert_false_flags_explained(
     steps; a faulty rank's own flags during its fault are not among them); per analyzed step,
     each such flag for compute must be one the job's own timings explain (unexplained_flags:
     the rank's forward, backward and optimizer step really ran long, as on two shared cores
-    running the whole suite a descheduled rank does). A flag for another cause has no own-work
-    evidence to judge it by: a short stretch is tolerated (counted and printed, and measured in
-    docs/evaluation.md), never one that lasts a quarter of a 26-step run."""
+    running the whole suite a descheduled rank does). A flag for network is not counted
+    against the job when its own transfer times explain it (they really ran long: a rank
+    descheduled in the middle of its transfers shows as a slow link, and no span tells the two
+    apart). The rest, network flags without that evidence (the tail of a flag whose steps cost
+    just over the threshold) and flags for another cause (data, unknown), which have no
+    evidence to judge them by, are tolerated for a short stretch (at most 6 rank-steps,
+    counted and printed, and measured in docs/evaluation.md), never one that lasts a quarter
+    of a 26-step run."""
     false = {int(rank): {int(s) for s in steps} for rank, steps in false_flag_steps.items()}
     if not any(false.values()):
         return
@@ -181,10 +276,21 @@ def assert_false_flags_explained(
         step: {rank: cause for rank, cause in flags.items() if step in false.get(rank, set())}
         for step, flags in flagged_by_step(spans).items()
     }
-    other_causes = sum(c != semconv.CAUSE_COMPUTE for f in others.values() for c in f.values())
-    assert other_causes <= 6, (false, others)
     unexplained = unexplained_flags(spans, others, injected=None)
-    assert not unexplained, (false, unexplained, others)
+    compute = {
+        step: [rank for rank in ranks if others[step][rank] == semconv.CAUSE_COMPUTE]
+        for step, ranks in unexplained.items()
+    }
+    assert not any(compute.values()), (false, compute, others)
+    tolerated = {
+        (step, rank): cause
+        for step, flags in others.items()
+        for rank, cause in flags.items()
+        if cause != semconv.CAUSE_COMPUTE
+        and (cause != semconv.CAUSE_NETWORK or rank in unexplained.get(step, []))
+    }
+    print(f"false flags without evidence, tolerated: {len(tolerated)} rank-steps {tolerated}")
+    assert len(tolerated) <= 6, (false, tolerated, others)
 
 
 def step_variation(spans: Iterable[FileSpan]) -> float:
