@@ -32,8 +32,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from conftest import free_port
 from skewtrace import semconv
-from skewtrace._options import HostPort
+from skewtrace._options import FieldError, HostPort
 from skewtrace.controller.decision import BODY_VERSION
+from skewtrace.controller.policies import job_policies, job_policy_entries
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.service import PacerConfig, PacerService
 from skewtrace.controller.state import JobWindows
@@ -880,3 +881,58 @@ def test_pacing_is_kept_where_it_pays_and_backs_off_where_it_does_not(
         p.attributes[semconv.JOB_ID]: p.value for p in points[semconv.METRIC_CONTROLLER_EFFECT]
     }
     assert effect == {"helps": helps["effect"]["gain"], "harms": harms["effect"]["gain"]}
+
+
+def test_jobs_matching_a_job_policy_pattern_get_its_policies(clock: FakeClock) -> None:
+    """``--job-policy``: the first pattern a job id matches chooses its policies; other jobs
+    get ``--policy``. The same straggler is paced in the jobs whose policies include pacing,
+    and only there."""
+    svc = _start(
+        clock,
+        policy_names="pacing",
+        job_policies="arm-rebalance=rebalance;arm-*=pacing,interleave",
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{svc.otlp_port}")
+    try:
+        jobs = [SimulatedJob(name) for name in ("plain", "arm-rebalance", "arm-both")]
+        drive(svc, metrics_service_pb2_grpc.MetricsServiceStub(channel), clock, jobs, 10.0)
+        bodies = {job.job_id: get(svc, f"/v1/pacing?job={job.job_id}")[1] for job in jobs}
+    finally:
+        channel.close()
+        svc.stop()
+    assert {job: body["policy"] for job, body in bodies.items()} == {
+        "plain": "pacing",
+        "arm-rebalance": "rebalance",
+        "arm-both": "pacing,interleave",
+    }
+    assert bodies["plain"]["active"] and bodies["plain"]["delays"]
+    assert bodies["arm-both"]["active"] and bodies["arm-both"]["delays"], bodies["arm-both"]
+    assert bodies["arm-rebalance"]["delays"] == {}, bodies["arm-rebalance"]
+
+
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        ("arm-*", "expected PATTERN=POLICY"),
+        ("=pacing", "expected PATTERN=POLICY"),
+        ("arm-*=bogus", "unknown policy bogus"),
+        ("arm-*=", "expected one or more of"),
+    ],
+)
+def test_bad_job_policy_is_refused_naming_it(raw: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        job_policies(raw)
+    # A value given in code (not through the parser) is checked as well.
+    with pytest.raises(FieldError, match="job_policies"):
+        PacerConfig(job_policies=raw)
+
+
+def test_job_policy_text_is_made_canonical() -> None:
+    assert job_policies(" a-* = rebalance, PACING ; b=interleave;") == (
+        "a-*=pacing,rebalance;b=interleave"
+    )
+    assert job_policy_entries("a-*=pacing,rebalance;b=interleave") == [
+        ("a-*", "pacing,rebalance"),
+        ("b", "interleave"),
+    ]
+    assert job_policy_entries(None) == []

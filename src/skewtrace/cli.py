@@ -51,7 +51,7 @@ from skewtrace._options import (
     warn_deprecated,
     word,
 )
-from skewtrace.controller.policies import POLICIES, policy_names
+from skewtrace.controller.policies import POLICIES, job_policies, policy_names
 from skewtrace.controller.service import PacerConfig
 from skewtrace.report import command as report_command
 from skewtrace.timeline import command as timeline_command
@@ -138,6 +138,8 @@ def _metavar(pacer_flag: PacerFlag) -> str:
         return "HOST:PORT"
     if parse == policy_names:
         return "NAME[,NAME]"
+    if parse == job_policies:
+        return "PATTERN=NAME[,NAME][;...]"
     return "N" if parse is integer else "VALUE"
 
 

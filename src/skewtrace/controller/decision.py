@@ -264,7 +264,8 @@ class DecisionBody:
     """Ranks the decision judged."""
 
     policy: str | None = None
-    """The canonical ``--policy``."""
+    """The policies that decide for the job: the canonical ``--policy``, or its ``--job-policy``
+    entry's."""
 
     updated_unix: float | None = None
     """When the decision was made (the pacer's wall clock, seconds since the epoch)."""

@@ -26,6 +26,7 @@ through one :class:`~skewtrace.controller._limits.LogBudget`.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import threading
 import time
@@ -72,6 +73,9 @@ from skewtrace.controller.policies import (
     build_policy,
     check_params,
     complete_params,
+    job_policies,
+    job_policy_entries,
+    known_job_policies,
     known_policies,
     policy_names,
 )
@@ -101,6 +105,13 @@ class PacerConfig:
     policy_names: str = option("pacing", parse=policy_names, check=known_policies, name="policy")
     """Controller policies for every job, comma-separated; several are composed (see
     docs/pacing.md, 'Policies')."""
+
+    job_policies: str | None = option(
+        None, parse=job_policies, check=known_job_policies, name="job_policy"
+    )
+    """Other policies for the jobs whose ids match a pattern: PATTERN=NAME[,NAME]
+    entries separated by ';' (shell-style patterns, the first match wins; a job no pattern
+    matches gets ``policy_names``), e.g. one pacer for several arms of an experiment."""
 
     otlp_grpc: HostPort = option(HostPort("127.0.0.1", 4321), parse=HostPort.parse, check=address)
     """Where the Collector pushes OTLP/gRPC metrics (port 0: any free port)."""
@@ -180,6 +191,8 @@ class PacerConfig:
         check_fields(self)
         object.__setattr__(self, "policy_params", complete_params(self.policy_params))
         check_params(self.policy_names, self.policy_params, self)
+        for _, names in job_policy_entries(self.job_policies):
+            check_params(names, self.policy_params, self)
         if not self.max_window_s >= self.window_s:
             raise FieldError("max_window_s", "must be at least {0}", "window_s")
         if (self.otlp_tls_cert_file is None) != (self.otlp_tls_key_file is None):
@@ -244,6 +257,11 @@ class PacerService:
         )
         self._log_budget = LogBudget(clock=clock)
         self._policy: ControllerPolicy = build_policy(config.policy_names, config.policy_params)
+        self._job_policies = [
+            (pattern, build_policy(names, config.policy_params))
+            for pattern, names in job_policy_entries(config.job_policies)
+        ]
+        self._policy_of: dict[str, ControllerPolicy] = {}
         self._decisions: dict[str, _JobDecision] = {}
         self._requests = 0
         self._stop = threading.Event()
@@ -355,6 +373,7 @@ class PacerService:
         with self._lock:
             for job_id in self._windows.expire(now):
                 self._decisions.pop(job_id, None)
+                self._policy_of.pop(job_id, None)
                 self._log_budget.log(
                     _log,
                     logging.INFO,
@@ -365,9 +384,10 @@ class PacerService:
             for job_id in self._windows.job_ids():
                 previous = self._decisions.get(job_id)
                 window = self._windows.window(job_id, now)
-                state = previous.state if previous else self._policy.initial_state()
-                decision = self._policy.decide(window, state)
-                self._publish(job_id, decision, previous, now)
+                policy = self._policy_for(job_id)
+                state = previous.state if previous else policy.initial_state()
+                decision = policy.decide(window, state)
+                self._publish(job_id, policy.name, decision, previous, now)
                 published = self._decisions[job_id].body
                 self._windows.record_decision(
                     job_id,
@@ -380,8 +400,25 @@ class PacerService:
         for job_id in decided:
             self._decisions_counter.add(1, {semconv.JOB_ID: job_id})
 
+    def _policy_for(self, job_id: str) -> ControllerPolicy:
+        """The policy deciding for ``job_id``: its ``--job-policy`` entry's (the first whose
+        pattern matches), else ``--policy``'s; kept until the job is forgotten."""
+        found = self._policy_of.get(job_id)
+        if found is None:
+            found = next(
+                (p for pattern, p in self._job_policies if fnmatch.fnmatchcase(job_id, pattern)),
+                self._policy,
+            )
+            self._policy_of[job_id] = found
+        return found
+
     def _publish(
-        self, job_id: str, decision: Outcome, previous: _JobDecision | None, now: float
+        self,
+        job_id: str,
+        policy_name: str,
+        decision: Outcome,
+        previous: _JobDecision | None,
+        now: float,
     ) -> None:
         delays = {r: round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
         shares = (
@@ -447,7 +484,7 @@ class PacerService:
             spread=None if decision.spread is None else round(decision.spread, 6),
             reason=decision.reason,
             ranks=decision.ranks,
-            policy=self._policy.name,
+            policy=policy_name,
             updated_unix=self._wall_clock(),
             # Absent while every rank has an equal share (nothing decided yet, or back to
             # equal): a rank that reads no shares uses equal ones.

@@ -131,6 +131,47 @@ def known_policies(value: object) -> str | None:
     return None if ok else "expected known policy names, comma-separated, e.g. pacing,rebalance"
 
 
+def job_policies(raw: str) -> str:
+    """``--job-policy`` text -> its canonical form: ``PATTERN=NAME[,NAME]`` entries separated
+    by ``;``, each pattern a shell-style pattern of job ids (``*``, ``?``, ``[...]``; case
+    matters) and each policy list as ``--policy`` takes it (canonical, see
+    :func:`policy_names`)."""
+    entries = []
+    for part in raw.split(";"):
+        if not part.strip():
+            continue
+        pattern, sep, names = part.partition("=")
+        pattern = pattern.strip()
+        if not sep or not pattern:
+            raise ValueError(
+                f"expected PATTERN=POLICY[,POLICY] entries separated by ';', got {part.strip()!r}"
+                " (e.g. 'bench-*-interleave=interleave;bench-*-both=pacing,interleave')"
+            )
+        entries.append(f"{pattern}={policy_names(names)}")
+    if not entries:
+        raise ValueError("expected PATTERN=POLICY[,POLICY] entries separated by ';'")
+    return ";".join(entries)
+
+
+def job_policy_entries(canonical: str | None) -> list[tuple[str, str]]:
+    """The (pattern, policy names) pairs of a canonical ``--job-policy`` value, in order."""
+    if not canonical:
+        return []
+    return [
+        (pattern, names)
+        for pattern, _, names in (entry.partition("=") for entry in canonical.split(";"))
+    ]
+
+
+def known_job_policies(value: object) -> str | None:
+    """The ``check`` of ``--job-policy``: canonical entries of known policy names."""
+    try:
+        ok = isinstance(value, str) and job_policies(value) == value
+    except ValueError as exc:
+        return str(exc)
+    return None if ok else "expected PATTERN=POLICY[,POLICY] entries separated by ';'"
+
+
 def complete_params(given: Iterable[Any] = ()) -> tuple[Any, ...]:
     """Every registered policy's parameters, in registry order: those given (at most one
     instance of each ``params_type``), the defaults for the rest."""
@@ -175,6 +216,9 @@ __all__ = [
     "build_policy",
     "check_params",
     "complete_params",
+    "job_policies",
+    "job_policy_entries",
+    "known_job_policies",
     "known_policies",
     "policy_names",
     "spec_of",
