@@ -2,13 +2,20 @@
 than -1% throughput where phases do not collide), on the emulated fabric with the loop closed.
 
 The fabric of ``benchmarks/collision.py`` (2 leaves of 2 nodes, NICs and uplinks shaped to
-``--mbit``), a real ``otelcol-skewtrace`` and ``skewtrace pacer --policy pacing,interleave``
-in the operations namespace: both policies, each behind its effect guard at its defaults, as
-a user turns them on. Two 2-rank gloo DDP jobs (``examples/train_ddp.py``, instrumented,
-compute a sleep per sample) run at the same time, each inside one leaf (node0 + node1, node2 +
-node3), so they share no shaped link: one's ranks poll the pacer ("controlled"), the other's
-do not ("observed"), and the two swap leaves from round to round. Running them side by side
-gives both the same load on the machine's two shared CPUs.
+``--mbit``), a real ``otelcol-skewtrace`` and one ``skewtrace pacer`` in the operations
+namespace, each policy behind its effect guard at its defaults, as a user turns them on. Two
+2-rank gloo DDP jobs (``examples/train_ddp.py``, instrumented, compute a sleep per sample) run
+at the same time, each inside one leaf (node0 + node1, node2 + node3), so they share no shaped
+link: one's ranks poll the pacer ("controlled"), the other's do not ("observed", the ``off``
+arm), and the two swap leaves from round to round. Running them side by side gives both the
+same load on the machine's two shared CPUs.
+
+Arms (``--arm``, repeatable; default all three): the controlled job is decided for by
+``pacing``, ``interleave`` or ``both`` (``pacing,interleave``), one run each, every run against
+its own observed twin. One pacer serves them all: ``--policy pacing,interleave`` with
+``--job-policy`` entries choosing the single policies by the controlled jobs' ids, and every
+decision traced says which policy made it (a run whose decisions came from another policy
+than its arm's fails the benchmark).
 
 Scenarios, the same fault in both jobs:
 
@@ -28,14 +35,16 @@ Scenarios, the same fault in both jobs:
   ``stage_imbalance``; it would be declined if it did), and in each stage's all-reduce both
   replicas arrive together: a long stage leaves nothing for a delay to level.
 
-Printed per scenario and round: each job's mean step time (the slowest rank's, per step) over
+Printed per scenario, arm and round: each job's mean step time (the slowest rank's, per step) over
 the whole run after ``--warmup`` steps and over its last ``--tail`` of steps (after the effect
 guard's measurement: six phases of 10 s), the controlled job's throughput change over the
 observed one, the reasons the pacer gave for the controlled job in order and the share of its
-decisions that published a delay or a schedule; then per scenario the median and the spread
-over rounds, beside the -1% target. The decision traces are in ``<logs>/no-harm-*.jsonl``.
+decisions that published a delay or a schedule; then per scenario and arm the median and the
+spread over rounds, beside the -1% target. The decision traces are in
+``<logs>/no-harm-*.jsonl``.
 
-    python benchmarks/no_harm.py               # 5 scenarios x 2 rounds, ~25 minutes here
+    python benchmarks/no_harm.py               # 5 scenarios x 3 arms x 2 rounds, ~75 minutes
+    python benchmarks/no_harm.py --arm both    # the composition alone, ~25 minutes here
     python benchmarks/no_harm.py --quick       # the smoke run
 
 Needs root and iproute2 (network namespaces).
@@ -62,7 +71,14 @@ from collision import JobSpec, Telemetry, launch, rank_stats, start_services
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 
 TARGET = -0.01
-PACER_ARGS = ("--policy", "pacing,interleave")
+ARMS = {"pacing": "pacing", "interleave": "interleave", "both": "pacing,interleave"}
+"""Each arm's policies (the controlled job's); the observed job is the ``off`` arm."""
+PACER_ARGS = (
+    "--policy",
+    ARMS["both"],
+    "--job-policy",
+    ";".join(f"job-ctl-*-{arm}-*={ARMS[arm]}" for arm in ("pacing", "interleave")),
+)
 SCENARIOS = ("healthy", "jitter", "slow-nic", "slow-rank", "long-stage")
 PIPELINE_STAGES = 2
 LEAVES = (("node0", "node1"), ("node2", "node3"))
@@ -71,6 +87,7 @@ LEAVES = (("node0", "node1"), ("node2", "node3"))
 @dataclass(frozen=True)
 class RunResult:
     scenario: str
+    arm: str
     round: int
     observed: list[float]
     """The observed job's step times (the slowest rank's, per step)."""
@@ -79,6 +96,8 @@ class RunResult:
     """The pacer's reasons for the controlled job, in order, repeats dropped."""
     published_share: float
     """Of the decisions read during the run, the share that delayed someone."""
+    policies: list[str]
+    """The policies the pacer's decisions for the controlled job named (its arm's, one)."""
 
 
 def job_steps(procs: list[subprocess.Popen[str]], timeout: float) -> list[float]:
@@ -107,9 +126,10 @@ def scenario_jobs(scenario: str, args: argparse.Namespace, round_: int) -> tuple
 
 def _decisions(
     telemetry: Telemetry, job_id: str, path: Path, stop: threading.Event
-) -> tuple[list[str], list[bool]]:
+) -> tuple[list[str], list[bool], list[str]]:
     reasons: list[str] = []
     published: list[bool] = []
+    policies: list[str] = []
     with path.open("w") as out:
         while not stop.wait(1.0):
             body = telemetry.services.pacing(job_id)
@@ -119,12 +139,15 @@ def _decisions(
             reason = str(body["reason"])
             if not reasons or reasons[-1] != reason:
                 reasons.append(reason)
+            policy = str(body.get("policy"))
+            if policy not in policies:
+                policies.append(policy)
             delays = body.get("delays") or {}
             published.append(
                 bool(body.get("active"))
                 and (any(float(d) > 0 for d in delays.values()) or bool(body.get("schedule")))
             )
-    return reasons, published
+    return reasons, published, policies
 
 
 def run_scenario(
@@ -132,18 +155,19 @@ def run_scenario(
     telemetry: Telemetry,
     args: argparse.Namespace,
     scenario: str,
+    arm: str,
     round_: int,
 ) -> RunResult:
     observed_job, controlled_job = scenario_jobs(scenario, args, round_)
     if scenario == "slow-nic":
         for _, node in (observed_job.nodes, controlled_job.nodes):
             fabric.set_nic_rate(node, args.mbit * args.slow_nic)
-    label = f"-{scenario}-{round_ + 1}"
+    label = f"-{scenario}-{arm}-{round_ + 1}"
     observed = replace(telemetry, pacer=None, label=label)
     controlled = replace(telemetry, label=label)
     stop = threading.Event()
-    traced: dict[str, tuple[list[str], list[bool]]] = {}
-    path = args.logs / f"no-harm-{scenario}-{round_ + 1}.jsonl"
+    traced: dict[str, tuple[list[str], list[bool], list[str]]] = {}
+    path = args.logs / f"no-harm-{scenario}-{arm}-{round_ + 1}.jsonl"
     job_id = controlled.job_id(controlled_job)
     tracer = threading.Thread(
         target=lambda: traced.setdefault("t", _decisions(controlled, job_id, path, stop)),
@@ -168,9 +192,11 @@ def run_scenario(
         if scenario == "slow-nic":
             for _, node in (observed_job.nodes, controlled_job.nodes):
                 fabric.set_nic_rate(node, None)
-    reasons, published = traced.get("t", ([], []))
+    reasons, published, policies = traced.get("t", ([], [], []))
     share = sum(published) / len(published) if published else 0.0
-    return RunResult(scenario, round_, observed_steps, controlled_steps, reasons, share)
+    return RunResult(
+        scenario, arm, round_, observed_steps, controlled_steps, reasons, share, policies
+    )
 
 
 def window_means(steps: list[float], warmup: int, tail: float) -> tuple[float, float]:
@@ -192,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--tail", type=float, default=1 / 3, help="share of steps at the end")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, default=[])
+    parser.add_argument("--arm", action="append", choices=tuple(ARMS), default=[])
     parser.add_argument("--hidden", type=int, default=512, help="gradient size knob")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sample-time", type=float, default=0.002, help="seconds a sample")
@@ -210,9 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-no-harm"))
     args = parser.parse_args(argv)
     scenarios = tuple(args.scenario) or SCENARIOS
+    arms = tuple(dict.fromkeys(args.arm)) or tuple(ARMS)
     if args.quick:  # runs, but too short for its figures to mean anything
         args.rounds, args.steps, args.warmup, args.start_delay = 1, 30, 5, 8.0
         scenarios = tuple(args.scenario) or ("slow-nic",)
+        arms = tuple(dict.fromkeys(args.arm)) or ("pacing",)
     # collision.launch reads the instrumented runs' lengths from these.
     args.controlled_steps, args.controlled_warmup = args.steps, args.warmup
     if os.geteuid() != 0:
@@ -221,51 +250,61 @@ def main(argv: list[str] | None = None) -> int:
     args.logs.mkdir(parents=True, exist_ok=True)
     spec = FabricSpec(leaves=2, nodes_per_leaf=2, nic_mbit=args.mbit, uplink_mbit=args.mbit)
     results: list[RunResult] = []
+    wrong_policy = []
     with contextlib.ExitStack() as stack:
         fabric = stack.enter_context(Fabric(spec))
         print(f"fabric: {fabric.describe()}; two jobs side by side, one per leaf")
         telemetry = start_services(stack, fabric, args.logs, PACER_ARGS)
         for round_ in range(args.rounds):
             for scenario in scenarios:
-                r = run_scenario(fabric, telemetry, args, scenario, round_)
-                results.append(r)
-                obs_whole, obs_tail = window_means(r.observed, args.warmup, args.tail)
-                ctl_whole, ctl_tail = window_means(r.controlled, args.warmup, args.tail)
-                print(
-                    f"round {round_ + 1} {scenario}: observed {obs_whole * 1e3:.1f} ms "
-                    f"(last {args.tail:.0%} {obs_tail * 1e3:.1f} ms), controlled "
-                    f"{ctl_whole * 1e3:.1f} ms ({ctl_tail * 1e3:.1f} ms): throughput "
-                    f"{change(obs_whole, ctl_whole):+.1%} (last {args.tail:.0%} "
-                    f"{change(obs_tail, ctl_tail):+.1%}); pacer: {' -> '.join(r.reasons)}, "
-                    f"published in {r.published_share:.0%} of decisions",
-                    flush=True,
-                )
+                for arm in arms:
+                    r = run_scenario(fabric, telemetry, args, scenario, arm, round_)
+                    results.append(r)
+                    print(_run_line(r, args), flush=True)
+                    if r.policies != [ARMS[arm]]:
+                        wrong_policy.append((scenario, arm, round_ + 1, r.policies))
     summary = summarize(results, args.warmup, args.tail)
-    for scenario, s in summary.items():
+    for key, s in summary.items():
         print(
-            f"{scenario}: controlled over observed throughput {s['whole']:+.1%} (spread "
+            f"{key}: controlled over observed throughput {s['whole']:+.1%} (spread "
             f"{s['whole_min']:+.1%}..{s['whole_max']:+.1%}), last {args.tail:.0%} "
             f"{s['tail']:+.1%} ({s['tail_min']:+.1%}..{s['tail_max']:+.1%}); target >= "
             f"{TARGET:+.0%}: {'met' if min(s['whole'], s['tail']) >= TARGET else 'NOT met'}"
         )
     print("SUMMARY " + json.dumps(summary))
+    if wrong_policy:
+        print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
+        return 1
     return 0
 
 
+def _run_line(r: RunResult, args: argparse.Namespace) -> str:
+    obs_whole, obs_tail = window_means(r.observed, args.warmup, args.tail)
+    ctl_whole, ctl_tail = window_means(r.controlled, args.warmup, args.tail)
+    return (
+        f"round {r.round + 1} {r.scenario} {r.arm}: observed {obs_whole * 1e3:.1f} ms "
+        f"(last {args.tail:.0%} {obs_tail * 1e3:.1f} ms), controlled "
+        f"{ctl_whole * 1e3:.1f} ms ({ctl_tail * 1e3:.1f} ms): throughput "
+        f"{change(obs_whole, ctl_whole):+.1%} (last {args.tail:.0%} "
+        f"{change(obs_tail, ctl_tail):+.1%}); pacer ({', '.join(r.policies) or 'none'}): "
+        f"{' -> '.join(r.reasons)}, published in {r.published_share:.0%} of decisions"
+    )
+
+
 def summarize(results: list[RunResult], warmup: int, tail: float) -> dict[str, dict[str, Any]]:
-    """Per scenario, the median and the spread over rounds of the throughput change, over the
-    whole run and over its last ``tail``."""
+    """Per scenario and arm (``scenario arm``), the median and the spread over rounds of the
+    throughput change, over the whole run and over its last ``tail``."""
     out: dict[str, dict[str, Any]] = {}
-    for scenario in dict.fromkeys(r.scenario for r in results):
+    for scenario, arm in dict.fromkeys((r.scenario, r.arm) for r in results):
         whole, last = [], []
         for r in results:
-            if r.scenario != scenario:
+            if (r.scenario, r.arm) != (scenario, arm):
                 continue
             obs = window_means(r.observed, warmup, tail)
             ctl = window_means(r.controlled, warmup, tail)
             whole.append(change(obs[0], ctl[0]))
             last.append(change(obs[1], ctl[1]))
-        out[scenario] = {
+        out[f"{scenario} {arm}"] = {
             "whole": statistics.median(whole),
             "whole_min": min(whole),
             "whole_max": max(whole),

@@ -207,8 +207,10 @@ NAMESPACE_SMOKES = [
         "no_harm",
         "--quick --scenario long-stage",
         (
-            rf"^round 1 long-stage: observed {NUMBER} ms .* controlled {NUMBER} ms .* pacer: \w+",
-            rf"^long-stage: controlled over observed throughput [-+]{NUMBER}% .* target >= -1%: ",
+            rf"^round 1 long-stage pacing: observed {NUMBER} ms .* controlled {NUMBER} ms .* "
+            r"pacer \(pacing\): \w+",
+            rf"^long-stage pacing: controlled over observed throughput [-+]{NUMBER}% .* "
+            r"target >= -1%: ",
         ),
     ),
     Smoke(
