@@ -7,15 +7,14 @@ OTELCOL := $(BUILD)/otelcol-skewtrace
 JAEGER := $(BUILD)/jaeger
 export SKEWTRACE_OTELCOL := $(OTELCOL)
 export SKEWTRACE_JAEGER := $(JAEGER)
-# pytest-xdist workers for the first part of `make test` (README: timing of the suite):
-# serial by default (0), what CI runs. TEST_WORKERS=2 took 23 minutes here against 32, but
-# beside the other worker's jobs the main job's short runs are as loaded as beside a CPU hog
-# (one of them flagged a healthy rank there).
+# pytest-xdist workers for the first part of `make test` (README: timing of the suite): two
+# by default, what CI runs (about 25 minutes beside a CPU hog against 37 serially; both runs
+# of 2026-12-06 beside the hog passed). TEST_WORKERS=0 runs it serially.
 # A test file runs on one worker (--dist loadfile): a module's shared fixtures (a job run
 # once, a collector kept up) are set up once, and tests that use fixed ports (the default
 # ports in test_collector_auth.py) never run beside each other. Files are handed out longest
 # first (tests/conftest.py orders them by the last run's durations), not by test count.
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 
 .PHONY: all venv collector jaeger generate lint test test-fast test-go test-py demo bench clean
 
