@@ -129,6 +129,10 @@ def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
     return out
 
 
+_SEND = semconv.SPAN_COLLECTIVE_PREFIX + "send"
+_RECV = semconv.SPAN_COLLECTIVE_PREFIX + "recv"
+
+
 def _transfer_key(span: FileSpan, rank: int) -> tuple[object, ...] | None:
     """What joins one rank's collective span with its peers': the group and sequence number,
     and for a point-to-point transfer its sender and receiver."""
@@ -143,10 +147,6 @@ def _transfer_key(span: FileSpan, rank: int) -> tuple[object, ...] | None:
         src, dst = (rank, peer) if span.name == _SEND else (peer, rank)
         return ("p2p", pg, src, dst, seq)
     return (span.name, pg, seq)
-
-
-_SEND = semconv.SPAN_COLLECTIVE_PREFIX + "send"
-_RECV = semconv.SPAN_COLLECTIVE_PREFIX + "recv"
 
 
 def transfers(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
@@ -237,16 +237,12 @@ def unexplained_flags(
         for rank, cause in flagged.items():
             if rank == injected or cause not in evidence_of:
                 continue
-            long = evidence_of[cause]
-
-            def slow(s: int, rank: int = rank, long: dict[int, set[int]] = long) -> bool:
-                return rank in long.get(s, set())
-
+            long_steps = {s for s, ranks in evidence_of[cause].items() if rank in ranks}
             if (rank, cause) not in held:
-                evidence = {s: ({rank: cause} if slow(s) else {}) for s in steps}
+                evidence = {s: ({rank: cause} if s in long_steps else {}) for s in steps}
                 held[rank, cause] = expected_flagged(evidence, rank)
             recent = range(step - FLAG_WINDOW + 1, step + 1)
-            if held[rank, cause].get(step, False) or sum(slow(s) for s in recent) >= FLAG_K:
+            if held[rank, cause].get(step, False) or sum(s in long_steps for s in recent) >= FLAG_K:
                 continue
             out.setdefault(step, []).append(rank)
     return out

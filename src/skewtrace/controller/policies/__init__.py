@@ -131,6 +131,9 @@ def known_policies(value: object) -> str | None:
     return None if ok else "expected known policy names, comma-separated, e.g. pacing,rebalance"
 
 
+_JOB_POLICY_FORM = "expected PATTERN=POLICY[,POLICY] entries separated by ';'"
+
+
 def job_policies(raw: str) -> str:
     """``--job-policy`` text -> its canonical form: ``PATTERN=NAME[,NAME]`` entries separated
     by ``;``, each pattern a shell-style pattern of job ids (``*``, ``?``, ``[...]``; case
@@ -144,12 +147,12 @@ def job_policies(raw: str) -> str:
         pattern = pattern.strip()
         if not sep or not pattern:
             raise ValueError(
-                f"expected PATTERN=POLICY[,POLICY] entries separated by ';', got {part.strip()!r}"
+                f"{_JOB_POLICY_FORM}, got {part.strip()!r}"
                 " (e.g. 'bench-*-interleave=interleave;bench-*-both=pacing,interleave')"
             )
         entries.append(f"{pattern}={policy_names(names)}")
     if not entries:
-        raise ValueError("expected PATTERN=POLICY[,POLICY] entries separated by ';'")
+        raise ValueError(_JOB_POLICY_FORM)
     return ";".join(entries)
 
 
@@ -169,7 +172,7 @@ def known_job_policies(value: object) -> str | None:
         ok = isinstance(value, str) and job_policies(value) == value
     except ValueError as exc:
         return str(exc)
-    return None if ok else "expected PATTERN=POLICY[,POLICY] entries separated by ';'"
+    return None if ok else _JOB_POLICY_FORM
 
 
 def complete_params(given: Iterable[Any] = ()) -> tuple[Any, ...]:
