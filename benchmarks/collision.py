@@ -21,20 +21,29 @@ Scenarios, each run ``--rounds`` times in turn (so that load drift hits them ali
 - ``interleaved``: the same cadence, B's slots half a period after A's: the ordering
   constraint an interleaving controller sets, the two all-reduces taking turns on the uplinks.
 
-With ``--controlled`` (the loop closed), two more scenarios per round, both jobs instrumented
+With ``--controlled`` (the loop closed), more scenarios per round, both jobs instrumented
 by skewtrace and a real ``otelcol-skewtrace`` and ``skewtrace pacer`` in the operations
 namespace (:class:`skewtrace.cluster.services.Services`):
 
-- ``observed``: A and B start together and run free, their spans and metrics flowing to the
-  Collector; the ranks do not ask the pacer (the baseline the controller must beat, with the
-  instrumentation's own cost in it);
-- ``controlled``: the same with the pacer on ``--policy interleave`` (its effect guard off,
-  ``--interleave-effect-pairs 0``, so the figure is the schedule's own and not half spent on
-  measuring) and every rank polling it: the controller reads the Collector's group phases,
-  publishes one schedule both jobs agree on, and the ranks hold to their slots
-  (:meth:`skewtrace.controller.decision.DecisionBody.hold_for`). Steps before
-  ``--controlled-warmup`` (the time it takes the Collector and the pacer to see the
-  collision) are left out of both.
+- ``observed`` (the ``off`` arm): A and B start together and run free, their spans and
+  metrics flowing to the Collector; the ranks do not ask the pacer (the baseline the
+  controller must beat, with the instrumentation's own cost in it);
+- one controlled run per arm (``--arm``, repeatable; default all three, ``--quick`` only
+  ``interleave``), the same jobs with every rank polling the pacer, whose ``--job-policy``
+  gives each arm's jobs (by their ids) the arm's policies:
+
+  - ``interleave``: the controller reads the Collector's group phases, publishes one
+    schedule both jobs agree on, and the ranks hold to their slots
+    (:meth:`skewtrace.controller.decision.DecisionBody.hold_for`);
+  - ``pacing``: delays for early ranks, behind pacing's effect guard at its defaults (what a
+    user turns on): it should pay nothing here and cost nothing;
+  - ``both``: ``pacing,interleave``.
+
+  Interleave runs without its effect guard (``--interleave-effect-pairs 0``, or
+  ``--interleave-effect-pairs N``), so the figure is the schedule's own and not half spent on
+  measuring. A run whose decisions name another policy than its arm's fails the benchmark.
+  Steps before ``--controlled-warmup`` (the time it takes the Collector and the pacer to see
+  the collision, and the period's search) are left out of every arm and the observed run.
 
 Started half a step apart and left to run free, the two jobs drift back into collisions
 within tens of steps (measured: the offset alone gave -7% to +32% in three runs), so the
@@ -73,6 +82,12 @@ from skewtrace._ports import free_port  # noqa: E402
 from skewtrace.cluster.fabric import NIC, Fabric, FabricSpec  # noqa: E402
 
 TARGET_GAIN = 0.15
+NO_HARM = -0.01
+ARMS = {"interleave": "interleave", "pacing": "pacing", "both": "pacing,interleave"}
+"""Each controlled arm's policies; the observed run is the ``off`` arm."""
+ARM_TARGETS = {"interleave": TARGET_GAIN, "pacing": NO_HARM, "both": TARGET_GAIN}
+"""Where phases collide, interleaving must pay; pacing alone cannot level a collision (both
+jobs' ranks arrive together) and must stay out of the way."""
 # Process start (torch import, gloo rendezvous) of four ranks on two shared cores.
 START_DELAY_S = 20.0
 
@@ -221,14 +236,18 @@ def run(
 @contextlib.contextmanager
 def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
     """Both jobs' decisions, read from the pacer once a second while the block runs, one JSON
-    line each (the period's search, for the evaluation)."""
+    line each (the period's search, for the evaluation). Yields the set of policies those
+    decisions named (filled as they are read)."""
     stop = threading.Event()
+    policies: set[str] = set()
 
     def poll() -> None:
         with path.open("w") as out:
             while not stop.wait(1.0):
                 for job in (JOB_A, JOB_B):
                     body = telemetry.services.pacing(telemetry.job_id(job))
+                    if body.get("policy"):
+                        policies.add(str(body["policy"]))
                     out.write(json.dumps({"t": round(time.time(), 3), "job": job.name, **body}))
                     out.write("\n")
                 out.flush()
@@ -236,7 +255,7 @@ def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
     thread = threading.Thread(target=poll, name="decision-trace", daemon=True)
     thread.start()
     try:
-        yield
+        yield policies
     finally:
         stop.set()
         thread.join(timeout=5)
@@ -260,6 +279,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--controlled", action="store_true", help="also observed vs controlled (the loop)"
     )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        choices=tuple(ARMS),
+        default=[],
+        help="a controlled arm (repeatable; default all three, --quick only interleave)",
+    )
+    parser.add_argument(
+        "--interleave-effect-pairs",
+        type=int,
+        default=0,
+        help="the interleave policy's effect guard (0: off, the schedule's own effect)",
+    )
     parser.add_argument("--controlled-steps", type=int, default=200)
     parser.add_argument(
         "--controlled-warmup", type=int, default=80, help="steps before the controller is in"
@@ -267,9 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one short round (smoke)")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-collision"))
     args = parser.parse_args(argv)
+    arms = tuple(dict.fromkeys(args.arm)) or tuple(ARMS)
     if args.quick:  # runs, but too short for its figures to mean anything
         args.rounds, args.steps, args.warmup, args.start_delay = 1, 10, 2, 8.0
         args.controlled_steps, args.controlled_warmup = 30, 10
+        arms = tuple(dict.fromkeys(args.arm)) or ("interleave",)
     if os.geteuid() != 0:
         print("collision: needs root (network namespaces)", file=sys.stderr)
         return 2
@@ -277,14 +311,15 @@ def main(argv: list[str] | None = None) -> int:
     spec = FabricSpec(leaves=2, nodes_per_leaf=2, nic_mbit=args.mbit, uplink_mbit=args.mbit)
     names: tuple[str, ...] = ("colliding", "scheduled", "interleaved")
     if args.controlled:
-        names = (*names, "observed", "controlled")
+        names = (*names, "observed", *arms)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in ("alone", *names)}
+    wrong_policy: list[tuple[str, int, list[str]]] = []
     with contextlib.ExitStack() as stack:
         fabric = stack.enter_context(Fabric(spec))
         print(f"fabric: {fabric.describe()}; two 2-rank jobs crossing both uplinks")
         telemetry = None
         if args.controlled:
-            telemetry = start_services(stack, fabric, args.logs)
+            telemetry = start_services(stack, fabric, args.logs, pacer_args(args))
         for round_ in range(args.rounds):
             alone = run(fabric, args, [(JOB_A, 0.0)], args.logs)
             results["alone"].append(alone)
@@ -295,31 +330,37 @@ def main(argv: list[str] | None = None) -> int:
             apart = [(JOB_A, 0.0), (JOB_B, period / 2)]
             results["interleaved"].append(run(fabric, args, apart, args.logs, period))
             if telemetry is not None:
-                # Controlled first, under job ids of its own: the pacer also decides for the
-                # observed jobs (their ranks just do not ask), and those decisions must not be
-                # where the controlled run starts; the last round's observed jobs are long
-                # forgotten (the pacer's job timeout) after the four runs above.
-                controlled = replace(telemetry, label=f"-c{round_ + 1}")
-                with _decision_trace(controlled, args.logs / f"decisions-{round_ + 1}.jsonl"):
-                    results["controlled"].append(
-                        run(
-                            fabric,
-                            args,
-                            both,
-                            args.logs,
-                            None,
-                            controlled,
-                            f"controlled-{round_ + 1}",
+                # Controlled first, under job ids of their own (an arm's policies are chosen by
+                # them): the pacer also decides for the observed jobs (their ranks just do not
+                # ask), and those decisions must not be where a controlled run starts; the
+                # last round's observed jobs are long forgotten (the pacer's job timeout)
+                # after the runs between.
+                for arm in arms:
+                    controlled = replace(telemetry, label=f"-{arm}{round_ + 1}")
+                    trace = args.logs / f"decisions-{arm}-{round_ + 1}.jsonl"
+                    with _decision_trace(controlled, trace) as policies:
+                        results[arm].append(
+                            run(
+                                fabric,
+                                args,
+                                both,
+                                args.logs,
+                                None,
+                                controlled,
+                                f"{arm}-{round_ + 1}",
+                            )
                         )
-                    )
-                for job in (JOB_A, JOB_B):
-                    body = telemetry.services.pacing(controlled.job_id(job))
-                    print(
-                        f"  pacer for {controlled.job_id(job)}: reason {body.get('reason')}, "
-                        f"schedule {json.dumps(body.get('schedule'))}, interleave "
-                        f"{json.dumps(body.get('interleave'))}",
-                        flush=True,
-                    )
+                    if policies != {ARMS[arm]}:
+                        wrong_policy.append((arm, round_ + 1, sorted(policies)))
+                    for job in (JOB_A, JOB_B):
+                        body = telemetry.services.pacing(controlled.job_id(job))
+                        print(
+                            f"  pacer for {controlled.job_id(job)} ({body.get('policy')}): "
+                            f"reason {body.get('reason')}, schedule "
+                            f"{json.dumps(body.get('schedule'))}, interleave "
+                            f"{json.dumps(body.get('interleave'))}",
+                            flush=True,
+                        )
                 observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")
                 results["observed"].append(
                     run(fabric, args, both, args.logs, None, observed, f"observed-{round_ + 1}")
@@ -334,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 flush=True,
             )
-    summary = summarize(results)
+    summary = summarize(results, arms if args.controlled else ())
     print(
         f"median step time: alone {summary['alone_ms']:.1f} ms, colliding "
         f"{summary['colliding_ms']:.1f} ms, scheduled {summary['scheduled_ms']:.1f} ms, "
@@ -353,22 +394,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.controlled:
         print(
-            f"median step time: observed {summary['observed_ms']:.1f} ms, controlled "
-            f"{summary['controlled_ms']:.1f} ms (both instrumented, steps after "
-            f"{args.controlled_warmup})"
+            f"median step time: observed {summary['observed_ms']:.1f} ms, "
+            + ", ".join(f"{arm} {summary['arms'][arm]['ms']:.1f} ms" for arm in arms)
+            + f" (all instrumented, steps after {args.controlled_warmup})"
         )
-        print(
-            f"controlled over observed throughput (the loop closed): "
-            f"{summary['controlled_gain']:+.1%} (spread over rounds "
-            f"{summary['controlled_gain_min']:+.1%}..{summary['controlled_gain_max']:+.1%}); "
-            f"target >= +{TARGET_GAIN:.0%} where phases collide: "
-            f"{'met' if summary['controlled_gain'] >= TARGET_GAIN else 'NOT met'}"
-        )
+        for arm in arms:
+            s, target = summary["arms"][arm], ARM_TARGETS[arm]
+            print(
+                f"{arm} over observed throughput (the loop closed): {s['gain']:+.1%} (spread "
+                f"over rounds {s['gain_min']:+.1%}..{s['gain_max']:+.1%}); target >= "
+                f"{target:+.0%} where phases collide: "
+                f"{'met' if s['gain'] >= target else 'NOT met'}"
+            )
     print("SUMMARY " + json.dumps(summary))
+    if wrong_policy:
+        print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
+        return 1
     return 0
 
 
 INTERLEAVE_UNGUARDED = ("--policy", "interleave", "--interleave-effect-pairs", "0")
+
+
+def pacer_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """One pacer for every arm: ``--policy interleave`` (its guard as asked), and by
+    ``--job-policy`` the other arms' policies for their jobs' ids (``job-A-pacing1``, ...)."""
+    return (
+        "--policy",
+        ARMS["interleave"],
+        "--interleave-effect-pairs",
+        str(args.interleave_effect_pairs),
+        "--job-policy",
+        ";".join(f"job-*-{arm}[0-9]*={ARMS[arm]}" for arm in ("pacing", "both")),
+    )
 
 
 def start_services(
@@ -400,9 +458,12 @@ def start_services(
     return Telemetry(services.otlp_for_ranks, services.pacer_for_ranks, topology, services)
 
 
-def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+def summarize(
+    results: dict[str, list[dict[str, float]]], arms: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Medians over rounds of the jobs' mean step times, and the throughput gain of
-    interleaving (both jobs' steps per second) over collision, per round and overall."""
+    interleaving (both jobs' steps per second) over collision, per round and overall; with
+    ``arms``, each controlled arm's gain over the observed run of its round."""
 
     def both(r: dict[str, float]) -> float:
         return 1 / r["A"] + 1 / r["B"]
@@ -417,15 +478,17 @@ def summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     interleaved = gains("interleaved")
     held = gains("interleaved", "scheduled")
     closed: dict[str, Any] = {}
-    if results.get("controlled"):
-        loop = gains("controlled", "observed")
-        closed = {
-            "observed_ms": median_ms("observed"),
-            "controlled_ms": median_ms("controlled"),
-            "controlled_gain": statistics.median(loop),
-            "controlled_gain_min": min(loop),
-            "controlled_gain_max": max(loop),
-        }
+    if arms:
+        closed = {"observed_ms": median_ms("observed"), "arms": {}}
+        for arm in arms:
+            loop = gains(arm, "observed")
+            closed["arms"][arm] = {
+                "ms": median_ms(arm),
+                "gain": statistics.median(loop),
+                "gain_min": min(loop),
+                "gain_max": max(loop),
+                "per_round": loop,
+            }
     return {
         **closed,
         "alone_ms": 1e3 * statistics.median(r["A"] for r in results["alone"]),

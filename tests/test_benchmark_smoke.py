@@ -199,8 +199,8 @@ NAMESPACE_SMOKES = [
             rf"^median step time: alone {NUMBER} ms, colliding {NUMBER} ms, scheduled {NUMBER} ms,"
             rf" interleaved {NUMBER} ms$",
             rf"^interleaved over colliding throughput: [-+]{NUMBER}% .* target >= \+15% ",
-            rf"^median step time: observed {NUMBER} ms, controlled {NUMBER} ms ",
-            rf"^controlled over observed throughput \(the loop closed\): [-+]{NUMBER}% ",
+            rf"^median step time: observed {NUMBER} ms, interleave {NUMBER} ms ",
+            rf"^interleave over observed throughput \(the loop closed\): [-+]{NUMBER}% ",
         ),
     ),
     Smoke(

@@ -2,22 +2,28 @@
 pacer and real gloo ranks, on the emulated fabric when this machine allows namespaces (the
 default scenario throttles node2's NIC for steps 15-44) or on loopback otherwise (a compute
 straggler on rank 2 from step 10), in two pairs of runs with pacing off and on, in alternating
-order."""
+order. Every figure of its summary is recomputed from the ranks' logs and the Collector's
+spans, the comparison of the arms too, and the report shows the straggler's row marked in
+Chromium."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import needs
 from collector_harness import read_file_export
 from skewtrace import _resources
 from skewtrace.cluster.metrics import parse_prometheus_text, summarize
+from skewtrace.cluster.outcome import read_verdicts
 from skewtrace.semconv import JOB_ID
 from verdict_checks import assert_false_flags_explained
 
@@ -66,6 +72,71 @@ def test_demo_defaults_name_the_injected_fault(
         r"^\s+(\d+)(\s+\S+){3}(\s+\d+\.\d){3}\s+(ok|STRAGGLER)", result.stdout, re.MULTILINE
     )
     assert len(ranks) == (6 if on_fabric else 4), result.stdout[-3000:]
+    _assert_figures_come_from_the_run(tmp_path, summary, on_fabric)
+    _assert_report_marks_the_last_verdict(tmp_path, summary["runs"][0]["job_id"], len(ranks))
+
+
+def _assert_figures_come_from_the_run(
+    workdir: Path, summary: dict[str, Any], on_fabric: bool
+) -> None:
+    """Each run's step-time figures are rank 0's own, its first verdict step is the first step
+    the Collector's verdict spans name the fault, and the comparison pools each arm's samples
+    over its time (the runs have the same steps and batch), per pair and over both."""
+    flagged = {2: "network"} if on_fabric else {2: "compute"}
+    throughputs: list[tuple[str, float]] = []
+    for run in summary["runs"]:
+        job = run["job_id"]
+        stats = [
+            json.loads(line[line.index("{") :])
+            for line in (workdir / job / "rank0.log").read_text().splitlines()
+            if '"step_stats"' in line
+        ]
+        assert run["figures"]["step_time_mean_s"] == pytest.approx(stats[0]["step_time_mean_s"])
+        assert run["figures"]["step_time_cv"] == pytest.approx(stats[0]["step_time_cv"])
+        throughputs.append((run["label"], stats[0]["throughput_samples_s"]))
+        verdicts = read_verdicts(workdir / "spans.jsonl", job)
+        (phase,) = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
+        first = min(
+            s for s, v in verdicts.items()
+            if phase["onset_step"] <= s <= phase["steps"][1] and v.flagged == flagged
+            and (not on_fabric or "nic:node2/eth0" in v.suspects)
+        )  # fmt: skip
+        assert phase["flag_step"] == first
+        assert phase["steps_to_flag"] == first - phase["onset_step"]
+
+    def pooled(label: str, runs: list[tuple[str, float]]) -> float:
+        arm = [x for name, x in runs if name == label]
+        return len(arm) / sum(1 / x for x in arm)
+
+    def change(runs: list[tuple[str, float]]) -> float:
+        return pooled("pacing on", runs) / pooled("pacing off", runs) - 1
+
+    comparison = summary["comparison"]
+    assert comparison["throughput_change"] == pytest.approx(change(throughputs))
+    assert comparison["pairs"] == [
+        pytest.approx(change(throughputs[i : i + 2])) for i in range(0, len(throughputs), 2)
+    ]
+
+
+def _assert_report_marks_the_last_verdict(workdir: Path, job: str, rows: int) -> None:
+    """The run's report, rendered in Chromium, draws a row per rank and marks as flagged
+    exactly the ranks the Collector's verdict flags at the job's last analyzed step (the
+    report's verdict; the default fault ends before the run does, so that is often none)."""
+    verdicts = read_verdicts(workdir / "spans.jsonl", job)
+    expected = sorted(str(rank) for rank in verdicts[max(verdicts)].flagged)
+    report = workdir / f"report-{job}.html"
+    assert report.is_file()
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        needs.unavailable("chromium is not installed (apt-get install chromium)")
+    dom = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+         report.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    drawn = re.findall(r'data-rank="(\d+)"[^>]*data-flagged="(true|false)"', dom)
+    assert len(drawn) == rows, drawn
+    assert [rank for rank, flagged in drawn if flagged == "true"] == expected, (drawn, expected)
 
 
 def test_summary_reads_the_exporters_names() -> None:
