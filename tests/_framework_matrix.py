@@ -232,7 +232,7 @@ def check(case: Case, spans: list[FileSpan], counts: Path, output: str = "") -> 
     named = root_causes(spans)
     by_step = {step: dict(f) for step, f in flags.items()}
     missed = flags_follow_root_causes(
-        named, by_step, case.slow_rank, semconv.CAUSE_COMPUTE, range(slow_from + 2, steps - 1)
+        named, by_step, case.slow_rank, range(slow_from + 2, steps - 1)
     )
     assert not missed, (missed, slow, named)
     assert flagged > 0, (len(slow), slow, named)

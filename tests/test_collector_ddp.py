@@ -162,7 +162,7 @@ def test_ddp_straggler_is_flagged_with_its_cause(
         named = root_causes(spans)
         assert any(n.get(rank) == cause for n in named.values()), named
         by_step = flagged_by_step(spans)
-        missed = flags_follow_root_causes(named, by_step, rank, cause, sorted(by_step))
+        missed = flags_follow_root_causes(named, by_step, rank, sorted(by_step))
         assert not missed, (missed, named, by_step)
         flagged_steps = sum(1 for f in by_step.values() if f.get(rank) == cause)
         if flagged_steps >= 3:  # /metrics is polled: a flag of a step or two can fall between

@@ -121,6 +121,6 @@ def test_restart_mid_run_counts_no_rank_missing(
     # makes that of the steps' replayed root causes, and it was flagged.
     named = root_causes(summaries)
     by_step = flagged_by_step(summaries)
-    missed = flags_follow_root_causes(named, by_step, 2, semconv.CAUSE_COMPUTE, sorted(by_step))
+    missed = flags_follow_root_causes(named, by_step, 2, sorted(by_step))
     assert not missed, (missed, named, by_step)
     assert any(flags), "rank 2 was never flagged"

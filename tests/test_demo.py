@@ -25,7 +25,7 @@ from skewtrace import _resources
 from skewtrace.cluster.metrics import parse_prometheus_text, summarize
 from skewtrace.cluster.outcome import read_verdicts
 from skewtrace.semconv import JOB_ID
-from verdict_checks import assert_false_flags_explained
+from verdict_checks import assert_false_flags_explained, assert_phase_flags_follow_root_causes
 
 
 @pytest.mark.slow
@@ -50,16 +50,18 @@ def test_demo_defaults_name_the_injected_fault(
     exported = read_file_export(tmp_path / "spans.jsonl")
     on_fabric = "network namespaces" in result.stdout
     expected = "rank 2 (network), nic:node2/eth0" if on_fabric else "rank 2 (compute)"
+    faulty = {2: "network"} if on_fabric else {2: "compute"}
     for run in summary["runs"]:
         (phase,) = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
         assert phase["expected"] == expected, phase
-        # The verdict holds over most of the fault from its first match on, and a rank
-        # nobody faulted is flagged only where its own timings say it was slow.
-        assert phase["held_share"] is not None and phase["held_share"] >= 0.6, (
-            phase,
-            result.stdout[-3000:],
-        )
         spans = [s for s in exported if s.resource.get(JOB_ID) == run["job_id"]]
+        # Per analyzed step, on the job's own evidence (a CPU hog beside the suite once held
+        # the verdict in a third of a run's fault steps, where the replay named rank 2 in as
+        # few): rank 2 is flagged where the hysteresis of the steps' root causes makes it,
+        # and found when that was due; a rank nobody faulted is flagged only where its own
+        # timings say it was slow.
+        due = assert_phase_flags_follow_root_causes(spans, phase, faulty)
+        assert not due or phase["steps_to_flag"] is not None, (phase, result.stdout[-3000:])
         assert_false_flags_explained(spans, run["false_flag_steps"])
         assert (tmp_path / f"report-{run['job_id']}.html").stat().st_size > 0
     assert re.search(r"concluded rank 2 (network|compute)", result.stdout), result.stdout
@@ -96,13 +98,14 @@ def _assert_figures_come_from_the_run(
         throughputs.append((run["label"], stats[0]["throughput_samples_s"]))
         verdicts = read_verdicts(workdir / "spans.jsonl", job)
         (phase,) = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
-        first = min(
-            s for s, v in verdicts.items()
+        matches = [
+            s for s, v in sorted(verdicts.items())
             if phase["onset_step"] <= s <= phase["steps"][1] and v.flagged == flagged
             and (not on_fabric or "nic:node2/eth0" in v.suspects)
-        )  # fmt: skip
-        assert phase["flag_step"] == first
-        assert phase["steps_to_flag"] == first - phase["onset_step"]
+        ]  # fmt: skip
+        assert phase["flag_step"] == (matches[0] if matches else None), (phase, matches)
+        if matches:
+            assert phase["steps_to_flag"] == matches[0] - phase["onset_step"]
 
     def pooled(label: str, runs: list[tuple[str, float]]) -> float:
         arm = [x for name, x in runs if name == label]

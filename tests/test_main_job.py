@@ -32,16 +32,8 @@ from collector_harness import read_file_export
 from skewtrace.cluster import fabric as fabric_mod
 from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
-from skewtrace.semconv import CAUSE_COMPUTE, JOB_ID
-from verdict_checks import (
-    FLAG_K,
-    assert_false_flags_explained,
-    expected_flagged,
-    flagged_by_step,
-    flags_follow_root_causes,
-    long_work,
-    root_causes,
-)
+from skewtrace.semconv import JOB_ID
+from verdict_checks import assert_false_flags_explained, assert_phase_flags_follow_root_causes
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.netns]
 
@@ -179,41 +171,6 @@ def _job_spans(workdir: Path, run: dict[str, Any]) -> list[Any]:
     return [s for s in read_file_export(workdir / "spans.jsonl") if s.resource.get(JOB_ID) == job]
 
 
-def _assert_flags_follow_root_causes(
-    spans: list[Any], phase: dict[str, Any], ranks: dict[int, str]
-) -> bool:
-    """Per analyzed step, on the job's own evidence: each faulty rank is flagged for its
-    cause exactly where the Collector's hysteresis makes that of the steps' replayed root
-    causes (verdict_checks), from two steps after the onset (the fault's first steps are
-    mixed) to the run's end (so the flag also clears where the root causes stop); and the
-    replay saw the fault (named the rank for its cause in a step of the phase) wherever the
-    job's own timings show it. A busy machine changes how many steps name it, not this.
-    Returns whether the verdict was due in the phase: every rank's fault showed and its
-    root causes made the hysteresis flag it in a step of the phase."""
-    named, flagged = root_causes(spans), flagged_by_step(spans)
-    first, last = phase["onset_step"], phase["steps"][1]
-    long = long_work(spans)
-    due = True
-    for rank, cause in ranks.items():
-        missed = flags_follow_root_causes(
-            named, flagged, rank, cause, range(first + 2, max(flagged, default=0) + 1)
-        )
-        assert not missed, (rank, cause, missed, named, flagged)
-        if cause == CAUSE_COMPUTE:
-            # Busy-looped compute on two cores shared with the rest of the suite can be hidden:
-            # when the healthy ranks are descheduled as long, no rank straggles. Then the job's
-            # own timings show it (its work long in fewer than FLAG_K steps of the phase).
-            shown = sum(rank in long.get(s, set()) for s in range(first, last + 1))
-            if shown < FLAG_K:
-                due = False
-                continue
-        seen = [s for s in range(first, last + 1) if named.get(s, {}).get(rank) == cause]
-        assert seen, (rank, cause, named)
-        hysteresis = expected_flagged(named, rank)
-        due = due and any(hysteresis.get(s, False) for s in range(first, last + 1))
-    return due
-
-
 # (scenario, its phases' expected verdicts, the ranks and causes among them). A short run:
 # 26 steps, faults from step 8 (hetero: the whole run).
 SCENARIOS = [
@@ -249,7 +206,7 @@ def test_each_scenario_is_diagnosed(
     for phase in phases:
         due = True
         if ranks:
-            due = _assert_flags_follow_root_causes(spans, phase, ranks)
+            due = assert_phase_flags_follow_root_causes(spans, phase, ranks)
         else:
             # A link alone has no per-step root cause to judge by: the outcome's own rule
             # ("right" wants 75% of the steps from the first match), a little looser for a
@@ -317,5 +274,5 @@ def test_loopback_runs_the_job_and_refuses_network_faults(
     (run,) = _summary(tmp_path / "run")["runs"]
     (phase,) = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
     assert phase["expected"] == "rank 2 (compute)"
-    _assert_flags_follow_root_causes(_job_spans(tmp_path / "run", run), phase, {2: "compute"})
+    assert_phase_flags_follow_root_causes(_job_spans(tmp_path / "run", run), phase, {2: "compute"})
     assert "over loopback" in result.stdout

@@ -19,16 +19,40 @@ def test_the_collectors_flags_of_that_run_follow_the_hysteresis() -> None:
     assert {s for s, f in expected.items() if f} == SEEN
     assert not any(v.expected_flagged(NAMED, 3).values())  # 2 of 8: never flagged
     flags = {s: ({2: "compute"} if s in SEEN else {}) for s in range(24)}
-    assert v.flags_follow_root_causes(NAMED, flags, 2, "compute", range(24)) == []
+    assert v.flags_follow_root_causes(NAMED, flags, 2, range(24)) == []
 
 
 def test_a_flag_the_hysteresis_does_not_make_is_reported() -> None:
     early = {s: ({2: "compute"} if s in SEEN | {12} else {}) for s in range(24)}
-    assert v.flags_follow_root_causes(NAMED, early, 2, "compute", range(24)) == [12]
+    assert v.flags_follow_root_causes(NAMED, early, 2, range(24)) == [12]
     dropped = {s: ({2: "compute"} if s in SEEN - {16} else {}) for s in range(24)}
-    assert v.flags_follow_root_causes(NAMED, dropped, 2, "compute", range(24)) == [16]
+    assert v.flags_follow_root_causes(NAMED, dropped, 2, range(24)) == [16]
     wrong_cause = {s: ({2: "network"} if s in SEEN else {}) for s in range(24)}
-    assert v.flags_follow_root_causes(NAMED, wrong_cause, 2, "compute", [13]) == [13]
+    assert v.flags_follow_root_causes(NAMED, wrong_cause, 2, [13]) == [13]
+
+
+def test_a_flags_cause_is_the_vote_of_its_recent_namings() -> None:
+    """The rack scenario of a run beside the CPU hog (2026-12-06): rank 2 named for compute
+    in steps 9 and 10, for its network in 13 and 14 (descheduled mid-transfer), compute again
+    in 16. Flagged from 14 for the tie's latest cause, network; compute from 16 on."""
+    named: dict[int, dict[int, str]] = {s: {} for s in range(26)}
+    named |= {9: {2: "compute"}, 10: {2: "compute"}, 13: {2: "network"}, 14: {2: "network"}}
+    named |= {16: {2: "compute"}, 22: {2: "network"}}
+    expected = v.expected_flags(named, 2)
+    assert {s: c for s, c in expected.items() if c} == {
+        14: "network",
+        15: "network",
+        16: "compute",
+        17: "compute",
+        18: "compute",
+    }
+    flags = {s: ({2: c} if c else {}) for s, c in expected.items()}
+    assert v.flags_follow_root_causes(named, flags, 2, range(26)) == []
+    compute_only = {s: ({2: "compute"} if c else {}) for s, c in expected.items()}
+    assert v.flags_follow_root_causes(named, compute_only, 2, range(26)) == [14, 15]
+    # Forgotten once neither flagged nor named for a whole window: step 22's single naming
+    # is a new track's first, which votes network and flags nothing.
+    assert expected[22] is None
 
 
 def test_the_warm_up_votes_for_nothing() -> None:
