@@ -3,8 +3,8 @@ pacer and real gloo ranks, on the emulated fabric when this machine allows names
 default scenario throttles node2's NIC for steps 15-44) or on loopback otherwise (a compute
 straggler on rank 2 from step 10), in two pairs of runs with pacing off and on, in alternating
 order. Every figure of its summary is recomputed from the ranks' logs and the Collector's
-spans, the comparison of the arms too, and the report shows the straggler's row marked in
-Chromium."""
+spans, the comparison of the arms too, and the report, rendered in Chromium, marks the ranks
+the last verdict flags."""
 
 from __future__ import annotations
 
