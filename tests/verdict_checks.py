@@ -113,18 +113,42 @@ _OWN_WORK = (semconv.SPAN_FORWARD, semconv.SPAN_BACKWARD, semconv.SPAN_OPTIMIZER
 
 
 def own_work(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
-    """Per step, each rank's time in forward, backward and the optimizer step, in seconds."""
-    out: dict[int, dict[int, float]] = {}
+    """Per step, each rank's time in forward, backward and the optimizer step, less the time
+    its own collectives ran inside them, in seconds. FSDP's all-gathers, tensor parallel's
+    all-reduces and a pipeline stage's receives run inside forward and backward: there a rank
+    that others wait for waits least, and its phases would look the shortest (an FSDP2 x TP
+    run beside a CPU hog named rank 1 for compute in the steps where its phases were the
+    shortest, and its phases less their collectives the longest)."""
+    work: list[tuple[int, int, int, int]] = []
+    collectives: dict[int, list[tuple[int, int]]] = {}
     for span in spans:
-        if span.name not in _OWN_WORK or semconv.RANK not in span.resource:
+        if semconv.RANK not in span.resource:
+            continue
+        rank = int(span.resource[semconv.RANK])
+        end = span.start_ns + round(span.duration_s * 1e9)
+        if span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX):
+            collectives.setdefault(rank, []).append((span.start_ns, end))
             continue
         step = span.attributes.get(semconv.STEP)
-        if not isinstance(step, int):
-            continue
+        if span.name in _OWN_WORK and isinstance(step, int):
+            work.append((step, rank, span.start_ns, end))
+    out: dict[int, dict[int, float]] = {}
+    for step, rank, start, end in work:
         by_rank = out.setdefault(step, {})
-        rank = int(span.resource[semconv.RANK])
-        by_rank[rank] = by_rank.get(rank, 0.0) + span.duration_s
+        waited = _covered(collectives.get(rank, ()), start, end)
+        by_rank[rank] = by_rank.get(rank, 0.0) + max(end - start - waited, 0) / 1e9
     return out
+
+
+def _covered(intervals: Iterable[tuple[int, int]], start: int, end: int) -> int:
+    """How much of [start, end) the intervals cover (overlapping ones counted once)."""
+    clipped = sorted((max(a, start), min(b, end)) for a, b in intervals if a < end and b > start)
+    covered, reach = 0, start
+    for a, b in clipped:
+        if b > reach:
+            covered += b - max(a, reach)
+            reach = b
+    return covered
 
 
 def step_durations(spans: Iterable[FileSpan]) -> dict[int, list[float]]:
