@@ -210,3 +210,30 @@ def test_only_the_steps_no_fault_explains_are_judged_as_false_flags() -> None:
     compute = _summary_spans({s: ({1: "compute"} if s == 30 else {}) for s in range(60)})
     with pytest.raises(AssertionError):
         v.assert_false_flags_explained(compute + _work_spans({}, 60), {"1": [30]})
+
+
+def test_own_work_leaves_out_the_collectives_inside_it() -> None:
+    """FSDP2 x TP: a 60 ms forward holding two all-gathers that overlap (10-30 ms and 20-40 ms:
+    30 ms of waiting, counted once) and one that ends past it (5 ms inside) is 25 ms of work.
+    The rank that waits has the longest phases; the late rank has the most work."""
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    ms = 1_000_000
+
+    def span(name: str, rank: int, start: int, end: int) -> FileSpan:
+        return FileSpan(
+            name, "t", "s", start * ms, end * ms, {semconv.STEP: 3}, {semconv.RANK: rank}
+        )
+
+    gather = semconv.SPAN_COLLECTIVE_PREFIX + "all_gather"
+    spans = [
+        span(semconv.SPAN_FORWARD, 0, 0, 60),  # waits for rank 1 inside its forward
+        span(gather, 0, 10, 30),
+        span(gather, 0, 20, 40),
+        span(gather, 0, 55, 70),  # 5 ms of it inside the forward
+        span(semconv.SPAN_FORWARD, 1, 0, 45),  # late: computes 40 ms, waits 5
+        span(gather, 1, 40, 45),
+    ]
+    work = v.own_work(spans)[3]
+    assert work == {0: pytest.approx(0.025), 1: pytest.approx(0.040)}

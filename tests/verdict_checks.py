@@ -125,7 +125,7 @@ def own_work(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
         if semconv.RANK not in span.resource:
             continue
         rank = int(span.resource[semconv.RANK])
-        end = span.start_ns + round(span.duration_s * 1e9)
+        end = span.end_ns
         if span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX):
             collectives.setdefault(rank, []).append((span.start_ns, end))
             continue
