@@ -299,11 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one short round (smoke)")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-collision"))
     args = parser.parse_args(argv)
-    arms = tuple(dict.fromkeys(args.arm)) or tuple(ARMS)
+    chosen = tuple(dict.fromkeys(args.arm))
+    arms = chosen or tuple(ARMS)
     if args.quick:  # runs, but too short for its figures to mean anything
         args.rounds, args.steps, args.warmup, args.start_delay = 1, 10, 2, 8.0
         args.controlled_steps, args.controlled_warmup = 30, 10
-        arms = tuple(dict.fromkeys(args.arm)) or ("interleave",)
+        arms = chosen or ("interleave",)
     if os.geteuid() != 0:
         print("collision: needs root (network namespaces)", file=sys.stderr)
         return 2
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric: {fabric.describe()}; two 2-rank jobs crossing both uplinks")
         telemetry = None
         if args.controlled:
-            telemetry = start_services(stack, fabric, args.logs, pacer_args(args))
+            telemetry = start_services(stack, fabric, args.logs, pacer_args_for_arms(args))
         for round_ in range(args.rounds):
             alone = run(fabric, args, [(JOB_A, 0.0)], args.logs)
             results["alone"].append(alone)
@@ -413,10 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-INTERLEAVE_UNGUARDED = ("--policy", "interleave", "--interleave-effect-pairs", "0")
-
-
-def pacer_args(args: argparse.Namespace) -> tuple[str, ...]:
+def pacer_args_for_arms(args: argparse.Namespace) -> tuple[str, ...]:
     """One pacer for every arm: ``--policy interleave`` (its guard as asked), and by
     ``--job-policy`` the other arms' policies for their jobs' ids (``job-A-pacing1``, ...)."""
     return (
@@ -433,10 +431,10 @@ def start_services(
     stack: contextlib.ExitStack,
     fabric: Fabric,
     logs: Path,
-    pacer_args: tuple[str, ...] = INTERLEAVE_UNGUARDED,
+    pacer_args: tuple[str, ...],
 ) -> Telemetry:
-    """The Collector and the pacer (by default ``--policy interleave`` without its effect
-    guard) in the fabric's operations namespace; the ranks' way to them."""
+    """The Collector and the pacer (started with ``pacer_args``) in the fabric's operations
+    namespace; the ranks' way to them."""
     from skewtrace import _resources
     from skewtrace.cluster.services import Services
 
