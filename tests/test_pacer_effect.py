@@ -164,3 +164,119 @@ def test_estimate_bounds() -> None:
     assert 0.05 < tight.low < 0.10 < tight.high
     noisy = estimate((0.3, -0.2, 0.05))
     assert noisy.low < 0 < noisy.high
+
+
+class Searching:
+    """A stand-in for the interleave policy's schedule: always asks, and says it is still
+    searching for its period until ``done``."""
+
+    name = "interleave"
+
+    def __init__(self, done: float) -> None:
+        self.done = done
+
+    def initial_state(self) -> int:
+        return 0
+
+    def decide(self, window: JobWindow, previous: int) -> Outcome:
+        return Outcome(
+            reason="interleaving",
+            state=previous,
+            active=True,
+            delays={0: 0.010},
+            searching=window.now < self.done,
+        )
+
+
+def test_a_setting_is_judged_once_its_search_is_done() -> None:
+    """A schedule whose period comes down from the collided step time (here 5% slower than
+    running free while it searches, 15% faster once found) is judged on the period found:
+    judged on the search, the first pair's loss made it ``no_gain`` before."""
+    guard = EffectGuard(Searching(done=40.0), PARAMS)
+    state = guard.initial_state()
+    published, ticks = False, []
+    for tick in range(int(100 / TICK_S)):
+        now = tick * TICK_S
+        if not published:
+            step = BASE_STEP_S
+        else:
+            step = BASE_STEP_S * (1.05 if now < 40.0 else 0.85)
+        ranks = {r: RankWindow(40, 40 * step, 0.0, 0.0) for r in range(4)}
+        out = guard.decide(JobWindow(now=now, ranks=ranks), state)
+        state, published = out.state, out.active
+        ticks.append((now, out))
+    # Withheld for 5 s, then on through the search and one phase after its last tick, then
+    # two more pairs.
+    assert [t for t, o in ticks if o.reason == REASON_MEASURING][:10] == [
+        t * TICK_S for t in range(10)
+    ]
+    assert not any(o.reason == REASON_MEASURING for t, o in ticks if 5.0 <= t < 44.5)
+    found = ticks[-1][1].info["effect"]
+    assert found["state"] == "kept" and found["pairs"] == 3
+    assert found["gain"] == pytest.approx(0.15, abs=0.01)
+    assert ticks[-1][1].active
+
+
+def test_a_search_that_never_ends_is_judged_after_the_recheck_time() -> None:
+    params = PolicyParams(effect_pairs=1, effect_phase_s=5.0, effect_recheck_s=30.0)
+    guard = EffectGuard(Searching(done=1e9), params)
+    state = guard.initial_state()
+    ranks = {r: RankWindow(40, 40 * BASE_STEP_S, 0.0, 0.0) for r in range(4)}
+    judged_at = None
+    for tick in range(int(60 / TICK_S)):
+        out = guard.decide(JobWindow(now=tick * TICK_S, ranks=ranks), state)
+        state = out.state
+        if judged_at is None and out.info.get("effect", {}).get("state") == "no_gain":
+            judged_at = tick * TICK_S
+    # Withheld 0-5 s, on from 5 s; searching holds the phase to 5 + 30 s, then a phase more.
+    assert judged_at == pytest.approx(40.0, abs=TICK_S)
+
+
+class CollidesWhenFree:
+    """A stand-in for the interleave policy on two jobs that a schedule keeps in turns: it
+    asks while its schedule is in force, and otherwise only once the jobs collide, which they
+    do ``drift_s`` after the schedule is withheld."""
+
+    name = "interleave"
+
+    def initial_state(self) -> int:
+        return 0
+
+    def decide(self, window: JobWindow, previous: int) -> Outcome:
+        if window.scheduled > 0 or step_of(window) > BASE_STEP_S * 0.95:
+            return Outcome(reason="interleaving", state=previous, active=True, delays={0: 0.01})
+        return Outcome(reason="no_collision", state=previous)
+
+
+def step_of(window: JobWindow) -> float:
+    w = window.ranks[0]
+    return w.step_time_sum_s / w.steps
+
+
+def test_an_unpaced_phase_outlasts_the_policy_falling_silent() -> None:
+    """Two jobs kept in turns stay in them for a while once the schedule is withheld, so the
+    policy stops asking in the phase without it; the experiment still measures the whole
+    phase (it restarted at every such spell before, and never judged the schedule)."""
+    guard = EffectGuard(CollidesWhenFree(), PARAMS)
+    state = guard.initial_state()
+    published, withheld_at, ticks = False, 0.0, []
+    for tick in range(int(60 / TICK_S)):
+        now = tick * TICK_S
+        if published:
+            step = BASE_STEP_S * 0.85
+        elif tick > 0 and now - withheld_at < 3.0:
+            step = BASE_STEP_S * 0.85  # still in turns
+        else:
+            step = BASE_STEP_S  # collided
+        ranks = {r: RankWindow(40, 40 * step, 0.0, 0.0) for r in range(4)}
+        window = JobWindow(now=now, ranks=ranks, scheduled=1.0 if published else 0.0)
+        out = guard.decide(window, state)
+        if published and not out.active:
+            withheld_at = now
+        state, published = out.state, out.active
+        ticks.append((now, out))
+    silent = [t for t, o in ticks if o.reason == "no_collision"]
+    assert silent, "the policy never fell silent: the test shows nothing"
+    found = ticks[-1][1].info["effect"]
+    assert found["state"] == "kept" and found["pairs"] == 3
+    assert found["gain"] == pytest.approx(0.15, abs=0.01)

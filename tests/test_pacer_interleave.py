@@ -383,9 +383,12 @@ class _Search:
 def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
     search = _Search()
     step, kept = search.step, search.period
+    # Searching, for the effect guard (it judges the period found, not the search) ...
+    assert search.out.searching
     # Three trials fail in a row, 4%, 2% and 1% below the period kept up with; the floor
     # holds 2 and 4 settle times after the first two.
     for below, hold in ((0.96, 2), (0.98, 4), (0.99, None)):
+        assert search.out.searching
         trial = step(kept)
         assert trial == round(kept * below, 3)
         assert step(trial * 1.15) == kept
@@ -393,6 +396,7 @@ def test_a_done_search_holds_its_period_fifty_settle_times() -> None:
             assert [step(kept) for _ in range(hold - 1)] == [kept] * (hold - 1)
     assert search.interleave["trial_step_halvings"] == 3
     # The next would be 0.5% below: the search is done, and the period holds 50 settle times.
+    assert not search.out.searching
     held = [step(kept) for _ in range(50)]
     assert held[:49] == [kept] * 49
     assert held[49] == round(kept * 0.96, 3)

@@ -215,11 +215,12 @@ class PacingClient:
             self._stop.wait(wait)
 
     def _on_failure(self, exc: BaseException) -> None:
-        self.polls_failed += 1
-        # Fail open at once rather than waiting for the last answer to go stale.
+        # Fail open at once rather than waiting for the last answer to go stale; counted
+        # after, so that a reader who sees the count sees the delay gone.
         self._latest = (0.0, self._latest[1], self._latest[2])
         self._latest_shares = (None, self._latest_shares[1], self._latest_shares[2])
         self._latest_body = (None, self._latest_body[1])
+        self.polls_failed += 1
         if not self._failing:
             self._failing = True
             _log.warning(

@@ -49,6 +49,12 @@ class Outcome:
     info: Mapping[str, Any] = field(default_factory=dict)
     """Further informational fields for the body, JSON-serialisable, keyed by field name."""
 
+    searching: bool = False
+    """The policy is still searching for its setting (the interleave policy's period coming
+    down from the collided step time): the effect guard runs its phase with the decision
+    published on until the search is done (at most ``effect_recheck_s``), so that the gain it
+    measures is the setting's, not the search's. Not on the body."""
+
     hold: str | None = None
     """Set while what this decision changed for the ranks is still settling (rebalancing's
     new shares): in a composition the other policies are held off this tick (no delays,

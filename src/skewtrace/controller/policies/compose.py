@@ -74,4 +74,5 @@ class ComposedPolicy:
             spread=next((o.spread for o in outcomes if o.spread is not None), None),
             ranks=max(o.ranks for o in outcomes),
             info=info,
+            searching=any(o.searching for o in outcomes),
         )

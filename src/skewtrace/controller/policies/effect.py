@@ -11,6 +11,15 @@ pacing policy would pace a job, :class:`EffectGuard` runs an experiment on it:
   transient (a fault's onset before the diagnosis names it, a burst that ends by itself)
   publishes nothing. At the end of each phase the job's mean step time over the window (the
   phase's last steps: the phase outlasts the window and the ranks' lag) is read;
+- an ``off`` phase runs its whole length even where the policy stops asking in it: without
+  its decision the job may look fine for a while (two jobs a schedule kept in turns stay in
+  them for tens of steps before they collide again), and that is the experiment's baseline,
+  not the cause's end. The policy's own outcome is served meanwhile; the experiment ends
+  only if the policy still asks nothing when the phase is over;
+- an ``on`` phase runs on while the policy says it is still ``searching`` for its setting
+  (the interleave policy's period, which comes down from the collided step time over a few
+  minutes), judged a phase after the search is done, at most ``effect_recheck_s`` after it
+  began: the gain measured is the setting's, not the search's;
 - each off/on pair gives a gain ``g = (T_off - T_on) / T_off`` (a fraction of the step time:
   positive when pacing shortens the step, i.e. raises throughput);
 - after ``effect_pairs`` pairs, the mean gain and its one-sided 90% lower confidence bound
@@ -138,6 +147,8 @@ class EffectState:
     """kept: when to measure again; backoff: when to let the policy decide again."""
     t_off: float | None = None
     """The step time read at the end of the current pair's off phase."""
+    searched: float = 0.0
+    """The last tick of the current on phase at which the policy was still searching."""
     gains: tuple[float, ...] = ()
     judged: EffectEstimate | None = None
     """The last experiment's estimate."""
@@ -167,7 +178,11 @@ class EffectGuard:
             if now < state.until:
                 return self._withheld(out, state, REASON_NO_GAIN)
             state = replace(state, mode="idle")
+        phase = self.params.effect_phase_s + window.stretch_s
         if not paces:
+            if state.mode == "off" and now - state.since < phase:
+                # Without its decision the job may look fine for a while: the baseline.
+                return self._with_effect(out, state)
             if state.mode in ("on", "off"):
                 # Pacing stopped by itself mid-experiment: nothing left to measure.
                 state = replace(state, mode="idle", gains=(), t_off=None)
@@ -176,14 +191,15 @@ class EffectGuard:
             return self._with_effect(out, state)
         if state.mode in ("idle", "kept"):
             state = replace(state, mode="off", since=now, gains=(), t_off=None)
-        phase = self.params.effect_phase_s + window.stretch_s
         if state.mode == "off":
             if now - state.since < phase:
                 return self._withheld(out, state, REASON_MEASURING)
-            state = replace(state, mode="on", since=now, t_off=step_time(window))
+            state = replace(state, mode="on", since=now, t_off=step_time(window), searched=0.0)
             return self._with_effect(out, state)
         # mode == "on"
-        if now - state.since < phase:
+        if out.searching and now - state.since < self.params.effect_recheck_s:
+            state = replace(state, searched=now)
+        if now - max(state.since, state.searched) < phase:
             return self._with_effect(out, state)
         t_on = step_time(window)
         gains = state.gains

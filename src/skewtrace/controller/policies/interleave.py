@@ -87,7 +87,9 @@ offset above 0 is set, or a schedule (a slot at 0 holds its ranks too). Reasons:
 ``no_phases``, ``no_collision``, ``interleaving``, ``regrouping`` (the groups under a schedule
 changed: none for a window, then placed again). The effect guard runs per job: two jobs'
 guards may withhold their schedules at different times (their phases start when each job's
-decision first publishes one), which the measurement then includes.
+decision first publishes one), which the measurement then includes. A schedule's outcome is
+``searching`` until the period's search is done: the guard judges the period found, not the
+way down to it.
 """
 
 from __future__ import annotations
@@ -848,8 +850,8 @@ class InterleavePolicy:
             figures["aligned_overlap_s"] = aligned
         return self._scheduled(window, schedule, len(crossing), figures, slowest)
 
-    @staticmethod
     def _scheduled(
+        self,
         window: JobWindow,
         schedule: Schedule,
         units_count: int,
@@ -872,6 +874,8 @@ class InterleavePolicy:
             reason=REASON_INTERLEAVING,
             state=InterleaveState(schedule=schedule),
             active=True,
+            # The period still comes down: the effect guard judges the period found.
+            searching=not _search_done(self.params, schedule.halvings),
             info={
                 "offsets": {},
                 SCHEDULE: {
