@@ -39,9 +39,16 @@ namespace (:class:`skewtrace.cluster.services.Services`):
     user turns on): it should pay nothing here and cost nothing;
   - ``both``: ``pacing,interleave``.
 
-  Interleave runs without its effect guard (``--interleave-effect-pairs 0``, or
-  ``--interleave-effect-pairs N``), so the figure is the schedule's own and not half spent on
-  measuring. A run whose decisions name another policy than its arm's fails the benchmark.
+  Interleave runs without its effect guard by default (``--interleave-effect-pairs 0``), so
+  the figure is the schedule's own and not half spent on measuring. With
+  ``--interleave-effect-pairs N`` (3: what a user gets) the guard alternates spells with the
+  schedule withheld and published in the same run, and the benchmark prints, per arm and
+  round, what it judged (each experiment's gain, its 90% bounds, kept or ``no_gain``) and the
+  jobs' mean step time in the spells the schedule was published against those it was
+  withheld (``measuring``): a baseline of free-running spells from the same run, which the
+  free-running jobs' chance of taking turns by themselves moves far less than it moves one
+  observed run (``--interleave-effect-backoff-s`` shortens the time between experiments).
+  A run whose decisions name another policy than its arm's fails the benchmark.
   Steps before ``--controlled-warmup`` (the time it takes the Collector and the pacer to see
   the collision, and the period's search) are left out of every arm and the observed run.
 
@@ -292,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="the interleave policy's effect guard (0: off, the schedule's own effect)",
     )
+    parser.add_argument(
+        "--interleave-effect-backoff-s",
+        type=float,
+        default=None,
+        help="the guard's back-off (measured again after half of it when kept; default the "
+        "pacer's)",
+    )
     parser.add_argument("--controlled-steps", type=int, default=200)
     parser.add_argument(
         "--controlled-warmup", type=int, default=80, help="steps before the controller is in"
@@ -315,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         names = (*names, "observed", *arms)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in ("alone", *names)}
     wrong_policy: list[tuple[str, int, list[str]]] = []
+    results_spells: dict[str, list[dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         fabric = stack.enter_context(Fabric(spec))
         print(f"fabric: {fabric.describe()}; two 2-rank jobs crossing both uplinks")
@@ -353,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     if policies != {ARMS[arm]}:
                         wrong_policy.append((arm, round_ + 1, sorted(policies)))
+                    spells = guard_spells(args.logs, f"{arm}-{round_ + 1}", trace)
+                    results_spells.setdefault(arm, []).append(spells)
+                    print_spells(arm, round_ + 1, spells)
                     for job in (JOB_A, JOB_B):
                         body = telemetry.services.pacing(controlled.job_id(job))
                         print(
@@ -377,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     summary = summarize(results, arms if args.controlled else ())
+    if results_spells:
+        summary["spells"] = results_spells
     print(
         f"median step time: alone {summary['alone_ms']:.1f} ms, colliding "
         f"{summary['colliding_ms']:.1f} ms, scheduled {summary['scheduled_ms']:.1f} ms, "
@@ -417,14 +437,94 @@ def main(argv: list[str] | None = None) -> int:
 def pacer_args_for_arms(args: argparse.Namespace) -> tuple[str, ...]:
     """One pacer for every arm: ``--policy interleave`` (its guard as asked), and by
     ``--job-policy`` the other arms' policies for their jobs' ids (``job-A-pacing1``, ...)."""
+    backoff = args.interleave_effect_backoff_s
     return (
         "--policy",
         ARMS["interleave"],
         "--interleave-effect-pairs",
         str(args.interleave_effect_pairs),
+        *(() if backoff is None else ("--interleave-effect-backoff-millis", f"{backoff * 1e3:g}")),
         "--job-policy",
         ";".join(f"job-*-{arm}[0-9]*={ARMS[arm]}" for arm in ("pacing", "both")),
     )
+
+
+def _interleave_effect(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The interleave guard's ``effect`` on a decision body (``interleave.effect`` in the
+    composition, where pacing's is ``effect``)."""
+    if "interleave.effect" in body:
+        return body["interleave.effect"]
+    return body.get("effect") if body.get("policy") == ARMS["interleave"] else None
+
+
+def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
+    """What interleave's effect guard did in one controlled run, from its decision trace and
+    the ranks' steps (``steps-{record}.json``): each experiment it judged (gain, bounds,
+    state), and the jobs' mean step times in the spells the schedule was published
+    (``scheduled``) and withheld to measure (``withheld``), each step by the decision in force
+    for its job when it ended (the trace is read once a second; the ranks poll every 0.5 s)."""
+    decisions: dict[str, list[tuple[float, str]]] = {}
+    judged: list[dict[str, Any]] = []
+    seen: set[tuple[str, str, float, int]] = set()
+    for line in trace.read_text().splitlines():
+        body = json.loads(line)
+        job, effect = body["job"], _interleave_effect(body)
+        if body.get("active") and body.get("schedule"):
+            spell = "scheduled"
+        elif effect and effect.get("state") == "measuring":
+            spell = "withheld"  # the guard's phase without the schedule
+        else:
+            spell = "other"
+        decisions.setdefault(job, []).append((float(body["t"]), spell))
+        if effect and effect.get("state") in ("kept", "no_gain"):
+            key = (job, effect["state"], effect["gain"], effect["pairs"])
+            if key not in seen:
+                seen.add(key)
+                judged.append({"job": job, "t": body["t"], **effect})
+    steps_file = logs / f"steps-{record}.json"
+    times: dict[str, list[float]] = {"scheduled": [], "withheld": []}
+    if steps_file.exists():
+        for job, ranks in json.loads(steps_file.read_text()).items():
+            trace_of = decisions.get(job, [])
+            slowest = max(ranks, key=lambda r: float(r["step_time_mean_s"]))
+            ends = slowest.get("step_ends_unix") or []
+            for end, took in zip(ends, slowest["step_times_s"], strict=False):
+                spell = "other"
+                for t, found in trace_of:
+                    if t > end:
+                        break
+                    spell = found
+                if spell in times:
+                    times[spell].append(float(took))
+    means = {k: statistics.fmean(v) if v else None for k, v in times.items()}
+    gain = None
+    if means["scheduled"] and means["withheld"]:
+        gain = means["withheld"] / means["scheduled"] - 1
+    return {
+        "judged": judged,
+        "scheduled_ms": None if means["scheduled"] is None else 1e3 * means["scheduled"],
+        "withheld_ms": None if means["withheld"] is None else 1e3 * means["withheld"],
+        "steps": {k: len(v) for k, v in times.items()},
+        "gain": gain,
+    }
+
+
+def print_spells(arm: str, round_: int, spells: dict[str, Any]) -> None:
+    for found in spells["judged"]:
+        print(
+            f"  {arm} round {round_}: job {found['job']}'s guard judged the schedule "
+            f"{found['state']} at {found['t']:.0f}: gain {found['gain']:+.1%} (90% bounds "
+            f"{found['low']}..{found['high']}, {found['pairs']} pairs)",
+            flush=True,
+        )
+    if spells["gain"] is not None:
+        print(
+            f"  {arm} round {round_}: steps in spells scheduled {spells['scheduled_ms']:.1f} ms "
+            f"({spells['steps']['scheduled']} steps), withheld {spells['withheld_ms']:.1f} ms "
+            f"({spells['steps']['withheld']}): scheduled over withheld throughput "
+            f"{spells['gain']:+.1%}",
+            flush=True,
+        )
 
 
 def start_services(

@@ -24,7 +24,7 @@ Knobs to make a rank late on purpose:
 
 At the end every rank prints one JSON line: ``{"event": "step_stats", "rank": ..,
 "step_time_mean_s": .., "step_time_cv": .., ...}`` (steps after ``--warmup``), with every
-step's time in ``step_times_s``.
+step's time in ``step_times_s`` and when it ended (wall clock) in ``step_ends_unix``.
 """
 
 from __future__ import annotations
@@ -282,6 +282,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         dist.barrier()  # every rank is up, then all start at the same wall-clock time
         time.sleep(max(0.0, args.start_at - time.time()))
     step_times: list[float] = []
+    step_ends: list[float] = []  # wall clock, to line steps up with a controller's decisions
     step = 0
     last = time.perf_counter()
     while step < args.steps:
@@ -313,6 +314,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(plan.sleep_s)
             now = time.perf_counter()
             step_times.append(now - last)
+            step_ends.append(time.time())
             last = now
             step += 1
 
@@ -334,6 +336,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "step_time_median_s": statistics.median(measured) if measured else 0.0,
         "instrumented": not args.no_instrument,
         "step_times_s": [round(t, 5) for t in step_times],
+        "step_ends_unix": [round(t, 3) for t in step_ends],
         "final_loss": float(reported.item()) / world if step_times else None,
     }
 

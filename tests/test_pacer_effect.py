@@ -197,10 +197,9 @@ def test_a_setting_is_judged_once_its_search_is_done() -> None:
     published, ticks = False, []
     for tick in range(int(100 / TICK_S)):
         now = tick * TICK_S
-        if not published:
-            step = BASE_STEP_S
-        else:
-            step = BASE_STEP_S * (1.05 if now < 40.0 else 0.85)
+        # Free-running, searching (5% slower), found (15% faster).
+        speed = (1.05 if now < 40.0 else 0.85) if published else 1.0
+        step = BASE_STEP_S * speed
         ranks = {r: RankWindow(40, 40 * step, 0.0, 0.0) for r in range(4)}
         out = guard.decide(JobWindow(now=now, ranks=ranks), state)
         state, published = out.state, out.active
