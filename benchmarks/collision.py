@@ -243,8 +243,9 @@ def run(
 @contextlib.contextmanager
 def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
     """Both jobs' decisions, read from the pacer once a second while the block runs, one JSON
-    line each (the period's search, for the evaluation). Yields the set of policies those
-    decisions named (filled as they are read)."""
+    line each: the body with ``t`` and the benchmark's ``job_name`` (the period's search, for
+    the evaluation). Yields the set of policies those decisions named (filled as they are
+    read)."""
     stop = threading.Event()
     policies: set[str] = set()
 
@@ -255,7 +256,8 @@ def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
                     body = telemetry.services.pacing(telemetry.job_id(job))
                     if body.get("policy"):
                         policies.add(str(body["policy"]))
-                    out.write(json.dumps({"t": round(time.time(), 3), "job": job.name, **body}))
+                    line = {"t": round(time.time(), 3), **body, "job_name": job.name}
+                    out.write(json.dumps(line))
                     out.write("\n")
                 out.flush()
 
@@ -466,9 +468,13 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
     decisions: dict[str, list[tuple[float, str]]] = {}
     judged: list[dict[str, Any]] = []
     seen: set[tuple[str, str, float, int]] = set()
+    first: float | None = None
     for line in trace.read_text().splitlines():
         body = json.loads(line)
-        job, effect = body["job"], _interleave_effect(body)
+        first = float(body["t"]) if first is None else first
+        # The benchmark's name for the job (A, B): the body's ``job`` is the pacer's id.
+        job = body.get("job_name") or str(body["job"]).removeprefix("job-").split("-")[0]
+        effect = _interleave_effect(body)
         if body.get("active") and body.get("schedule"):
             spell = "scheduled"
         elif effect and effect.get("state") == "measuring":
@@ -480,7 +486,7 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
             key = (job, effect["state"], effect["gain"], effect["pairs"])
             if key not in seen:
                 seen.add(key)
-                judged.append({"job": job, "t": body["t"], **effect})
+                judged.append({"job": job, "t": round(float(body["t"]) - first, 1), **effect})
     steps_file = logs / f"steps-{record}.json"
     times: dict[str, list[float]] = {"scheduled": [], "withheld": []}
     if steps_file.exists():
@@ -513,8 +519,8 @@ def print_spells(arm: str, round_: int, spells: dict[str, Any]) -> None:
     for found in spells["judged"]:
         print(
             f"  {arm} round {round_}: job {found['job']}'s guard judged the schedule "
-            f"{found['state']} at {found['t']:.0f}: gain {found['gain']:+.1%} (90% bounds "
-            f"{found['low']}..{found['high']}, {found['pairs']} pairs)",
+            f"{found['state']} {found['t']:.0f} s into the run: gain {found['gain']:+.1%} "
+            f"(90% bounds {found['low']}..{found['high']}, {found['pairs']} pairs)",
             flush=True,
         )
     if spells["gain"] is not None:

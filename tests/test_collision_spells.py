@@ -19,7 +19,13 @@ import collision
 def body(t: float, job: str, spell: str, composed: bool = False, **effect: object) -> dict:
     state = effect.pop("state", "measuring")
     found = {"state": state, "gain": 0.0, "low": None, "high": None, "pairs": 0, **effect}
-    out: dict = {"t": t, "job": job, "policy": "interleave", "active": spell == "scheduled"}
+    out: dict = {
+        "t": t,
+        "job": f"job-{job}-interleave1",
+        "job_name": job,
+        "policy": "interleave",
+        "active": spell == "scheduled",
+    }
     if spell == "scheduled":
         out["schedule"] = {"period_s": 0.15, "slots": {}, "late_s": 0.015}
     if spell == "withheld":
@@ -66,8 +72,8 @@ def test_steps_are_split_by_the_decision_in_force(tmp_path: Path, composed: bool
 def test_a_run_without_the_guard_has_no_spells(tmp_path: Path) -> None:
     trace = tmp_path / "decisions.jsonl"
     lines = [body(t, "A", "scheduled") for t in range(100, 110)]
-    for line in lines:
-        del line["effect"]
+    for line in lines:  # a trace written before the benchmark added its own name
+        del line["effect"], line["job_name"]
     trace.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     rank = {"step_time_mean_s": 0.15, "step_times_s": [0.15] * 5, "step_ends_unix": [101.0] * 5}
     (tmp_path / "steps-x-1.json").write_text(json.dumps({"A": [rank]}))
