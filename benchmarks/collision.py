@@ -69,6 +69,7 @@ Needs root and iproute2 (network namespaces).
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import os
@@ -492,14 +493,12 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
     if steps_file.exists():
         for job, ranks in json.loads(steps_file.read_text()).items():
             trace_of = decisions.get(job, [])
+            read_at = [t for t, _ in trace_of]  # in time order, as the trace was written
             slowest = max(ranks, key=lambda r: float(r["step_time_mean_s"]))
             ends = slowest.get("step_ends_unix") or []
             for end, took in zip(ends, slowest["step_times_s"], strict=False):
-                spell = "other"
-                for t, found in trace_of:
-                    if t > end:
-                        break
-                    spell = found
+                last = bisect.bisect_right(read_at, end) - 1  # the decision in force at its end
+                spell = trace_of[last][1] if last >= 0 else "other"
                 if spell in times:
                     times[spell].append(float(took))
     means = {k: statistics.fmean(v) if v else None for k, v in times.items()}
