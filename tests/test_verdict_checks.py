@@ -4,6 +4,8 @@ a root cause in steps 10-15 and 20-23, rank 3 in steps 7 and 9."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import verdict_checks as v
@@ -144,6 +146,38 @@ def test_a_network_flag_is_explained_where_the_ranks_transfers_ran_long() -> Non
     assert v.unexplained_flags(spans, flags, injected=None) == {16: [2]}
     quiet = _transfer_spans({}, 18)
     assert v.unexplained_flags(quiet, flags, injected=None) == {s: [2] for s in range(7, 17)}
+
+
+def test_a_flag_is_explained_by_long_steps_of_either_kind() -> None:
+    """Rank 2's transfers ran long in steps 4 and 5 (its all-reduces: every rank's), its
+    forward in steps 6 and 7, and it spent 30 ms outside any span in step 9: four of the last
+    eight steps long through step 9, so a flag raised at 7 for compute is explained, as the
+    Collector's window counts namings of any cause; neither kind of evidence alone does."""
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    ms = 1_000_000
+    spans = _transfer_spans({4: {2}, 5: {2}}, 12)
+    for step in range(12):
+        t0 = step * 200 * ms
+        for rank in range(4):
+            forward_ms = 40 if rank == 2 and step in (6, 7) else 10
+            attrs, res = {semconv.STEP: step}, {semconv.RANK: rank}
+            spans.append(FileSpan(semconv.SPAN_FORWARD, "t", "s", t0, t0 + forward_ms * ms,
+                                  attrs, res))  # fmt: skip
+    # Step 9: rank 2's train.step runs 30 ms longer, the time in no phase.
+    for i, s in enumerate(spans):
+        rank_step = (s.resource[semconv.RANK], s.attributes[semconv.STEP])
+        if s.name == semconv.SPAN_STEP and rank_step == (2, 9):
+            spans[i] = dataclasses.replace(s, end_ns=s.end_ns + 30 * ms)
+    assert {s for s, r in v.long_own_time(spans).items() if 2 in r} == {9}
+    flags = {s: ({2: "compute"} if 7 <= s <= 9 else {}) for s in range(12)}
+    assert v.unexplained_flags(spans, flags, injected=None) == {}
+    network = {s: ({2: "network"} if 7 <= s <= 9 else {}) for s in range(12)}
+    assert v.unexplained_flags(spans, network, injected=None) == {}
+    # Without the transfers' evidence the compute flag is not explained at 7 and 8.
+    quiet = [s for s in spans if not s.name.startswith("collective.")]
+    assert v.unexplained_flags(quiet, flags, injected=None) == {7: [2], 8: [2], 9: [2]}
 
 
 def test_step_variation_is_the_jobs_own_noise_not_its_level_shift() -> None:

@@ -161,14 +161,52 @@ def step_durations(spans: Iterable[FileSpan]) -> dict[int, list[float]]:
     return out
 
 
+def own_time(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
+    """Per step, each rank's ``train.step`` less the time its collectives and the pacer's
+    holds (``pacing.delay``) covered, in seconds: everything the rank did itself, inside
+    its phases or between them (a rank descheduled after its backward, before it launched its
+    next collective, spent that time in no phase). The Collector's own work is the same: the
+    gaps between a rank's collective launches."""
+    steps: list[tuple[int, int, int, int]] = []
+    covered: dict[int, list[tuple[int, int]]] = {}
+    for span in spans:
+        if semconv.RANK not in span.resource:
+            continue
+        rank = int(span.resource[semconv.RANK])
+        if span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX) or (
+            span.name == semconv.SPAN_PACING_DELAY
+        ):
+            covered.setdefault(rank, []).append((span.start_ns, span.end_ns))
+            continue
+        step = span.attributes.get(semconv.STEP)
+        if span.name == semconv.SPAN_STEP and isinstance(step, int):
+            steps.append((step, rank, span.start_ns, span.end_ns))
+    out: dict[int, dict[int, float]] = {}
+    for step, rank, start, end in steps:
+        waited = _covered(covered.get(rank, ()), start, end)
+        out.setdefault(step, {})[rank] = max(end - start - waited, 0) / 1e9
+    return out
+
+
 def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
     """Per step with own work measured, the ranks whose own work was long (none, an empty
     set): their forward, backward and optimizer step ran longer than the step's median rank by
     the root-cause bound (MIN_COST_S, or MIN_COST_FRACTION of the step's median duration)."""
     spans = list(spans)
-    durations = step_durations(spans)
+    return _longer_than_peers(own_work(spans), step_durations(spans))
+
+
+def long_own_time(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
+    """As :func:`long_work`, of each rank's whole :func:`own_time`."""
+    spans = list(spans)
+    return _longer_than_peers(own_time(spans), step_durations(spans))
+
+
+def _longer_than_peers(
+    by_step: Mapping[int, Mapping[int, float]], durations: Mapping[int, list[float]]
+) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
-    for step, ranks in own_work(spans).items():
+    for step, ranks in by_step.items():
         out[step] = set()
         if len(ranks) < 2 or step not in durations:
             continue
@@ -266,21 +304,25 @@ def unexplained_flags(
     spans: Iterable[FileSpan], flags: Mapping[int, Mapping[int, str]], injected: int | None
 ) -> dict[int, list[int]]:
     """Per step, the ranks flagged for compute or network (other than ``injected``, the
-    fault's rank) whose own measured times do not explain it. For compute, its work is long in
-    a step when its forward, backward and optimizer step ran longer than the step's median rank
-    by the root-cause bound (long_work); for network, when its transfers ran longer than its
-    own typical transfer by that bound (long_transfers). A flag is explained when FLAG_K of the
-    last FLAG_WINDOW steps were long, or when the Collector's hysteresis (expected_flagged)
-    applied to the long steps keeps it (one of the last CLEAR_STEPS long, after it was raised).
-    On a busy machine a descheduled rank really computes longer, or really takes longer over a
-    transfer it was descheduled in, and then its flag is the job's own evidence, not a false
-    one. Flags for other causes are not judged here."""
+    fault's rank) whose own measured times do not explain it. A rank's times are long in a
+    step when its forward, backward and optimizer step (long_work) or all it did outside its
+    collectives (long_own_time) ran longer than the step's median rank by the root-cause
+    bound, or its transfers ran longer than its own typical transfer by that bound
+    (long_transfers). A flag is explained when FLAG_K of the last FLAG_WINDOW steps were
+    long, or when the Collector's hysteresis (expected_flagged) applied to the long steps
+    keeps it (one of the last CLEAR_STEPS long, after it was raised). Long steps of either
+    kind count for a flag of either cause, as the Collector's window counts namings of any
+    cause: a rank descheduled in one step's transfers and the next step's backward is named
+    for its network and then its compute, and flagged for the vote of the two. On a busy
+    machine a descheduled rank really computes longer, or really takes longer over a transfer
+    it was descheduled in, and then its flag is the job's own evidence, not a false one. Flags
+    for other causes are not judged here."""
     spans = list(spans)
-    evidence_of = {
-        semconv.CAUSE_COMPUTE: long_work(spans),
-        semconv.CAUSE_NETWORK: long_transfers(spans),
-    }
-    steps = sorted(set(flags).union(*evidence_of.values()))
+    kinds = (long_work(spans), long_own_time(spans), long_transfers(spans))
+    evidence = {step: set().union(*(kind.get(step, set()) for kind in kinds))
+                for step in set().union(*kinds)}  # fmt: skip
+    evidence_of = {semconv.CAUSE_COMPUTE: evidence, semconv.CAUSE_NETWORK: evidence}
+    steps = sorted(set(flags).union(evidence))
 
     held: dict[tuple[int, str], dict[int, bool]] = {}
     out: dict[int, list[int]] = {}

@@ -13,6 +13,17 @@ import (
 const outlierMADs = 4
 
 // maxSpreadSample bounds the ranks read for the excess spread.
+// smallWorld is the most ranks a step may have for a rank that stands out alone to be a
+// candidate however the others spread: its excess stands above the other ranks' median by
+// the bar their own spread sets, and above each of them by the cost threshold. In a step
+// of a few ranks, one peer with a middling excess (a rank the host descheduled) moves the
+// median and the MAD of all ranks enough to hide the straggler behind it: excess {37, 1,
+// 99, 13} ms in a 4-rank FSDP2 x TP step beside a CPU hog sets a bar of 106 ms above a
+// median of 25 over all ranks; over the straggler's peers the bar is 68 above 13, and the
+// straggler stands 62 above the next rank. A group that is slow together (a pipeline
+// replica with more data) has no lone outlier, and the bar over all ranks keeps it out as
+// before. With more ranks one or two elevated ones move the median and the MAD little.
+const smallWorld = 8
 const maxSpreadSample = 255
 
 // maxCandidates bounds the ranks whose cost is replayed in one step (the ones with the
@@ -59,13 +70,21 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	// outlierMADs robust standard deviations (MAD) of the ranks' excess from its median.
 	noise, spread := m.excessSpread()
 	bar := max(threshold, outlierMADs*spread)
+	small := len(m.rankOf) >= 3 && len(m.rankOf) <= smallWorld
 	// Without stages, the forwards' input sizes are the data's view: a rank whose extra
 	// work its larger input explains is no candidate (its work is the data's, weighed by
 	// dataImbalance).
 	m.hasInputs = m.nStages < 2 && m.readInputs(a, j, sd)
 	var candidates []int32
 	for ri := range m.rankOf {
-		if m.excess[ri]-noise >= bar && !(m.hasInputs && m.explainedByInput(int32(ri), bar)) {
+		bar := bar
+		outlier := m.excess[ri]-noise >= bar
+		if !outlier && small {
+			next, med, spread := m.others(ri)
+			bar = max(threshold, outlierMADs*spread)
+			outlier = m.excess[ri]-med >= bar && m.excess[ri]-next >= threshold
+		}
+		if outlier && !(m.hasInputs && m.explainedByInput(int32(ri), bar)) {
 			candidates = append(candidates, int32(ri))
 		}
 	}
@@ -331,6 +350,24 @@ func (m *model) excessSpread() (float64, float64) {
 		m.vals[i] = math.Abs(m.vals[i] - med)
 	}
 	return med, 1.4826 * median(m.vals)
+}
+
+// others returns the largest excess of every rank but ri, and those ranks' median excess
+// and its robust standard deviation (as excessSpread's; a step of at least three ranks).
+func (m *model) others(ri int) (float64, float64, float64) {
+	m.vals = m.vals[:0]
+	next := math.Inf(-1)
+	for k := range m.rankOf {
+		if k != ri {
+			m.vals = append(m.vals, m.excess[k])
+			next = max(next, m.excess[k])
+		}
+	}
+	med := median(m.vals)
+	for i := range m.vals {
+		m.vals[i] = math.Abs(m.vals[i] - med)
+	}
+	return next, med, 1.4826 * median(m.vals)
 }
 
 // medianEnd is the median over ranks of their last span's end (own clocks).

@@ -362,10 +362,14 @@ func (m *model) markOverlapping(sd *stepData, first, stop int32) {
 }
 
 // asyncWaitSlack is how soon after an asynchronous span's end a blocking launch must follow
-// for the rank to be taken as having waited for it: 2 ms or a tenth of the launch's gap from
-// its other reference, whichever is more (a launch long after the end was the rank's work).
+// for the rank to be taken as having waited for it: 2 ms or a quarter of the launch's gap
+// from its other reference, whichever is more (a launch long after the end was the rank's
+// work). The time after the end counts as the rank's own work either way. A tenth was too
+// little on a busy host: an FSDP2 x TP rank beside a CPU hog, descheduled for 10 ms after
+// its tensor-parallel all-reduce (88 ms of waiting for a straggler) completed, had the whole
+// 98 ms counted as its own work, more than the straggler's, and was named in its place.
 func asyncWaitSlack(gap int64) int64 {
-	return max(2_000_000, gap/10)
+	return max(2_000_000, gap/4)
 }
 
 // delayWithin is how long the pacer held the rank between from and to (0 without an entry).

@@ -420,6 +420,56 @@ func TestTwoRankJobFlagsItsStraggler(t *testing.T) {
 	}
 }
 
+func fourRanks(seed uint64) *fixture.Job {
+	ranks := fixture.LeafSpine(4, 2, 2)
+	job := fixture.NewJob(ranks, []fixture.Coll{fixture.World(4, 4<<20, 2*time.Millisecond)}, seed)
+	job.Forward, job.Backward = 10*time.Millisecond, 20*time.Millisecond
+	return job
+}
+
+// Four ranks: rank 2 computes 100 ms more in every step from step 5, and rank 1, which a busy
+// host deschedules, 40-70 ms more in each step. Over all four ranks the excess {0, 55, 100,
+// 0} has a median of 27.5 ms and a bar of 163 ms above it, which would hide the straggler
+// (an FSDP2 x TP job beside a CPU hog missed it in 8 of 11 slow steps); against its peers it
+// stands alone, 45 ms above the next rank. Rank 1, whose excess never stands above rank 2's,
+// is no candidate, and fixing it alone would not shorten a step rank 2 still holds up.
+func TestFourRankStragglerBesideAMiddlingPeerIsFlagged(t *testing.T) {
+	for seed := range uint64(3) {
+		job := fourRanks(seed)
+		job.ExtraForward = func(step, rank int) time.Duration {
+			switch {
+			case step < 5:
+				return 0
+			case rank == 2:
+				return 100 * time.Millisecond
+			case rank == 1:
+				return time.Duration(40+(step*7)%31) * time.Millisecond
+			}
+			return 0
+		}
+		results := run(t, job, join.DefaultConfig(), 25)
+		for _, r := range results[10:] {
+			if got := flagged(r); len(got) != 1 || got[2] != semconv.CauseCompute {
+				t.Fatalf("seed %d step %d: flagged %v, want only rank 2 (compute); roots %+v",
+					seed, r.Step, got, r.RootCauses)
+			}
+		}
+	}
+}
+
+func TestFourRankHealthyJobStaysQuiet(t *testing.T) {
+	for seed := range uint64(5) {
+		job := fourRanks(seed)
+		job.Jitter = 4 * time.Millisecond // a loaded machine, a tenth of the step
+		for _, r := range run(t, job, join.DefaultConfig(), 60) {
+			if len(r.Flagged) > 0 || len(r.Suspects) > 0 {
+				t.Fatalf("seed %d step %d: flagged %v suspects %v (root causes %+v)", seed,
+					r.Step, flagged(r), suspects(r), r.RootCauses)
+			}
+		}
+	}
+}
+
 func TestTwoRankHealthyJobStaysQuiet(t *testing.T) {
 	for seed := range uint64(5) {
 		job := twoRanks(seed)
