@@ -13,18 +13,21 @@ import (
 const outlierMADs = 4
 
 // maxSpreadSample bounds the ranks read for the excess spread.
+const maxSpreadSample = 255
+
 // smallWorld is the most ranks a step may have for a rank that stands out alone to be a
 // candidate however the others spread: its excess stands above the other ranks' median by
-// the bar their own spread sets, and above each of them by the cost threshold. In a step
-// of a few ranks, one peer with a middling excess (a rank the host descheduled) moves the
-// median and the MAD of all ranks enough to hide the straggler behind it: excess {37, 1,
-// 99, 13} ms in a 4-rank FSDP2 x TP step beside a CPU hog sets a bar of 106 ms above a
-// median of 25 over all ranks; over the straggler's peers the bar is 68 above 13, and the
-// straggler stands 62 above the next rank. A group that is slow together (a pipeline
+// the bar their own spread sets, and above each of them by the cost threshold. In a step of
+// three or four ranks, one peer with a middling excess (a rank the host descheduled) is the
+// median, or half of it, and moves the MAD with it, enough to hide the straggler behind it:
+// excess {37, 1, 99, 13} ms in a 4-rank FSDP2 x TP step beside a CPU hog sets a bar of 106
+// ms above a median of 25 over all ranks; over the straggler's peers the bar is 68 above 13,
+// and the straggler stands 62 above the next rank. A group that is slow together (a pipeline
 // replica with more data) has no lone outlier, and the bar over all ranks keeps it out as
-// before. With more ranks one or two elevated ones move the median and the MAD little.
-const smallWorld = 8
-const maxSpreadSample = 255
+// before. From five ranks on, one elevated peer moves neither the median nor the MAD much,
+// and the bar over all ranks decides alone (the lone test there named ranks of a 6-rank job
+// beside the hog for a few ms of descheduling that its own step times did not show).
+const smallWorld = 4
 
 // maxCandidates bounds the ranks whose cost is replayed in one step (the ones with the
 // most excess work first).
@@ -345,11 +348,17 @@ func (m *model) excessSpread() (float64, float64) {
 	for ri := 0; ri < n; ri += stride {
 		m.vals = append(m.vals, m.excess[ri])
 	}
-	med := median(m.vals)
-	for i := range m.vals {
-		m.vals[i] = math.Abs(m.vals[i] - med)
+	return robustSpread(m.vals)
+}
+
+// robustSpread returns the median of vals and its robust standard deviation (1.4826 x the
+// median absolute deviation); vals is reordered and overwritten.
+func robustSpread(vals []float64) (float64, float64) {
+	med := median(vals)
+	for i := range vals {
+		vals[i] = math.Abs(vals[i] - med)
 	}
-	return med, 1.4826 * median(m.vals)
+	return med, 1.4826 * median(vals)
 }
 
 // others returns the largest excess of every rank but ri, and those ranks' median excess
@@ -363,11 +372,8 @@ func (m *model) others(ri int) (float64, float64, float64) {
 			next = max(next, m.excess[k])
 		}
 	}
-	med := median(m.vals)
-	for i := range m.vals {
-		m.vals[i] = math.Abs(m.vals[i] - med)
-	}
-	return next, med, 1.4826 * median(m.vals)
+	med, spread := robustSpread(m.vals)
+	return next, med, spread
 }
 
 // medianEnd is the median over ranks of their last span's end (own clocks).

@@ -362,13 +362,21 @@ func (m *model) markOverlapping(sd *stepData, first, stop int32) {
 }
 
 // asyncWaitSlack is how soon after an asynchronous span's end a blocking launch must follow
-// for the rank to be taken as having waited for it: 2 ms or a quarter of the launch's gap
-// from its other reference, whichever is more (a launch long after the end was the rank's
-// work). The time after the end counts as the rank's own work either way. A tenth was too
-// little on a busy host: an FSDP2 x TP rank beside a CPU hog, descheduled for 10 ms after
-// its tensor-parallel all-reduce (88 ms of waiting for a straggler) completed, had the whole
+// for the rank to be taken as having waited for it: 2 ms or a tenth of the launch's gap from
+// its other reference, whichever is more (a launch long after the end was the rank's work),
+// and a quarter of that gap for a launch of another group. The time after the end counts as
+// the rank's own work either way. The next collective of the same group is DDP's next
+// bucket, launched when its gradients are ready whenever the previous one ended (its
+// launches come every few ms, and a wider slack takes some of them for waits and not
+// others). Another group's launch right after is what follows a wait: the FSDP all-gather
+// of the next layer after tensor parallel's all-reduce. A tenth was too little there on a
+// busy host: an FSDP2 x TP rank beside a CPU hog, descheduled for 10 ms after its
+// tensor-parallel all-reduce (88 ms of waiting for a straggler) completed, had the whole
 // 98 ms counted as its own work, more than the straggler's, and was named in its place.
-func asyncWaitSlack(gap int64) int64 {
+func asyncWaitSlack(gap int64, sameGroup bool) int64 {
+	if sameGroup {
+		return max(2_000_000, gap/10)
+	}
 	return max(2_000_000, gap/4)
 }
 
@@ -492,7 +500,8 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 				// the previous one ends. (Tensor parallel's all-reduces of one group are
 				// asynchronous too, but each is waited for at once: they never overlap.)
 				if asyncMaxPos >= 0 && asyncMaxEnd > ref &&
-					op.start-asyncMaxEnd <= asyncWaitSlack(max(0, op.start-ref)) &&
+					op.start-asyncMaxEnd <= asyncWaitSlack(max(0, op.start-ref),
+						m.pgID[m.coll[asyncMaxPos]] == m.pgID[m.coll[p]]) &&
 					!(op.async && m.pgOverlaps[m.pgID[m.coll[p]]] &&
 						m.pgID[m.coll[asyncMaxPos]] == m.pgID[m.coll[p]]) {
 					ref = asyncMaxEnd
