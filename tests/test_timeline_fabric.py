@@ -73,6 +73,9 @@ pytestmark = [
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "train_2d.py"
 CONFIG = REPO / "collector-config" / "otelcol.yaml"
+# The spans the Collector saw, kept beside the run (services/spans.jsonl), so that a verdict
+# a busy machine disputes can be replayed into another collector afterwards.
+FILE_EXPORT = REPO / "collector-config" / "file-export.yaml"
 # Healthy for FAULT_STEP steps (about 23 s at 13 steps/s: the first 10 s are the job's start,
 # which the report leaves out, and the change detector wants at least 5 samples of baseline;
 # it takes up to 30), then faulty for the scenario's ``after_steps``: at least 15 s, for the
@@ -285,7 +288,7 @@ def run(
         (tmp_path / part).mkdir()
     with (
         Fabric(FabricSpec(leaves=2, nodes_per_leaf=2)) as fabric,
-        Services(fabric, otelcol_path, [CONFIG], tmp_path / "services") as services,
+        Services(fabric, otelcol_path, [CONFIG, FILE_EXPORT], tmp_path / "services") as services,
         _volume(tmp_path) if scenario.name == "volume" else _no_volume() as volume,
     ):
         with services.reach():
