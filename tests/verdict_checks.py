@@ -119,23 +119,31 @@ def own_work(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
     that others wait for waits least, and its phases would look the shortest (an FSDP2 x TP
     run beside a CPU hog named rank 1 for compute in the steps where its phases were the
     shortest, and its phases less their collectives the longest)."""
-    work: list[tuple[int, int, int, int]] = []
-    collectives: dict[int, list[tuple[int, int]]] = {}
+    return _uncovered(spans, _OWN_WORK, ())
+
+
+def _uncovered(
+    spans: Iterable[FileSpan], measured: Iterable[str], also_covering: Iterable[str]
+) -> dict[int, dict[int, float]]:
+    """Per step, each rank's time in its spans named in ``measured``, less the time its
+    collectives (and its spans named in ``also_covering``) ran inside them, in seconds."""
+    measured, also_covering = set(measured), set(also_covering)
+    timed: list[tuple[int, int, int, int]] = []
+    covering: dict[int, list[tuple[int, int]]] = {}
     for span in spans:
         if semconv.RANK not in span.resource:
             continue
         rank = int(span.resource[semconv.RANK])
-        end = span.end_ns
-        if span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX):
-            collectives.setdefault(rank, []).append((span.start_ns, end))
+        if span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX) or span.name in also_covering:
+            covering.setdefault(rank, []).append((span.start_ns, span.end_ns))
             continue
         step = span.attributes.get(semconv.STEP)
-        if span.name in _OWN_WORK and isinstance(step, int):
-            work.append((step, rank, span.start_ns, end))
+        if span.name in measured and isinstance(step, int):
+            timed.append((step, rank, span.start_ns, span.end_ns))
     out: dict[int, dict[int, float]] = {}
-    for step, rank, start, end in work:
+    for step, rank, start, end in timed:
         by_rank = out.setdefault(step, {})
-        waited = _covered(collectives.get(rank, ()), start, end)
+        waited = _covered(covering.get(rank, ()), start, end)
         by_rank[rank] = by_rank.get(rank, 0.0) + max(end - start - waited, 0) / 1e9
     return out
 
@@ -167,25 +175,7 @@ def own_time(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
     its phases or between them (a rank descheduled after its backward, before it launched its
     next collective, spent that time in no phase). The Collector's own work is the same: the
     gaps between a rank's collective launches."""
-    steps: list[tuple[int, int, int, int]] = []
-    covered: dict[int, list[tuple[int, int]]] = {}
-    for span in spans:
-        if semconv.RANK not in span.resource:
-            continue
-        rank = int(span.resource[semconv.RANK])
-        if span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX) or (
-            span.name == semconv.SPAN_PACING_DELAY
-        ):
-            covered.setdefault(rank, []).append((span.start_ns, span.end_ns))
-            continue
-        step = span.attributes.get(semconv.STEP)
-        if span.name == semconv.SPAN_STEP and isinstance(step, int):
-            steps.append((step, rank, span.start_ns, span.end_ns))
-    out: dict[int, dict[int, float]] = {}
-    for step, rank, start, end in steps:
-        waited = _covered(covered.get(rank, ()), start, end)
-        out.setdefault(step, {})[rank] = max(end - start - waited, 0) / 1e9
-    return out
+    return _uncovered(spans, (semconv.SPAN_STEP,), (semconv.SPAN_PACING_DELAY,))
 
 
 def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
@@ -321,21 +311,21 @@ def unexplained_flags(
     kinds = (long_work(spans), long_own_time(spans), long_transfers(spans))
     evidence = {step: set().union(*(kind.get(step, set()) for kind in kinds))
                 for step in set().union(*kinds)}  # fmt: skip
-    evidence_of = {semconv.CAUSE_COMPUTE: evidence, semconv.CAUSE_NETWORK: evidence}
     steps = sorted(set(flags).union(evidence))
 
-    held: dict[tuple[int, str], dict[int, bool]] = {}
+    held: dict[int, tuple[set[int], dict[int, bool]]] = {}
     out: dict[int, list[int]] = {}
     for step, flagged in sorted(flags.items()):
         for rank, cause in flagged.items():
-            if rank == injected or cause not in evidence_of:
+            if rank == injected or cause not in (semconv.CAUSE_COMPUTE, semconv.CAUSE_NETWORK):
                 continue
-            long_steps = {s for s, ranks in evidence_of[cause].items() if rank in ranks}
-            if (rank, cause) not in held:
-                evidence = {s: ({rank: cause} if s in long_steps else {}) for s in steps}
-                held[rank, cause] = expected_flagged(evidence, rank)
+            if rank not in held:
+                long_steps = {s for s, ranks in evidence.items() if rank in ranks}
+                named = {s: ({rank: cause} if s in long_steps else {}) for s in steps}
+                held[rank] = long_steps, expected_flagged(named, rank)
+            long_steps, kept = held[rank]
             recent = range(step - FLAG_WINDOW + 1, step + 1)
-            if held[rank, cause].get(step, False) or sum(s in long_steps for s in recent) >= FLAG_K:
+            if kept.get(step, False) or sum(s in long_steps for s in recent) >= FLAG_K:
                 continue
             out.setdefault(step, []).append(rank)
     return out

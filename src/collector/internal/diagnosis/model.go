@@ -499,13 +499,14 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 				// rank: DDP's next bucket is launched when its gradients are ready, whenever
 				// the previous one ends. (Tensor parallel's all-reduces of one group are
 				// asynchronous too, but each is waited for at once: they never overlap.)
-				if asyncMaxPos >= 0 && asyncMaxEnd > ref &&
-					op.start-asyncMaxEnd <= asyncWaitSlack(max(0, op.start-ref),
-						m.pgID[m.coll[asyncMaxPos]] == m.pgID[m.coll[p]]) &&
-					!(op.async && m.pgOverlaps[m.pgID[m.coll[p]]] &&
-						m.pgID[m.coll[asyncMaxPos]] == m.pgID[m.coll[p]]) {
-					ref = asyncMaxEnd
-					m.depEnd[p] = asyncMaxPos
+				if asyncMaxPos >= 0 && asyncMaxEnd > ref {
+					pg := m.pgID[m.coll[p]]
+					sameGroup := m.pgID[m.coll[asyncMaxPos]] == pg
+					if op.start-asyncMaxEnd <= asyncWaitSlack(max(0, op.start-ref), sameGroup) &&
+						!(op.async && sameGroup && m.pgOverlaps[pg]) {
+						ref = asyncMaxEnd
+						m.depEnd[p] = asyncMaxPos
+					}
 				}
 			}
 			outstanding = append(outstanding, p)
