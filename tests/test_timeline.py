@@ -749,6 +749,43 @@ def test_a_compute_straggler_flagged_for_its_network_a_moment_still_agrees() -> 
         assert "rank 2 network" in report.agreement  # shown either way
 
 
+def test_a_compute_stragglers_nic_suspected_for_a_moment_before_its_fault_still_agrees() -> None:
+    """The fabric's compute-busy-disk run beside a CPU hog (2026-12-06, 12:40, replayed from
+    its Prometheus data): 12 s before rank 2's compute fault, with the disk writer and the hog
+    taking the CPUs, the Collector flagged ranks 0 and 2 for their network at 6 ms a step and
+    suspected their NICs, one sample each; from the fault on, rank 2 for compute at 103 ms a
+    step (22 samples). The network flag's cost is the rank's while it was flagged (6 ms, not
+    the compute fault's 103), and a NIC counts only where a rank behind it is flagged for
+    its network materially: the report agrees."""
+    job = Job(seed=26)
+    job.healthy(step_at=110)
+    times = [T0 + i for i in range(job.length)]
+
+    def series(metric: str, labels: dict[str, str], value) -> None:
+        job.source.add(metric, labels, times, [value(i) for i in range(job.length)])
+
+    def moment(i: int) -> float:  # one sample, 12 s before the fault
+        return 1.0 if i == 98 else 0.0
+
+    _flag(job, 2, semconv.CAUSE_COMPUTE, at=113)
+    series(
+        semconv.PROM_RANK_COST,
+        job.rank_labels(2),
+        lambda i: 0.45 if i >= 113 else 0.006 if i >= 98 else 0.0,
+    )
+    series(semconv.PROM_STRAGGLER, {**job.rank_labels(2), CAUSE: semconv.CAUSE_NETWORK}, moment)
+    series(semconv.PROM_STRAGGLER, {**job.rank_labels(0), CAUSE: semconv.CAUSE_NETWORK}, moment)
+    series(semconv.PROM_RANK_COST, job.rank_labels(0), lambda i: 0.006 if i >= 98 else 0.0)
+    for host in ("node0", "node2"):
+        nic = {JOB: JOB_ID, SUSPECT_KIND: "nic", SUSPECT_NAME: "eth0", HOST: host}
+        series(semconv.PROM_FABRIC_SUSPECT, nic, moment)
+    report = job.report()
+    assert report.first_cause is None, report.summary()
+    assert report.agrees is True, report.agreement
+    assert "rank 2 network (on node2, 6 ms per step)" in report.agreement
+    assert "rank 2 compute (on node2, 450 ms per step)" in report.agreement
+
+
 def test_the_collectors_suspect_puts_a_link_on_the_path_and_agrees() -> None:
     """The Collector suspects node1's NIC; its qdisc dropped first. Agreed, with the suspect
     named as the reason the NIC is on the job's path (even before any transfer series moved)."""

@@ -29,10 +29,13 @@ A flag counts only when the replay says it cost a material share of the regressi
 (:data:`MATERIAL_SHARE` of the step-time rise): a rank flagged for 6 ms per step while the
 step rose by 180 ms cannot be what the job waited on, and its host's counters are no cause.
 It counts only when it was held for a material share of the samples of the most persistent
-flag, too: the cost is the rank's, whatever the cause, so a compute straggler flagged for its
-network for a moment carries the whole cost of its compute.
+flag, too. A flag's cost is what the rank cost at the samples it was flagged for that cause
+(the rank's cost series has no cause): a compute straggler flagged for its network for a
+moment before its fault cost 6 ms a step then, not its compute's 100 ms; where the two
+series share no sample, the rank's largest cost in the window.
 Likewise a suspect counts only when it was suspected for a material share of the samples of
-the most persistent suspect.
+the most persistent suspect, and a NIC or host only where, if ranks of its host are flagged,
+one of them is flagged for its network materially.
 
 The diagnosis is read from the same store: ``training_straggler_ratio`` (flagged ranks with
 their host and cause) and ``training_fabric_suspect_ratio`` (suspected NICs, hosts, uplinks,
@@ -122,13 +125,14 @@ class Diagnosis:
         every flag counts): flags whose replayed cost is at least MATERIAL_SHARE of the rise
         (or was not read) and that were held for at least MATERIAL_SHARE as many samples as
         the most persistent flag, and suspects held for at least MATERIAL_SHARE as many
-        samples as the most persistent one and, for a NIC or host, with a material flag on
-        that host where the ranks flagged there have a cost (a link suspected for a moment, or
-        one whose ranks cost 4 ms of a 180 ms rise, is not where the job waited).
+        samples as the most persistent one and, for a NIC or host whose ranks are flagged,
+        with a material network flag among them (a link suspected for a moment, one whose
+        ranks cost 4 ms of a 180 ms rise, or one whose ranks the Collector flags for their
+        own compute, is not where the job waited).
 
-        A flag's cost is its rank's, whatever the cause: a compute straggler flagged for its
-        network for a few samples (another process took its CPU while it sent) carries the
-        rank's whole cost, and only its persistence tells it from the verdict that held."""
+        A flag's cost is its rank's while flagged for that cause (:func:`read_diagnosis`);
+        where it was flagged for two causes at once, both carry that cost, and only the
+        flags' persistence tells the one that held."""
         most_flagged = max((f.samples for f in self.flags), default=0)
 
         def counts(flag: Flag) -> bool:
@@ -144,8 +148,11 @@ class Diagnosis:
             if s.samples < MATERIAL_SHARE * most:
                 continue
             if s.kind in ("nic", "host"):
+                # Where ranks of its host are flagged, one of them must be flagged for its
+                # network, materially: a compute straggler whose host's NIC was suspected for
+                # a moment (another process took its CPU while it sent) did not wait on it.
                 there = [f for f in self.flags if f.host == (s.host or s.name)]
-                if there and not any(counts(f) for f in there):
+                if there and not any(counts(f) and f.cause == semconv.CAUSE_NETWORK for f in there):
                     continue
             suspects.append(s)
         return replace(
@@ -189,11 +196,14 @@ class Diagnosis:
 def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> Diagnosis:
     """The ranks flagged and the parts of the fabric suspected at any sample in [start, end]."""
     costs: dict[str, float] = {}
+    cost_at: dict[str, dict[float, float]] = {}
     for series in source.series(RANK_COSTS, job, start, end):
         rank = series.labels.get(sig.RANK, "")
-        finite = [v for v in series.values if v == v and v != float("inf")]
-        if finite:
-            costs[rank] = max(costs.get(rank, 0.0), max(finite))
+        at = cost_at.setdefault(rank, {})
+        for t, v in zip(series.times, series.values, strict=False):
+            if v == v and v != float("inf"):
+                at[t] = max(at.get(t, 0.0), v)
+                costs[rank] = max(costs.get(rank, 0.0), v)
     slowdowns = [
         v
         for series in source.series(SLOWDOWN, job, start, end)
@@ -203,16 +213,22 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
     flags: dict[Flag, int] = {}
     for series in source.series(STRAGGLERS, job, start, end):
         rank = series.labels.get(sig.RANK, "")
-        samples = sum(1 for v in series.values if v >= 1)
-        if samples and rank.isdigit():
+        flagged_at = [t for t, v in zip(series.times, series.values, strict=False) if v >= 1]
+        if flagged_at and rank.isdigit():
+            # The rank's cost while it was flagged for this cause (a compute straggler flagged
+            # for its network for a moment before its fault did not cost then what its
+            # compute cost later); its largest in the window where the two series do not
+            # share a sample.
+            at = cost_at.get(rank, {})
+            while_flagged = [at[t] for t in flagged_at if t in at]
             flag = Flag(
                 int(rank),
                 series.labels.get(sig.HOST, ""),
                 series.labels.get(sig.SWITCH, ""),
                 series.labels.get(_CAUSE, ""),
-                costs.get(rank, 0.0),
+                max(while_flagged) if while_flagged else costs.get(rank, 0.0),
             )
-            flags[flag] = max(flags.get(flag, 0), samples)
+            flags[flag] = max(flags.get(flag, 0), len(flagged_at))
     suspects: dict[Suspect, int] = {}
     for series in source.series(SUSPECTS, job, start, end):
         samples = sum(1 for v in series.values if v >= 1)
