@@ -480,6 +480,8 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
             spell = "scheduled"
         elif effect and effect.get("state") == "measuring":
             spell = "withheld"  # the guard's phase without the schedule
+        elif body.get("reason"):
+            spell = "free"  # no schedule, not measuring: no collision, or backed off
         else:
             spell = "other"
         decisions.setdefault(job, []).append((float(body["t"]), spell))
@@ -489,7 +491,7 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
                 seen.add(key)
                 judged.append({"job": job, "t": round(float(body["t"]) - first, 1), **effect})
     steps_file = logs / f"steps-{record}.json"
-    times: dict[str, list[float]] = {"scheduled": [], "withheld": []}
+    times: dict[str, list[float]] = {"scheduled": [], "withheld": [], "free": []}
     if steps_file.exists():
         for job, ranks in json.loads(steps_file.read_text()).items():
             trace_of = decisions.get(job, [])
@@ -509,6 +511,7 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
         "judged": judged,
         "scheduled_ms": None if means["scheduled"] is None else 1e3 * means["scheduled"],
         "withheld_ms": None if means["withheld"] is None else 1e3 * means["withheld"],
+        "free_ms": None if means["free"] is None else 1e3 * means["free"],
         "steps": {k: len(v) for k, v in times.items()},
         "gain": gain,
     }
@@ -528,6 +531,13 @@ def print_spells(arm: str, round_: int, spells: dict[str, Any]) -> None:
             f"({spells['steps']['scheduled']} steps), withheld {spells['withheld_ms']:.1f} ms "
             f"({spells['steps']['withheld']}): scheduled over withheld throughput "
             f"{spells['gain']:+.1%}",
+            flush=True,
+        )
+    if spells.get("free_ms") is not None:
+        print(
+            f"  {arm} round {round_}: steps without a schedule outside the experiments "
+            "(in turns, or backed off) "
+            f"{spells['free_ms']:.1f} ms ({spells['steps']['free']} steps)",
             flush=True,
         )
 

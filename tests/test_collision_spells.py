@@ -30,6 +30,8 @@ def body(t: float, job: str, spell: str, composed: bool = False, **effect: objec
         out["schedule"] = {"period_s": 0.15, "slots": {}, "late_s": 0.015}
     if spell == "withheld":
         out["reason"] = "measuring"
+    if spell == "free":  # no schedule asked for: the jobs in their turns
+        out["reason"] = "no_collision"
     if composed:
         out["policy"] = "pacing,interleave"
         out["effect"] = {"state": "kept", "gain": 0.5, "low": 0.4, "high": 0.6, "pairs": 3}
@@ -44,22 +46,24 @@ def test_steps_are_split_by_the_decision_in_force(tmp_path: Path, composed: bool
     trace = tmp_path / "decisions.jsonl"
     lines = []
     for t in range(100, 161):
-        spell = "withheld" if 120 <= t < 130 else "scheduled"
+        spell = "withheld" if 120 <= t < 130 else "free" if 150 <= t < 155 else "scheduled"
         extra = {"state": "kept", "gain": 0.12, "low": 0.08, "high": 0.16, "pairs": 3}
         for job in ("A", "B"):
             lines.append(body(t, job, spell, composed, **(extra if t >= 140 else {})))
     trace.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    # One step a second ending at .5: 150 ms under the schedule, 180 ms without it.
+    # One step a second ending at .5: 150 ms under the schedule, 180 ms without it, 160 ms
+    # in their turns with nothing asked for.
     ends = [t + 0.5 for t in range(100, 160)]
-    took = [0.18 if 120 <= t < 130 else 0.15 for t in range(100, 160)]
+    took = [0.18 if 120 <= t < 130 else 0.16 if 150 <= t < 155 else 0.15 for t in range(100, 160)]
     rank = {"step_time_mean_s": 0.155, "step_times_s": took, "step_ends_unix": ends}
     faster = {**rank, "step_time_mean_s": 0.1}
     (tmp_path / "steps-x-1.json").write_text(json.dumps({"A": [faster, rank], "B": [rank]}))
 
     spells = collision.guard_spells(tmp_path, "x-1", trace)
 
-    assert spells["steps"] == {"scheduled": 100, "withheld": 20}
+    assert spells["steps"] == {"scheduled": 90, "withheld": 20, "free": 10}
     assert spells["scheduled_ms"] == pytest.approx(150.0)
+    assert spells["free_ms"] == pytest.approx(160.0)
     assert spells["withheld_ms"] == pytest.approx(180.0)
     assert spells["gain"] == pytest.approx(0.2)
     # The interleave guard's judgement, once per job (not pacing's in the composition).
@@ -79,4 +83,4 @@ def test_a_run_without_the_guard_has_no_spells(tmp_path: Path) -> None:
     (tmp_path / "steps-x-1.json").write_text(json.dumps({"A": [rank]}))
     spells = collision.guard_spells(tmp_path, "x-1", trace)
     assert spells["gain"] is None and spells["judged"] == []
-    assert spells["steps"] == {"scheduled": 5, "withheld": 0}
+    assert spells["steps"] == {"scheduled": 5, "withheld": 0, "free": 0}

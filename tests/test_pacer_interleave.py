@@ -582,3 +582,103 @@ def test_a_change_of_groups_under_a_schedule_withdraws_it_for_a_window() -> None
     placed = decide_jobs(policy, "A", joined, out.state, scheduled=0.0)
     assert placed.reason == REASON_INTERLEAVING
     assert placed.info["interleave"]["jobs"] == ["A", "B", "C"]
+
+
+def test_jobs_that_stay_in_their_turns_without_the_schedule_are_left_alone() -> None:
+    """Issue 23's guarded run (2026-12-06, round 1): jobs that took turns by themselves were
+    given a schedule, because their DDP all-reduce phases span backward and overlap on the
+    controller's clock whether or not their transfers do. And once a schedule had put the
+    jobs in turns, they stayed in them for tens of seconds without it. Once the phases'
+    length in their turns is known (a whole window of steps that kept up with a period), a
+    window without the schedule is a collision only where the phases last longer than
+    that."""
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    in_turns = (0.05, 0.1)
+
+    def groups(phase, step_s):
+        return (
+            job_group("A", step_s=step_s, phase=phase),
+            job_group("B", step_s=step_s, phase=phase),
+        )
+
+    # No turns seen yet: phases that overlap as placed get a schedule.
+    first = policy.decide(_window("B", groups(in_turns, 0.15), 0.0, 0.0), policy.initial_state())
+    assert first.reason == REASON_INTERLEAVING
+    assert "dilation" not in first.info["interleave"]
+    period = first.info["schedule"]["period_s"]
+    # Under it, a whole window of steps that keep up with the period, a settle time on.
+    held = policy.decide(_window("B", groups(in_turns, period), 6.0, 1.0), first.state)
+    assert held.state.schedule.turn_busy == {("A", ("0",)): 0.1, ("B", ("0",)): 0.1}
+    # A window that is not wholly under the schedule records nothing.
+    part = policy.decide(_window("B", groups((0.05, 0.2), period), 12.0, 0.5), first.state)
+    assert part.state.schedule.turn_busy == {}
+    # Without the schedule, phases as long as in their turns: no schedule, however they
+    # overlap as placed.
+    free = policy.decide(_window("B", groups(in_turns, 0.15), 20.0, 0.0), held.state)
+    assert free.reason == REASON_NO_COLLISION and not free.active
+    assert free.info["interleave"]["dilation"] == pytest.approx(1.0)
+    assert "schedule" not in free.info
+    # 9% longer: still the turns (the bar is 10%).
+    free = policy.decide(_window("B", groups((0.05, 0.109), 0.15), 21.0, 0.0), free.state)
+    assert free.reason == REASON_NO_COLLISION
+    # 30% longer: they collide again. A schedule, at the period its search had got to.
+    again = policy.decide(_window("B", groups((0.05, 0.13), 0.18), 22.0, 0.0), free.state)
+    assert again.reason == REASON_INTERLEAVING and again.active
+    assert again.info["interleave"]["dilation"] == pytest.approx(1.3)
+    assert again.info["schedule"]["period_s"] == held.info["schedule"]["period_s"] < period
+    assert again.state.schedule.turn_busy == held.state.schedule.turn_busy
+
+
+def test_the_guards_experiment_ends_without_a_verdict_while_the_jobs_stay_in_their_turns() -> None:
+    """Issue 23's guarded run (2026-12-06, round 2): the schedule took colliding jobs from 216
+    ms to 150 ms; its withheld phases then inherited the turns, measured no gain, and the
+    guard turned the schedule off for 10 minutes, while the jobs drifted back into collision
+    every minute or so. Now an off phase that ends with the jobs in their turns ends the
+    experiment without a verdict (no schedule is published while they stay in them), and a
+    collision that comes back starts a new one."""
+    params = InterleaveParams(interleave_effect_pairs=3, interleave_effect_phase_s=5.0)
+    policy = build_policy("interleave", [params])
+    colliding, in_turns = (0.05, 0.13), (0.05, 0.1)
+
+    def window(now: float, phase, step_s: float, scheduled: float) -> JobWindow:
+        both = (
+            job_group("A", step_s=step_s, phase=phase),
+            job_group("B", step_s=step_s, phase=phase),
+        )
+        return _window("B", both, now, scheduled)
+
+    state = policy.initial_state()
+    trace = []
+
+    def at(now: float, phase, step_s: float, scheduled: float) -> None:
+        nonlocal state
+        out = policy.decide(window(now, phase, step_s, scheduled), state)
+        state = out.state
+        trace.append((now, out.reason, "schedule" in out.info))
+
+    # Colliding: withheld for a phase (the baseline), then published.
+    at(0.0, colliding, 0.2, 0.0)
+    at(5.0, colliding, 0.2, 0.0)
+    assert trace[-2:] == [(0.0, "measuring", False), (5.0, REASON_INTERLEAVING, True)]
+    period = 0.21
+    # The schedule holds the jobs in their turns; its search runs on, and the phase with it
+    # ends a phase after the search is done (here: 20 settle times at most).
+    now = 5.0
+    while trace[-1][1] == REASON_INTERLEAVING and now < 400:
+        now += 6.0
+        at(now, in_turns, period, 1.0)
+    assert trace[-1][1] == "measuring" and not trace[-1][2]
+    # Withheld: the jobs stay in their turns. The policy asks for nothing, and when the
+    # phase is over the experiment ends without a verdict: no no_gain, nothing published.
+    for dt in (1.0, 3.0, 6.0):
+        at(now + dt, in_turns, 0.15, 0.0)
+    assert [reason for _, reason, _ in trace[-3:]] == [REASON_NO_COLLISION] * 3
+    assert not any(published for _, _, published in trace[-3:])
+    assert "no_gain" not in [reason for _, reason, _ in trace]
+    # The collision comes back: a new experiment, withheld first, then the schedule again.
+    at(now + 30.0, colliding, 0.2, 0.0)
+    at(now + 36.0, colliding, 0.2, 0.0)
+    assert trace[-2:] == [
+        (now + 30.0, "measuring", False),
+        (now + 36.0, REASON_INTERLEAVING, True),
+    ]

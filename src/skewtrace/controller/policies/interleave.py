@@ -79,7 +79,13 @@ steps start (``step_age`` with each poll, placed on the controller's clock) and 
 step times are within 5% of each other, :func:`aligned_overlap` lays the phases on that one
 time line, and no schedule is placed unless they overlap there by at least
 ``interleave_min_overlap_s`` (free-running jobs that took turns by themselves are left
-alone); otherwise the phases are placed as if the jobs' steps started together.
+alone); otherwise the phases are placed as if the jobs' steps started together. Phases that
+span compute (a DDP all-reduce through backward) overlap there whether or not their transfers
+do, so once a schedule has held the jobs in their turns for a whole window (``turn_busy``: how
+long each unit's phases lasted then), a window without it is a collision only where some
+unit's phases last at least ``interleave_collision_dilation`` longer (``no_collision`` with
+``dilation`` otherwise): jobs that stay in their turns are left alone, and the effect guard's
+experiment ends without a verdict when its withheld phase ends so.
 
 Only the units that share an uplink with this job's, directly or through other units, are
 placed together; jobs behind other uplinks are left out of its schedule. ``active`` while any
@@ -152,6 +158,11 @@ class InterleaveParams:
     interleave_settle_s: float = option(6.0, check=positive, seconds=True)
     """How long a new period runs before the steps under it are judged (keep it above
     window_s)."""
+
+    interleave_collision_dilation: float = option(0.1, check=non_negative)
+    """Once a schedule has held the jobs in their turns, a window without it is a collision
+    only where some group's phases last at least this fraction longer than they did in
+    their turns (jobs that stayed in their turns are left alone)."""
 
     interleave_effect_pairs: int = option(3, parse=integer, check=at_least(0))
     """Offsets stay only when this many phases with and without them show a real gain in step
@@ -446,6 +457,25 @@ def aligned_overlap(crossing: Sequence[Unit]) -> float | None:
     return total
 
 
+def _busy(unit: Unit) -> float:
+    """The unit's phases as observed, summed."""
+    return sum(duration for _, duration in unit.observed)
+
+
+def dilation(
+    crossing: Sequence[Unit], turn_busy: Mapping[tuple[str, tuple[str, ...]], float]
+) -> float | None:
+    """How much longer the units' phases last now than in their turns under a schedule (the
+    largest ratio over the units); None when a unit's phases in its turns were not seen."""
+    ratios = []
+    for unit in crossing:
+        reference = turn_busy.get((unit.job, unit.pgs), 0.0)
+        if reference <= 0:
+            return None
+        ratios.append(_busy(unit) / reference)
+    return max(ratios, default=None)
+
+
 def natural_step(unit: Unit, alone: Sequence[tuple[float, float]]) -> float:
     """The unit's step time without the collision: its job's step time minus what sharing
     the uplink added to its phases (0 when the step time is not known)."""
@@ -493,6 +523,11 @@ class Schedule:
     """The shortest period whose trial failed and narrowed this search (0: none). A trial
     that passes below it shows that failure was the jobs still moving into their turns, not
     the period: the search's step is the full one again."""
+    turn_busy: Mapping[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)
+    """By (job, the unit's groups): how long each unit's phases lasted in their turns, summed,
+    over the last whole window of steps that kept up with the period (empty: not seen yet).
+    Without the schedule, phases no longer than that (``interleave_collision_dilation``) are
+    jobs that stayed in their turns, not a collision."""
     outgrown_at: float = 0.0
     """When the steps were first seen to outgrow this period, which they had kept up with (0:
     they do not now). It is lengthened only if they still do a settle time later: a burst of
@@ -795,6 +830,12 @@ class InterleavePolicy:
                         )
                     else:  # at the floor, or the search done: the period on trial passed
                         schedule = replace(kept, kept_up_s=0.0, failed_trials=failed)
+                if slowest <= kept.period_s * (1 + _LOCKED):
+                    # A whole window of steps that kept up with the period: the phases as
+                    # long as they last in their turns.
+                    schedule = replace(
+                        schedule, turn_busy={(u.job, u.pgs): _busy(u) for u in crossing}
+                    )
             return self._scheduled(window, schedule, len(crossing), None, slowest)
         if min(u.step_s for u in crossing) <= 0:
             # A job whose step time is not known yet: no period to agree on.
@@ -809,6 +850,18 @@ class InterleavePolicy:
                 crossing,
                 aligned_overlap_s=round(aligned, 4),
             )
+        dilated = dilation(crossing, kept.turn_busy) if kept is not None else None
+        if dilated is not None and dilated < 1 + params.interleave_collision_dilation:
+            # The phases last as long as they did in their turns under the schedule: the jobs
+            # are still in them (phases that span compute overlap whether or not their
+            # transfers do), and a schedule would only hold them.
+            return _unscheduled(
+                REASON_NO_COLLISION,
+                InterleaveState(schedule=kept),
+                crossing,
+                dilation=round(dilated, 4),
+                **({"aligned_overlap_s": round(aligned, 4)} if aligned is not None else {}),
+            )
         alone = alone_durations(crossing)
         natural = max(natural_step(u, a) for u, a in zip(crossing, alone, strict=True))
         # Start from the steps as they are (a job loses at most the margin while the period
@@ -818,7 +871,7 @@ class InterleavePolicy:
         if before - after < params.interleave_min_overlap_s:
             return _unscheduled(
                 REASON_NO_COLLISION,
-                InterleaveState(),
+                InterleaveState(schedule=kept),
                 crossing,
                 overlap_s=round(before, 4),
                 overlap_after_s=round(after, 4),
@@ -844,10 +897,13 @@ class InterleavePolicy:
                 failed_trials=kept.failed_trials,
                 halvings=kept.halvings,
                 best_s=kept.best_s,
+                turn_busy=kept.turn_busy,
             )
         figures = {"overlap_s": before, "overlap_after_s": after}
         if aligned is not None:
             figures["aligned_overlap_s"] = aligned
+        if dilated is not None:
+            figures["dilation"] = dilated
         return self._scheduled(window, schedule, len(crossing), figures, slowest)
 
     def _scheduled(
