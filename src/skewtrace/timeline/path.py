@@ -195,7 +195,6 @@ class Diagnosis:
 
 def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> Diagnosis:
     """The ranks flagged and the parts of the fabric suspected at any sample in [start, end]."""
-    costs: dict[str, float] = {}
     cost_at: dict[str, dict[float, float]] = {}
     for series in source.series(RANK_COSTS, job, start, end):
         rank = series.labels.get(sig.RANK, "")
@@ -203,7 +202,6 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
         for t, v in zip(series.times, series.values, strict=False):
             if v == v and v != float("inf"):
                 at[t] = max(at.get(t, 0.0), v)
-                costs[rank] = max(costs.get(rank, 0.0), v)
     slowdowns = [
         v
         for series in source.series(SLOWDOWN, job, start, end)
@@ -226,7 +224,7 @@ def read_diagnosis(source: SeriesSource, job: str, start: float, end: float) -> 
                 series.labels.get(sig.HOST, ""),
                 series.labels.get(sig.SWITCH, ""),
                 series.labels.get(_CAUSE, ""),
-                max(while_flagged) if while_flagged else costs.get(rank, 0.0),
+                max(while_flagged or at.values(), default=0.0),
             )
             flags[flag] = max(flags.get(flag, 0), len(flagged_at))
     suspects: dict[Suspect, int] = {}
