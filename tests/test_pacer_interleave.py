@@ -682,3 +682,37 @@ def test_the_guards_experiment_ends_without_a_verdict_while_the_jobs_stay_in_the
         (now + 30.0, "measuring", False),
         (now + 36.0, REASON_INTERLEAVING, True),
     ]
+
+
+def test_jobs_that_moved_into_their_turns_while_withheld_are_held_at_their_own_steps() -> None:
+    """Issue 23's guarded run (2026-12-06 15:33, round 1): the first window asked for a
+    schedule at 193 ms, 5% above the collided steps; in the guard's withheld phase the
+    free-running jobs moved into their turns by themselves (145 ms), and the schedule then
+    published held them at 193 ms and searched down for two minutes. A schedule placed again
+    starts no higher than the margin above the steps as they are then, and where the steps
+    are longer (a collision back after a search), at the period its search had got to."""
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    colliding, in_turns = (0.05, 0.13), (0.05, 0.1)
+
+    def window(now: float, phase, step_s: float) -> JobWindow:
+        both = (
+            job_group("A", step_s=step_s, phase=phase),
+            job_group("B", step_s=step_s, phase=phase),
+        )
+        return _window("B", both, now, 0.0)
+
+    first = policy.decide(window(0.0, colliding, 0.184), policy.initial_state())
+    assert first.info["schedule"]["period_s"] == pytest.approx(0.193)
+    # No turns known yet: the phases overlapping as placed still ask for a schedule, at the
+    # margin above the steps they take now.
+    moved = policy.decide(window(9.0, in_turns, 0.1456), first.state)
+    assert moved.reason == REASON_INTERLEAVING
+    assert moved.info["schedule"]["period_s"] == pytest.approx(0.153)
+    assert moved.state.schedule.since == 9.0 and moved.state.schedule.kept_up_s == 0.0
+    # Collided again: not lengthened past the period it had.
+    back = policy.decide(window(15.0, colliding, 0.19), moved.state)
+    assert back.info["schedule"]["period_s"] == pytest.approx(0.153)
+    # Never below the floor (the steps' estimate without the collision, or a raised one).
+    raised = replace(moved.state, schedule=replace(moved.state.schedule, floor_s=0.14))
+    floored = policy.decide(window(20.0, in_turns, 0.12), raised)
+    assert floored.info["schedule"]["period_s"] == pytest.approx(0.14)

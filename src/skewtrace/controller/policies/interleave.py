@@ -886,14 +886,22 @@ class InterleavePolicy:
         )
         if kept is not None and set(kept.turns) == keys:
             # Placed again after a spell without it (the effect guard's phase without the
-            # schedule): the turns anew, the period where its search had got to.
+            # schedule): the turns anew, the period where its search had got to, or, where
+            # the steps are shorter now, the margin above them (not below the floor): jobs
+            # that moved into their turns by themselves while it was withheld (free-running
+            # jobs on the emulated fabric do within seconds) are not slowed to the collided
+            # steps that first asked for it, only kept from drifting back. (2026-12-06: a
+            # 145 ms step in its turns was held at a 193 ms period set 10 s earlier, then
+            # searched down for two minutes.)
+            current = _round_period(max(slowest * margin, kept.floor_s))
+            restart = current < kept.period_s
             schedule = replace(
                 schedule,
-                period_s=kept.period_s,
+                period_s=current if restart else kept.period_s,
                 floor_s=kept.floor_s,
                 floor_until=kept.floor_until,
                 natural_s=kept.natural_s,
-                kept_up_s=kept.kept_up_s,
+                kept_up_s=0.0 if restart else kept.kept_up_s,
                 failed_trials=kept.failed_trials,
                 halvings=kept.halvings,
                 best_s=kept.best_s,
