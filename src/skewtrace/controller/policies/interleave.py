@@ -893,7 +893,7 @@ class InterleavePolicy:
             # steps that first asked for it, only kept from drifting back. (2026-12-06: a
             # 145 ms step in its turns was held at a 193 ms period set 10 s earlier, then
             # searched down for two minutes.)
-            current = _round_period(max(slowest * margin, kept.floor_s))
+            current = _round_period(max(period, kept.floor_s))
             restart = current < kept.period_s
             schedule = replace(
                 schedule,
