@@ -87,7 +87,7 @@ SCRIPT = REPO / "examples" / "train_ddp.py"
 PIPELINE_SCRIPT = REPO / "examples" / "train_2d.py"
 
 from skewtrace._ports import free_port  # noqa: E402
-from skewtrace.cluster.fabric import NIC, Fabric, FabricSpec  # noqa: E402
+from skewtrace.cluster.fabric import NIC, UPLINK_SHARING, Fabric, FabricSpec  # noqa: E402
 
 TARGET_GAIN = 0.15
 NO_HARM = -0.01
@@ -281,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-time", type=float, default=0.002, help="seconds a sample")
     parser.add_argument("--mbit", type=float, default=400.0, help="NIC and uplink rate")
     parser.add_argument(
+        "--uplink-sharing",
+        choices=UPLINK_SHARING,
+        default="fifo",
+        help="how an uplink shares its rate among nodes (FabricSpec.uplink_sharing)",
+    )
+    parser.add_argument(
         "--margin", type=float, default=0.05, help="the cadence's period over A's step alone"
     )
     parser.add_argument(
@@ -326,7 +332,13 @@ def main(argv: list[str] | None = None) -> int:
         print("collision: needs root (network namespaces)", file=sys.stderr)
         return 2
     args.logs.mkdir(parents=True, exist_ok=True)
-    spec = FabricSpec(leaves=2, nodes_per_leaf=2, nic_mbit=args.mbit, uplink_mbit=args.mbit)
+    spec = FabricSpec(
+        leaves=2,
+        nodes_per_leaf=2,
+        nic_mbit=args.mbit,
+        uplink_mbit=args.mbit,
+        uplink_sharing=args.uplink_sharing,
+    )
     names: tuple[str, ...] = ("colliding", "scheduled", "interleaved")
     if args.controlled:
         names = (*names, "observed", *arms)

@@ -198,6 +198,13 @@ def test_a_tbf_burst_holds_any_queued_packet(rate_mbit: float) -> None:
     assert burst >= rate_mbit * 1e6 / 8 * 0.004
 
 
+def test_an_unknown_uplink_sharing_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="uplink sharing 'wfq': one of fifo, fair"):
+        FabricSpec(uplink_sharing="wfq")
+    assert "shared fairly by node" in Fabric(FabricSpec(uplink_sharing="fair")).describe()
+    assert "fairly" not in FABRIC.describe()
+
+
 def test_a_paced_runs_summary_says_what_delays_the_ranks_applied(tmp_path: Path) -> None:
     """The demo's comparison line beside what pacing did: the ranks' ``pacing.delay`` spans
     (of this job, above 0, well-typed) summed; a paced run that delayed nobody says that

@@ -99,6 +99,64 @@ def test_fabric_is_built_shaped_and_removed(namespaces: None, tmp_path: Path) ->
     assert _owned(fab.prefix) == []
 
 
+_COUNT_FOR = (
+    "import socket, time; s = socket.create_server(('0.0.0.0', 5001)); c, _ = s.accept();"
+    " c.settimeout(5); n = 0; t = None\n"
+    "while (b := c.recv(65536)):\n"
+    "    t = t or time.monotonic(); n += len(b)\n"
+    "    if time.monotonic() - t > {seconds}: break\n"
+    "print(n)"
+)
+_SEND_FOR = (
+    "import socket, time; c = socket.create_connection(('{ip}', 5001), timeout=10);"
+    " end = time.monotonic() + {seconds}\n"
+    "while time.monotonic() < end: c.sendall(b'x' * 65536)\n"
+    "c.close()"
+)
+
+
+def test_a_fairly_shared_uplink_gives_each_node_its_share(namespaces: None) -> None:
+    """``uplink_sharing="fair"``: two nodes of a leaf sending across its uplink at once get
+    about half of it each, and a node alone gets all of it (htb borrows)."""
+    spec = FabricSpec(
+        leaves=2, nodes_per_leaf=2, nic_mbit=400, uplink_mbit=40, uplink_sharing="fair"
+    )
+    with Fabric(spec) as fab:
+        classes = netns.run(["tc", "-n", fab.fabric_ns, "class", "show", "dev", "up0"])
+        # A class for each of the 4 nodes and one for any other sender, under the uplink's.
+        assert classes.count("rate 8Mbit ceil 40Mbit") == 5, classes
+
+        def received(senders: list[tuple[str, str]], seconds: float) -> list[int]:
+            servers = [
+                subprocess.Popen(
+                    fab.exec_argv(dst, [sys.executable, "-c", _COUNT_FOR.format(seconds=seconds)]),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for _, dst in senders
+            ]
+            clients = []
+            try:
+                time.sleep(1.0)
+                for src, dst in senders:
+                    code = _SEND_FOR.format(ip=fab.node(dst).data_ip, seconds=seconds + 1)
+                    clients.append(
+                        subprocess.Popen(fab.exec_argv(src, [sys.executable, "-c", code]))
+                    )
+                return [int(s.communicate(timeout=30)[0]) for s in servers]
+            finally:
+                for proc in [*servers, *clients]:
+                    proc.kill()
+                    proc.wait()
+
+        alone = received([("node0", "node2")], 2.0)[0]
+        # 40 Mbit/s is 5 MB/s: alone, most of 10 MB in 2 s.
+        assert alone > 6_000_000, alone
+        both = received([("node0", "node2"), ("node1", "node3")], 2.0)
+        assert sum(both) < alone * 1.3, (alone, both)  # the uplink, not the NICs, binds
+        assert min(both) > 0.6 * max(both), both
+
+
 def test_a_failed_build_leaves_nothing(namespaces: None, monkeypatch: pytest.MonkeyPatch) -> None:
     real_run = netns.run
     calls = {"n": 0}

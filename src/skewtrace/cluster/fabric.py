@@ -41,6 +41,7 @@ DATA_NET = "10.77"
 MGMT_NET = "10.78"
 OPS_MGMT_IP = f"{MGMT_NET}.255.254"
 NIC = "eth0"
+UPLINK_SHARING = ("fifo", "fair")
 MGMT_NIC = "mgmt0"
 TCP_SEND_BUFFER = 65536
 """The nodes' largest TCP send buffer (bytes): a gloo send of a larger message lasts about
@@ -54,6 +55,14 @@ class FabricSpec:
     ranks_per_node: int = 1
     nic_mbit: float = 800.0
     uplink_mbit: float = 800.0
+    uplink_sharing: str = "fifo"
+    """How an uplink shares its rate among the nodes sending over it. ``fifo``: one
+    tail-drop queue (a tbf), where the sender that filled it first keeps most of the rate
+    and two jobs' transfers that overlap tend to drift apart by themselves. ``fair``: an
+    equal share for every node's traffic, borrowing what idle nodes leave (htb classes per
+    source address), as a fabric whose congestion control gives every flow its fair rate
+    (RoCE with DCQCN, fair queuing): transfers that overlap take twice as long each, and
+    jobs stay in their collision as long as their steps stay aligned."""
 
     def __post_init__(self) -> None:
         if self.leaves < 1 or self.nodes_per_leaf < 1 or self.ranks_per_node < 1:
@@ -62,6 +71,10 @@ class FabricSpec:
             raise ValueError(f"{self.nodes} nodes: the emulated fabric holds 1 to 250")
         if self.nic_mbit <= 0 or self.uplink_mbit <= 0:
             raise ValueError("link rates must be > 0 Mbit/s")
+        if self.uplink_sharing not in UPLINK_SHARING:
+            raise ValueError(
+                f"uplink sharing {self.uplink_sharing!r}: one of {', '.join(UPLINK_SHARING)}"
+            )
 
     @property
     def nodes(self) -> int:
@@ -219,8 +232,12 @@ class Fabric:
             raise KeyError(f"no switch {leaf!r} (switches: {', '.join(self.leaves)})")
         i = self.leaves.index(leaf)
         rate = self.spec.uplink_mbit if mbit is None else mbit
-        netns.set_rate(self.fabric_ns, f"up{i}", rate)
-        netns.set_rate(self.fabric_ns, f"sp{i}", rate)
+        for device in (f"up{i}", f"sp{i}"):
+            if self.spec.uplink_sharing == "fair":
+                sources = [node.data_ip for node in self.nodes]
+                netns.set_fair_rate(self.fabric_ns, device, rate, sources)
+            else:
+                netns.set_rate(self.fabric_ns, device, rate)
 
     def uplink_stats(self, leaf: str) -> dict[str, int]:
         """Bytes and drops leaving the leaf towards the spine."""
@@ -289,6 +306,7 @@ class Fabric:
             f"{s.world_size} ranks on {s.nodes} nodes (network namespaces) behind "
             f"{s.leaves} leaf switches and a spine; NICs {s.nic_mbit:g} Mbit/s, uplinks "
             f"{s.uplink_mbit:g} Mbit/s"
+            + (", shared fairly by node" if s.uplink_sharing == "fair" else "")
         )
 
     def remove(self) -> None:

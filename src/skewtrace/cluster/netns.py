@@ -137,9 +137,45 @@ def set_rate(namespace: str, device: str, rate_mbit: float | None) -> None:
     run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", *tbf_args(rate_mbit)])
 
 
+def set_fair_rate(namespace: str, device: str, rate_mbit: float, sources: Sequence[str]) -> None:
+    """Shape ``device``'s egress to ``rate_mbit`` shared fairly among ``sources`` (IPv4
+    addresses): an htb class each, guaranteed an equal share and borrowing the whole rate
+    while the others are idle (processor sharing between senders, as a fabric whose
+    congestion control gives each flow its fair rate), each with a tail-drop queue of 50 ms
+    at the full rate, as :func:`tbf_args`. Traffic from other addresses shares a class of its
+    own. Replaces whatever shaping the device had."""
+    if not sources:
+        raise ValueError("fair sharing needs at least one source address")
+    run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"], check=False)
+    rate_bytes = rate_mbit * 1e6 / 8
+    burst = str(max(MAX_QUEUED_PACKET, int(rate_bytes * 0.004)))
+    queue = str(max(2 * MAX_QUEUED_PACKET, int(rate_bytes * 0.050)))
+    classes = len(sources) + 1  # the last one: any other sender
+    share = f"{rate_mbit / classes:g}mbit"
+    tc = ["tc", "-n", namespace]
+    run([*tc, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb",
+         "default", f"{10 + len(sources):x}"])  # fmt: skip
+    run([*tc, "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb",
+         "rate", f"{rate_mbit:g}mbit", "burst", burst, "cburst", burst])  # fmt: skip
+    for k in range(classes):
+        classid = f"1:{10 + k:x}"
+        # A quantum of a GSO packet: htb's round robin then moves whole packets in turn.
+        run([*tc, "class", "add", "dev", device, "parent", "1:1", "classid", classid, "htb",
+             "rate", share, "ceil", f"{rate_mbit:g}mbit", "burst", burst, "cburst", burst,
+             "quantum", str(MAX_QUEUED_PACKET // 2)])  # fmt: skip
+        run([*tc, "qdisc", "add", "dev", device, "parent", classid, "bfifo", "limit", queue])
+    for k, source in enumerate(sources):
+        run([*tc, "filter", "add", "dev", device, "parent", "1:", "protocol", "ip", "prio",
+             "1", "u32", "match", "ip", "src", f"{source}/32", "flowid",
+             f"1:{10 + k:x}"])  # fmt: skip
+
+
 def qdisc_stats(namespace: str, device: str) -> dict[str, int]:
     """Sent bytes, drops and overlimits of ``device``'s root qdisc (zeros when none)."""
     out = run(["tc", "-n", namespace, "-s", "qdisc", "show", "dev", device], check=False)
+    # The root's block only: a shaped device's child qdiscs follow it (``parent 1:...``).
+    blocks = [b for b in out.split("qdisc ") if b.strip()]
+    out = "qdisc " + blocks[0] if blocks else ""
     stats = {"bytes": 0, "packets": 0, "dropped": 0, "overlimits": 0}
     words = out.replace(",", " ").replace("(", " ").replace(")", " ").split()
     for i, word in enumerate(words[:-1]):
