@@ -85,7 +85,11 @@ do, so once a schedule has held the jobs in their turns for a whole window (``tu
 long each unit's phases lasted then), a window without it is a collision only where some
 unit's phases last at least ``interleave_collision_dilation`` longer (``no_collision`` with
 ``dilation`` otherwise): jobs that stay in their turns are left alone, and the effect guard's
-experiment ends without a verdict when its withheld phase ends so.
+experiment ends without a verdict when its withheld phase ends so. Before any schedule has
+held them, the step times tell instead: jobs whose steps fell by that much below the steps
+that asked for the schedule, while it was not in force, left the collision by themselves
+(``no_collision`` with ``asked_step_s`` and ``free_step_s``), and from then on a collision is
+steps that much longer than the shortest seen since.
 
 Only the units that share an uplink with this job's, directly or through other units, are
 placed together; jobs behind other uplinks are left out of its schedule. ``active`` while any
@@ -528,6 +532,13 @@ class Schedule:
     over the last whole window of steps that kept up with the period (empty: not seen yet).
     Without the schedule, phases no longer than that (``interleave_collision_dilation``) are
     jobs that stayed in their turns, not a collision."""
+    asked_s: float = 0.0
+    """The slowest job's step time when the collision first asked for this schedule."""
+    free_s: float = 0.0
+    """Before the turns are known (``turn_busy`` empty): the shortest step seen since the jobs
+    left that collision by themselves without the schedule, their steps at least
+    ``interleave_collision_dilation`` below ``asked_s`` (0: not seen). A collision is then
+    steps that much longer than these."""
     outgrown_at: float = 0.0
     """When the steps were first seen to outgrow this period, which they had kept up with (0:
     they do not now). It is lengthened only if they still do a settle time later: a burst of
@@ -862,6 +873,29 @@ class InterleavePolicy:
                 dilation=round(dilated, 4),
                 **({"aligned_overlap_s": round(aligned, 4)} if aligned is not None else {}),
             )
+        if kept is not None and not kept.turn_busy and set(kept.turns) == keys:
+            # No turns seen yet, but a collision asked for this schedule, which is not in
+            # force (the effect guard withholds it first): steps that fell by the collision's
+            # dilation since then, or that stay within it of the shortest seen since, are the
+            # jobs in turns they found by themselves (free-running jobs on the emulated
+            # fabric do within seconds), and a schedule would only hold them and search.
+            # (2026-12-06, 18:25: on a fairly shared uplink, jobs that collided at their
+            # start, 183 ms, took turns at 146 ms within the guard's withheld phase, and the
+            # schedule then published ran 96 s of its search, 5% slower than free.)
+            bar = 1 + params.interleave_collision_dilation
+            left = (
+                slowest * bar <= kept.asked_s if kept.free_s <= 0 else slowest < kept.free_s * bar
+            )
+            if left:
+                free = min(kept.free_s, slowest) if kept.free_s > 0 else slowest
+                return _unscheduled(
+                    REASON_NO_COLLISION,
+                    InterleaveState(schedule=replace(kept, free_s=free)),
+                    crossing,
+                    asked_step_s=round(kept.asked_s, 6),
+                    free_step_s=round(free, 6),
+                    slowest_step_s=round(slowest, 6),
+                )
         alone = alone_durations(crossing)
         natural = max(natural_step(u, a) for u, a in zip(crossing, alone, strict=True))
         # Start from the steps as they are (a job loses at most the margin while the period
@@ -883,6 +917,7 @@ class InterleavePolicy:
             since=window.now,
             natural_s=_round_period(natural),
             busy_s=sum(max(duration for _, duration in phases) for phases in alone),
+            asked_s=slowest,
         )
         if kept is not None and set(kept.turns) == keys:
             # Placed again after a spell without it (the effect guard's phase without the
@@ -906,6 +941,8 @@ class InterleavePolicy:
                 halvings=kept.halvings,
                 best_s=kept.best_s,
                 turn_busy=kept.turn_busy,
+                asked_s=kept.asked_s,
+                free_s=kept.free_s,
             )
         figures = {"overlap_s": before, "overlap_after_s": after}
         if aligned is not None:
