@@ -6,7 +6,10 @@ the emulated leaf/spine fabric (:mod:`skewtrace.cluster.fabric`: network namespa
 links shaped with tbf): job A on node0 (leaf0) and node2 (leaf1), job B on node1 (leaf0) and
 node3 (leaf1). Each step's gradient all-reduce crosses both leaves' uplinks, shaped to one
 NIC's rate: with two nodes a leaf they are 2:1 oversubscribed, so A's and B's all-reduces share
-the uplink whenever they run at once. Compute is time on a simulated accelerator
+the uplink whenever they run at once (``--uplink-sharing``: ``fifo``, one tail-drop queue, the
+default; ``fair``, an equal share per node, as a fabric whose congestion control gives each
+flow its fair rate: :attr:`~skewtrace.cluster.fabric.FabricSpec.uplink_sharing`). Compute is
+time on a simulated accelerator
 (``--sample-time``: a sleep per sample), so the machine's two shared CPUs do not decide the
 step time; the network does.
 

@@ -166,7 +166,10 @@ class InterleaveParams:
     interleave_collision_dilation: float = option(0.1, check=non_negative)
     """Once a schedule has held the jobs in their turns, a window without it is a collision
     only where some group's phases last at least this fraction longer than they did in
-    their turns (jobs that stayed in their turns are left alone)."""
+    their turns (jobs that stayed in their turns are left alone); before that, steps this
+    fraction below those that asked for the schedule (it withheld) are jobs that left the
+    collision, and a collision is then steps this fraction longer than the shortest seen
+    since."""
 
     interleave_effect_pairs: int = option(3, parse=integer, check=at_least(0))
     """Offsets stay only when this many phases with and without them show a real gain in step
