@@ -219,6 +219,15 @@ def _window(job: str, groups, now: float, scheduled: float) -> JobWindow:
     )
 
 
+def window(now: float, phase, step_s: float, scheduled: float = 0.0) -> JobWindow:
+    """Job B's window of jobs A and B with one group each, alike: ``phase`` and ``step_s``."""
+    both = (
+        job_group("A", step_s=step_s, phase=phase),
+        job_group("B", step_s=step_s, phase=phase),
+    )
+    return _window("B", both, now, scheduled)
+
+
 def test_the_period_comes_down_while_steps_keep_up_and_goes_up_when_they_do_not() -> None:
     params = InterleaveParams(interleave_effect_pairs=0, interleave_settle_s=6.0)
     policy = InterleavePolicy(params)
@@ -640,13 +649,6 @@ def test_the_guards_experiment_ends_without_a_verdict_while_the_jobs_stay_in_the
     policy = build_policy("interleave", [params])
     colliding, in_turns = (0.05, 0.13), (0.05, 0.1)
 
-    def window(now: float, phase, step_s: float, scheduled: float) -> JobWindow:
-        both = (
-            job_group("A", step_s=step_s, phase=phase),
-            job_group("B", step_s=step_s, phase=phase),
-        )
-        return _window("B", both, now, scheduled)
-
     state = policy.initial_state()
     trace = []
 
@@ -694,13 +696,6 @@ def test_jobs_that_moved_into_their_turns_while_withheld_are_held_at_their_own_s
     policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
     colliding, in_turns = (0.05, 0.13), (0.05, 0.1)
 
-    def window(now: float, phase, step_s: float) -> JobWindow:
-        both = (
-            job_group("A", step_s=step_s, phase=phase),
-            job_group("B", step_s=step_s, phase=phase),
-        )
-        return _window("B", both, now, 0.0)
-
     first = policy.decide(window(0.0, colliding, 0.184), policy.initial_state())
     assert first.info["schedule"]["period_s"] == pytest.approx(0.193)
     # No turns known yet, and the steps fell by less than the collision's dilation (10%):
@@ -727,13 +722,6 @@ def test_jobs_that_left_their_collision_while_withheld_are_left_alone() -> None:
     it asked are the jobs in their turns: nothing is published, through the guard either; a
     collision is then steps that much longer than the shortest seen since."""
     colliding, in_turns = (0.05, 0.13), (0.05, 0.1)
-
-    def window(now: float, phase, step_s: float) -> JobWindow:
-        both = (
-            job_group("A", step_s=step_s, phase=phase),
-            job_group("B", step_s=step_s, phase=phase),
-        )
-        return _window("B", both, now, 0.0)
 
     policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
     first = policy.decide(window(0.0, colliding, 0.184), policy.initial_state())
