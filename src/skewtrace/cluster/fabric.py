@@ -57,12 +57,12 @@ class FabricSpec:
     uplink_mbit: float = 800.0
     uplink_sharing: str = "fifo"
     """How an uplink shares its rate among the nodes sending over it. ``fifo``: one
-    tail-drop queue (a tbf), where the sender that filled it first keeps most of the rate
-    and two jobs' transfers that overlap tend to drift apart by themselves. ``fair``: an
-    equal share for every node's traffic, borrowing what idle nodes leave (htb classes per
-    source address), as a fabric whose congestion control gives every flow its fair rate
-    (RoCE with DCQCN, fair queuing): transfers that overlap take twice as long each, and
-    jobs stay in their collision as long as their steps stay aligned."""
+    tail-drop queue (a tbf) for all of them. ``fair``: an equal share for every node's
+    traffic, borrowing what idle nodes leave (htb classes per source address), as a fabric
+    whose congestion control gives each flow its fair rate (RoCE with DCQCN, fair queuing).
+    On ``benchmarks/collision.py``'s jobs a collision held in place costs a third of a step
+    with ``fifo``, and with ``fair`` the jobs take turns within seconds however they start
+    (``docs/evaluation.md``)."""
 
     def __post_init__(self) -> None:
         if self.leaves < 1 or self.nodes_per_leaf < 1 or self.ranks_per_node < 1:
