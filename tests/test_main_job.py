@@ -117,7 +117,7 @@ _SEND_FOR = (
 
 def test_a_fairly_shared_uplink_gives_each_node_its_share(namespaces: None) -> None:
     """``uplink_sharing="fair"``: two nodes of a leaf sending across its uplink at once get
-    about half of it each, and a node alone gets all of it (htb borrows)."""
+    shares within 0.6x of each other, and a node alone gets most of the rate (htb borrows)."""
     spec = FabricSpec(
         leaves=2, nodes_per_leaf=2, nic_mbit=400, uplink_mbit=40, uplink_sharing="fair"
     )

@@ -232,9 +232,9 @@ class Fabric:
             raise KeyError(f"no switch {leaf!r} (switches: {', '.join(self.leaves)})")
         i = self.leaves.index(leaf)
         rate = self.spec.uplink_mbit if mbit is None else mbit
+        sources = [node.data_ip for node in self.nodes]
         for device in (f"up{i}", f"sp{i}"):
             if self.spec.uplink_sharing == "fair":
-                sources = [node.data_ip for node in self.nodes]
                 netns.set_fair_rate(self.fabric_ns, device, rate, sources)
             else:
                 netns.set_rate(self.fabric_ns, device, rate)

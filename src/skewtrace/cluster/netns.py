@@ -124,9 +124,13 @@ def tbf_args(rate_mbit: float) -> list[str]:
     """A token bucket at ``rate_mbit``: a burst of a few packets (at least a 4 ms worth, as
     tbf needs rate/HZ, and at least :data:`MAX_QUEUED_PACKET`) and up to 50 ms of queue
     before drops, like a switch port buffer."""
-    rate_bytes = rate_mbit * 1e6 / 8
-    burst = max(MAX_QUEUED_PACKET, int(rate_bytes * 0.004))
+    burst = _burst_bytes(rate_mbit)
     return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", "50ms"]
+
+
+def _burst_bytes(rate_mbit: float) -> int:
+    """A shaper's burst at ``rate_mbit``: 4 ms worth, and at least :data:`MAX_QUEUED_PACKET`."""
+    return max(MAX_QUEUED_PACKET, int(rate_mbit * 1e6 / 8 * 0.004))
 
 
 def set_rate(namespace: str, device: str, rate_mbit: float | None) -> None:
@@ -147,9 +151,8 @@ def set_fair_rate(namespace: str, device: str, rate_mbit: float, sources: Sequen
     if not sources:
         raise ValueError("fair sharing needs at least one source address")
     run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"], check=False)
-    rate_bytes = rate_mbit * 1e6 / 8
-    burst = str(max(MAX_QUEUED_PACKET, int(rate_bytes * 0.004)))
-    queue = str(max(2 * MAX_QUEUED_PACKET, int(rate_bytes * 0.050)))
+    burst = str(_burst_bytes(rate_mbit))
+    queue = str(max(2 * MAX_QUEUED_PACKET, int(rate_mbit * 1e6 / 8 * 0.050)))
     classes = len(sources) + 1  # the last one: any other sender
     share = f"{rate_mbit / classes:g}mbit"
     tc = ["tc", "-n", namespace]
