@@ -760,3 +760,44 @@ def test_jobs_that_left_their_collision_while_withheld_are_left_alone() -> None:
     assert reasons[0] == "measuring"
     assert reasons[-1] == REASON_NO_COLLISION
     assert "no_gain" not in reasons
+
+
+def test_a_shortest_period_that_fails_when_come_back_to_is_given_up() -> None:
+    """The 21:26 run of benchmarks/collision.py (2026-12-06): the steps had kept up with
+    148 ms, a later collision lengthened the period to 164 ms, and on the way back the step
+    that reached 148 ms (150 ms after rounding) failed, at 240, 257 and 287 s, each time a
+    collision and a hold, the search never done and the effect guard's judgment waiting for
+    it to the end of the run. A step back that fails within a full step of the shortest
+    period kept up with now gives that period up: the one kept up with now is the shortest
+    known, and the search narrows as after any failed trial."""
+    search = _Search()
+    step, kept = search.step, search.period
+    trial = step(kept)
+    assert step(trial * 1.4) == kept  # a failed trial (4% below): next ones 2% below
+    assert step(kept * 1.4) == kept  # its collision outlasts the hold ...
+    assert step(kept * 1.4) == kept
+    longer = step(kept * 1.4)  # ... and the period is lengthened to the collided steps
+    assert longer == round(kept * 1.4 * 1.05, 3)
+    back = [longer]
+    while True:  # in turns again: back toward the period kept up with, halfway each time
+        nxt = step(back[-1])
+        if nxt >= back[-1]:
+            break
+        back.append(nxt)
+        if nxt <= kept * 1.04:
+            break
+    near = back[-1]
+    before = back[-2]
+    assert kept <= near <= kept * 1.04 and before > near, back
+    assert search.interleave["trial_step_halvings"] == 1
+    # The machine slowed: the step back that reaches it fails.
+    assert step(near * 1.15) == before
+    assert search.interleave["trial_step_halvings"] == 2
+    # Not back to the given-up period after the hold: trials 1% below the one kept up with.
+    held = [step(before) for _ in range(2)]
+    assert held == [before, round(before * 0.99, 3)], (held, near)
+    assert search.out.searching
+    # That one fails too: the next would be 0.5% below, and the search is done.
+    assert step(held[1] * 1.15) == before
+    assert search.interleave["trial_step_halvings"] == 3
+    assert not search.out.searching

@@ -67,7 +67,9 @@ Its decision, on the body:
   ``_SEARCH_DONE_SETTLES`` settle times, then the search starts again. A failed trial's
   collision that outlasts its hold (steps longer than the period never fall back into
   their turns) lengthens the period to the collided steps plus the margin, from where it
-  comes back halfway each settle time to the shortest period kept up with. The units take
+  comes back halfway each settle time to the shortest period kept up with; a step back that
+  fails within a full step of that one gives it up (the one kept up with now is the
+  shortest known, and the search narrows as after a failed trial). The units take
   turns around the period (:func:`spread`): each a share in proportion to its longest phase
   alone, a group's slot its unit's turn minus that phase's natural start, so the phases
   keep their spacing at any period. While a schedule is in force the observed phases
@@ -760,13 +762,24 @@ class InterleavePolicy:
                         # The next trial below the shortest period kept up with is half as
                         # far below it; when that is too close to be worth a collision, the
                         # search is done for a long while. (A step back toward that period
-                        # that fails is no narrowing.)
+                        # that fails is no narrowing, unless it failed within a full step of
+                        # it: then that period no longer holds.)
                         longer = kept.kept_up_s
                         raised = kept.kept_up_s
                         failed += 1
                         if not (best and kept.period_s >= best):
                             halvings += 1
                             failed_s = min(failed_s or math.inf, kept.period_s)
+                        elif kept.period_s <= best * (1 + params.interleave_period_step):
+                            # Back at the shortest period kept up with (within the step that
+                            # reaches it), and it fails: the jobs or the machine slowed since
+                            # it was kept up with. Left as the target, it would be tried
+                            # again after every hold, a collision each time, and the search
+                            # (and the effect guard's judgment, which waits for it) would
+                            # never be done. The period kept up with now is the shortest
+                            # known, and the search narrows as after any failed trial.
+                            best = kept.kept_up_s
+                            halvings += 1
                         hold = _trial_hold(failed)
                         if _search_done(params, halvings):
                             hold = _SEARCH_DONE_SETTLES
