@@ -279,3 +279,69 @@ def test_an_unpaced_phase_outlasts_the_policy_falling_silent() -> None:
     found = ticks[-1][1].info["effect"]
     assert found["state"] == "kept" and found["pairs"] == 3
     assert found["gain"] == pytest.approx(0.15, abs=0.01)
+
+
+class AsksInSpells:
+    """A stand-in for the interleave policy where collisions come and go: it asks only in
+    ``spells`` (start, end) of the controller's clock, and not between them (the jobs in
+    their turns)."""
+
+    name = "interleave"
+
+    def __init__(self, spells: list[tuple[float, float]]) -> None:
+        self.spells = spells
+
+    def initial_state(self) -> int:
+        return 0
+
+    def decide(self, window: JobWindow, previous: int) -> Outcome:
+        if any(start <= window.now < end for start, end in self.spells):
+            return Outcome(reason="interleaving", state=previous, active=True, delays={0: 0.01})
+        return Outcome(reason="no_collision", state=previous)
+
+
+def _spells_run(params: PolicyParams, spells: list[tuple[float, float]], seconds: float) -> list:
+    """(time, outcome) per tick: steps 15% shorter while the guard publishes."""
+    guard = EffectGuard(AsksInSpells(spells), params)
+    state, published, ticks = guard.initial_state(), False, []
+    for tick in range(int(seconds / TICK_S)):
+        now = tick * TICK_S
+        step = BASE_STEP_S * (0.85 if published else 1.0)
+        ranks = {r: RankWindow(40, 40 * step, 0.0, 0.0) for r in range(4)}
+        out = guard.decide(JobWindow(now=now, ranks=ranks), state)
+        state, published = out.state, out.active
+        ticks.append((now, out))
+    return ticks
+
+
+def test_pairs_measured_before_the_policy_fell_silent_count_in_the_next_experiment() -> None:
+    """The 22:01 run of benchmarks/collision.py (2026-12-06), round 2: collisions that each
+    lasted one pair of the guard's phases (withheld, then scheduled: +13% to +18%) and ended
+    in the next withheld phase, the jobs in their turns. Each time the experiment was
+    dropped with its pair, the next collision paid a withheld phase again, and the schedule
+    was never judged. The pairs measured now count in the next experiment: judged after
+    three such spells, and the fourth is scheduled at once."""
+    spells = [(10.0, 22.0), (40.0, 52.0), (70.0, 82.0), (100.0, 112.0)]
+    ticks = _spells_run(PARAMS, spells, 115.0)
+    # One pair per spell: withheld 5 s, published 5 s, withheld again as the policy falls
+    # silent.
+    assert [o.active for t, o in ticks if 10.0 <= t < 20.0] == [False] * 10 + [True] * 10
+    judged = [o.info["effect"] for t, o in ticks if t >= 80.0 and "effect" in o.info]
+    assert judged and judged[0]["state"] == "kept" and judged[0]["pairs"] == 3
+    assert judged[0]["gain"] == pytest.approx(0.15, abs=0.01)
+    # Kept: the next collision is scheduled from its first tick, nothing withheld.
+    assert all(o.active for t, o in ticks if 100.0 <= t < 112.0)
+
+
+def test_pairs_older_than_the_recheck_time_are_not_counted() -> None:
+    params = PolicyParams(
+        effect_pairs=3, effect_phase_s=5.0, effect_backoff_s=60.0, effect_recheck_s=30.0
+    )
+    ticks = _spells_run(params, [(10.0, 22.0), (70.0, 82.0)], 85.0)
+    # The first spell's pair (measured at 20 s) is 50 s old when the second spell begins.
+    second = [o.info["effect"]["pairs"] for t, o in ticks if 80.0 <= t < 82.0]
+    assert second and set(second) == {1}
+    # Within the recheck time it counts.
+    ticks = _spells_run(params, [(10.0, 22.0), (40.0, 52.0)], 55.0)
+    second = [o.info["effect"]["pairs"] for t, o in ticks if 50.0 <= t < 52.0]
+    assert second and set(second) == {2}

@@ -15,7 +15,9 @@ pacing policy would pace a job, :class:`EffectGuard` runs an experiment on it:
   its decision the job may look fine for a while (two jobs a schedule kept in turns stay in
   them for tens of steps before they collide again), and that is the experiment's baseline,
   not the cause's end. The policy's own outcome is served meanwhile; the experiment ends
-  only if the policy still asks nothing when the phase is over;
+  only if the policy still asks nothing when the phase is over, and keeps the pairs it
+  measured: the next experiment, begun within ``effect_recheck_s`` of the oldest, counts
+  on from them (a cause that comes and goes for a pair at a time is judged too);
 - an ``on`` phase runs on while the policy says it is still ``searching`` for its setting
   (the interleave policy's period, which comes down from the collided step time over a few
   minutes), judged a phase after the search is done, at most ``effect_recheck_s`` after it
@@ -150,6 +152,9 @@ class EffectState:
     searched: float = 0.0
     """The last tick of the current on phase at which the policy was still searching."""
     gains: tuple[float, ...] = ()
+    first_pair_at: float = 0.0
+    """When the oldest of ``gains`` was measured (pairs outlive an experiment the policy
+    interrupted by falling silent, for ``effect_recheck_s``)."""
     judged: EffectEstimate | None = None
     """The last experiment's estimate."""
     judged_state: str = ""
@@ -184,13 +189,22 @@ class EffectGuard:
                 # Without its decision the job may look fine for a while: the baseline.
                 return self._with_effect(out, state)
             if state.mode in ("on", "off"):
-                # Pacing stopped by itself mid-experiment: nothing left to measure.
-                state = replace(state, mode="idle", gains=(), t_off=None)
+                # Pacing stopped by itself mid-experiment: the phase under way is lost, the
+                # pairs measured are kept for the next experiment (a cause that comes and
+                # goes, as collisions that end in their turns do, would otherwise never be
+                # judged, and each return would pay a withheld phase again).
+                state = replace(state, mode="idle", t_off=None)
             return self._with_effect(out, state)
         if state.mode == "kept" and now < state.until:
             return self._with_effect(out, state)
         if state.mode in ("idle", "kept"):
-            state = replace(state, mode="off", since=now, gains=(), t_off=None)
+            recent = (
+                state.mode == "idle"
+                and state.gains
+                and now - state.first_pair_at <= self.params.effect_recheck_s
+            )
+            gains = state.gains if recent else ()
+            state = replace(state, mode="off", since=now, gains=gains, t_off=None)
         if state.mode == "off":
             if now - state.since < phase:
                 return self._withheld(out, state, REASON_MEASURING)
@@ -202,9 +216,11 @@ class EffectGuard:
         if now - max(state.since, state.searched) < phase:
             return self._with_effect(out, state)
         t_on = step_time(window)
-        gains = state.gains
-        if state.t_off is not None and t_on is not None:
-            gains = (*gains, (state.t_off - t_on) / state.t_off)
+        gains, t_off = state.gains, state.t_off
+        if t_off is not None and t_on is not None:
+            if not gains:
+                state = replace(state, first_pair_at=now)
+            gains = (*gains, (t_off - t_on) / t_off)
         if len(gains) < self.params.effect_pairs:
             state = replace(state, mode="off", since=now, gains=gains, t_off=None)
             return self._withheld(out, state, REASON_MEASURING)
