@@ -198,11 +198,8 @@ class EffectGuard:
         if state.mode == "kept" and now < state.until:
             return self._with_effect(out, state)
         if state.mode in ("idle", "kept"):
-            recent = (
-                state.mode == "idle"
-                and state.gains
-                and now - state.first_pair_at <= self.params.effect_recheck_s
-            )
+            # Pairs left by an interrupted experiment (a verdict and a back-off clear them).
+            recent = state.gains and now - state.first_pair_at <= self.params.effect_recheck_s
             gains = state.gains if recent else ()
             state = replace(state, mode="off", since=now, gains=gains, t_off=None)
         if state.mode == "off":
