@@ -33,7 +33,11 @@ from skewtrace.cluster import fabric as fabric_mod
 from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 from skewtrace.semconv import JOB_ID
-from verdict_checks import assert_false_flags_explained, assert_phase_flags_follow_root_causes
+from verdict_checks import (
+    assert_false_flags_explained,
+    assert_phase_flags_follow_root_causes,
+    assert_phase_link_follows_link_causes,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.netns]
 
@@ -266,13 +270,11 @@ def test_each_scenario_is_diagnosed(
         if ranks:
             due = assert_phase_flags_follow_root_causes(spans, phase, ranks)
         else:
-            # A link alone has no per-step root cause to judge by: the outcome's own rule
-            # ("right" wants 75% of the steps from the first match), a little looser for a
-            # loaded 2-core machine (benchmarks/scenarios.py measures the rule).
-            assert phase["held_share"] is not None and phase["held_share"] >= 0.6, (
-                phase,
-                result.stdout[-2500:],
-            )
+            # A link alone: judged by the steps that located it. (A share of the steps since
+            # the first match, the outcome's own "right", held at 36% in a CI run beside a
+            # six-rank job, and at 93% alone: benchmarks/scenarios.py measures that rule.)
+            (link,) = phase["expected"].split(", ")
+            due = assert_phase_link_follows_link_causes(spans, phase, link)
         # Found: flagged within the phase (for ranks, exactly where the hysteresis of the
         # steps' root causes makes it, judged above; how many steps that takes depends on how
         # busy the machine is, so no bound on it here: benchmarks/scenarios.py measures it).

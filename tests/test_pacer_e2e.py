@@ -146,7 +146,12 @@ def test_pacing_activates_under_jitter_shows_in_traces_and_releases(
 
 def test_killing_the_pacer_leaves_training_running(otelcol_path: Path, tmp_path: Path) -> None:
     job_id = f"e2e-kill-{uuid.uuid4().hex[:8]}"
-    with harness.running_stack(otelcol_path, tmp_path) as stack:
+    # What is killed is what matters here, not whether pacing pays: without the effect guard
+    # (--effect-pairs 0) pacing turns on once the spread has held for its hold, instead of
+    # after the guard's first 10 s phase with its delays withheld. With the guard, a busy CI
+    # machine (the other worker running a six-rank job beside this one) slowed the 400 steps
+    # so much that they ended before a published phase had applied five delays.
+    with harness.running_stack(otelcol_path, tmp_path, ["--effect-pairs", "0"]) as stack:
         proc = harness.launch_training(
             stack, job_id, pacing=True, nprocs=4, steps=400, jitter=JITTER
         )

@@ -427,3 +427,38 @@ def assert_phase_flags_follow_root_causes(
         and set(flagged.get(s, {})) <= set(ranks)
         for s in phase_steps
     )
+
+
+def assert_phase_link_follows_link_causes(
+    spans: list[FileSpan], phase: Mapping[str, Any], link: str
+) -> bool:
+    """As :func:`assert_phase_flags_follow_root_causes`, for a part of the fabric (``link``, a
+    suspect key such as ``uplink:leaf0``) with no rank behind it to flag. Per analyzed step,
+    from two steps after the onset to the run's end, the Collector suspects ``link`` exactly
+    where its hysteresis (the ranks' flag rule, applied to the steps whose replay located the
+    link: their ``link_causes``) makes it; and the replay located the link in a step of the
+    phase wherever the job's own transfer times show the fault (two or more ranks' transfers
+    long, :func:`long_transfers`, in FLAG_K or more of the phase's steps). Which steps locate
+    it depends on how busy the machine is (a step whose transfers were stretched everywhere by
+    descheduled ranks locates nothing, or the switch), not this. Returns whether the verdict
+    was due in the phase: the fault showed, and in a step of the phase the hysteresis made the
+    Collector suspect the link with no rank flagged."""
+    summaries = _summaries(spans)
+    located = {s.step: ({0: semconv.CAUSE_NETWORK} if any(c.key == link for c in s.link_causes)
+                        else {}) for s in summaries}  # fmt: skip
+    suspected = {s.step: any(x.key == link for x in s.suspects) for s in summaries}
+    flagged = {s.step: s.flagged for s in summaries}
+    expected = expected_flags(located, 0)
+    first, last = phase["onset_step"], phase["steps"][1]
+    missed = [
+        step
+        for step in range(first + 2, max(suspected, default=0) + 1)
+        if step in suspected and suspected[step] != (expected[step] is not None)
+    ]
+    assert not missed, (link, missed, located, suspected)
+    phase_steps = range(first, last + 1)
+    long = long_transfers(spans)
+    if sum(len(long.get(s, ())) >= 2 for s in phase_steps) < FLAG_K:
+        return False
+    assert any(located.get(s) for s in phase_steps), (link, located, long)
+    return any(expected.get(s) is not None and not flagged.get(s) for s in phase_steps)
