@@ -37,8 +37,11 @@ import pytest
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess, FileSpan
 from skewtrace import semconv
 from verdict_checks import (
+    expected_flags,
     flagged_by_step,
     flags_follow_root_causes,
+    long_own_time,
+    long_work,
     root_causes,
     step_variation,
     unexplained_flags,
@@ -228,14 +231,30 @@ def check(case: Case, spans: list[FileSpan], counts: Path, output: str = "") -> 
         pytest.xfail(case.gap)
     # Per analyzed step, on the job's own evidence (not a share of steps, which a busy machine
     # lowers): wherever the replay named the slow rank in flag_k of the last flag_window
-    # steps, the Collector flagged it for compute; and it was found.
+    # steps, the Collector flagged it for compute.
     named = root_causes(spans)
     by_step = {step: dict(f) for step, f in flags.items()}
-    missed = flags_follow_root_causes(
-        named, by_step, case.slow_rank, range(slow_from + 2, steps - 1)
-    )
+    judged = range(slow_from + 2, steps - 1)
+    missed = flags_follow_root_causes(named, by_step, case.slow_rank, judged)
     assert not missed, (missed, slow, named)
-    assert flagged > 0, (len(slow), slow, named)
+    # The replay names the slow rank in every step where the job's own timings single it out:
+    # its own work long against its peers', and no peer's own work or time long (in a step of
+    # four ranks, one peer the machine descheduled for tens of ms widens the spread the
+    # Collector's candidates must stand out from: under CI, beside another worker's job, an
+    # FSDP2 x TP run named the slow rank in 3 of its 11 slow steps). And it was found wherever
+    # those steps alone would have flagged it.
+    work, own = long_work(spans), long_own_time(spans)
+    clean = [
+        s for s in judged
+        if case.slow_rank in work.get(s, set())
+        and not (work.get(s, set()) | own.get(s, set())) - {case.slow_rank}
+    ]  # fmt: skip
+    unnamed = [s for s in clean if case.slow_rank not in named.get(s, {})]
+    print(f"{case.script}: the slow rank singled out in {len(clean)} of {len(judged)} steps")
+    assert not unnamed, (unnamed, clean, named)
+    alone = {s: ({case.slow_rank: "compute"} if s in clean else {}) for s in named}
+    due = any(expected_flags(alone, case.slow_rank).get(s) for s in judged)
+    assert flagged > 0 or not due, (len(slow), slow, named, clean)
 
 
 def step_flags(spans: list[FileSpan]) -> dict[int, set[tuple[int, str]]]:

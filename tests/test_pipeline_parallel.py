@@ -19,7 +19,15 @@ import pytest
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess
 from skewtrace import semconv
 from test_instrumentation_multiproc import PIPELINE_SLOW_FROM, PIPELINE_STEPS, launch
-from verdict_checks import root_causes
+from verdict_checks import (
+    FLAG_K,
+    flagged_by_step,
+    flags_follow_root_causes,
+    long_own_time,
+    long_work,
+    root_causes,
+    unexplained_flags,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector]
 
@@ -61,20 +69,35 @@ def test_messages_join_pairwise_and_the_slow_stage_is_blamed(
         assert semconv.BARRIER_SKEW in span.attributes, ("not joined", span.attributes)
         assert semconv.BARRIER_MISSING_RANKS not in span.attributes, span.attributes
 
-    def flags(step: int) -> dict[int, str]:
-        return {
-            int(e["attributes"][semconv.RANK]): str(e["attributes"][semconv.STRAGGLER_CAUSE])
-            for e in summaries[step].events
-            if e["name"] == semconv.EVENT_STRAGGLER
-        }
-
-    # Per analyzed step, not on the machine's speed: every slow step's replay names the slow
-    # stage's compute (its 50 ms are inside its forward, whatever else the machine runs).
-    named = root_causes(spans)
-    slow_steps = [(step, named[step]) for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS)]
-    assert all(causes == {1: semconv.CAUSE_COMPUTE} for _, causes in slow_steps), slow_steps
-    for step in range(PIPELINE_STEPS):
-        assert set(flags(step)) <= {1}, (step, flags(step))
-    assert flags(PIPELINE_STEPS - 1) == {1: semconv.CAUSE_COMPUTE}, [
-        (step, flags(step)) for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS)
-    ]
+    # Per analyzed step, on the job's own evidence, not on the machine's speed. Every slow
+    # step's replay names the slow stage's compute (its 100 ms are inside its forwards), and
+    # no other rank unless that rank's own timings ran long in the step. A step in which a
+    # peer's own work ran long as well (the machine descheduled it: a three-rank step's
+    # candidates stand out from their peers' spread, and a peer tens of ms late widens it) is
+    # not judged for naming the slow stage; under CI, beside another worker's multi-rank job,
+    # the first slow step named nothing once, and alone or beside a CPU hog it always named it.
+    named, flagged = root_causes(spans), flagged_by_step(spans)
+    peers_long = {
+        step: (long_work(spans).get(step, set()) | long_own_time(spans).get(step, set())) - {1}
+        for step in named
+    }
+    judged = 0
+    for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS):
+        causes = named[step]
+        assert set(causes) - {1} <= peers_long[step], (step, causes, peers_long[step])
+        if not peers_long[step]:
+            judged += 1
+            assert causes.get(1) == semconv.CAUSE_COMPUTE, (step, causes)
+    assert judged >= FLAG_K, (judged, named, peers_long)
+    # The flag follows the hysteresis of those namings, and no other rank is flagged without
+    # its own timings to explain it.
+    missed = flags_follow_root_causes(
+        named, flagged, 1, range(PIPELINE_SLOW_FROM + 2, PIPELINE_STEPS)
+    )
+    assert not missed, (missed, named, flagged)
+    if judged == PIPELINE_STEPS - PIPELINE_SLOW_FROM:  # every slow step named it
+        assert flagged[PIPELINE_STEPS - 1].get(1) == semconv.CAUSE_COMPUTE, flagged
+    others = {step: {r: c for r, c in f.items() if r != 1} for step, f in flagged.items()}
+    assert not any(c not in (semconv.CAUSE_COMPUTE, semconv.CAUSE_NETWORK)
+                   for f in others.values() for c in f.values()), others  # fmt: skip
+    assert not unexplained_flags(spans, others, injected=None), others
