@@ -944,21 +944,19 @@ class InterleavePolicy:
             # steps that first asked for it, only kept from drifting back. (2026-12-06: a
             # 145 ms step in its turns was held at a 193 ms period set 10 s earlier, then
             # searched down for two minutes.)
+            # The search's state carries over; what is new is the turns, their start and
+            # busy time, and no failure or outgrowing measured yet.
             current = _round_period(max(period, kept.floor_s))
             restart = current < kept.period_s
             schedule = replace(
-                schedule,
+                kept,
+                turns=schedule.turns,
+                since=schedule.since,
+                busy_s=schedule.busy_s,
+                failed_s=0.0,
+                outgrown_at=0.0,
                 period_s=current if restart else kept.period_s,
-                floor_s=kept.floor_s,
-                floor_until=kept.floor_until,
-                natural_s=kept.natural_s,
                 kept_up_s=0.0 if restart else kept.kept_up_s,
-                failed_trials=kept.failed_trials,
-                halvings=kept.halvings,
-                best_s=kept.best_s,
-                turn_busy=kept.turn_busy,
-                asked_s=kept.asked_s,
-                free_s=kept.free_s,
             )
         figures = {"overlap_s": before, "overlap_after_s": after}
         if aligned is not None:
