@@ -81,6 +81,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -204,10 +205,15 @@ def launch(
 
 
 def rank_stats(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[str, Any]]:
-    """Each rank's ``step_stats`` line (``train_ddp.py``), once the rank has exited."""
+    """Each rank's ``step_stats`` line (``train_ddp.py``), once the rank has exited.
+
+    Every rank's stdout is drained at once: a rank's stats line of a long run (its step
+    times) outgrows the pipe, and read one rank after the other, a rank blocked writing it
+    never reached the barrier that the rank being read waited in (3,600 steps hung so)."""
+    with ThreadPoolExecutor(max_workers=max(1, len(procs))) as pool:
+        outs = list(pool.map(lambda proc: proc.communicate(timeout=timeout)[0], procs))
     out_stats = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=timeout)
+    for proc, out in zip(procs, outs, strict=True):
         if proc.returncode != 0:
             raise RuntimeError(f"a rank exited with {proc.returncode}; see its log")
         stats = [json.loads(line) for line in out.splitlines() if '"step_stats"' in line]
