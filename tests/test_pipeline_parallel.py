@@ -77,10 +77,8 @@ def test_messages_join_pairwise_and_the_slow_stage_is_blamed(
     # not judged for naming the slow stage; under CI, beside another worker's multi-rank job,
     # the first slow step named nothing once, and alone or beside a CPU hog it always named it.
     named, flagged = root_causes(spans), flagged_by_step(spans)
-    peers_long = {
-        step: (long_work(spans).get(step, set()) | long_own_time(spans).get(step, set())) - {1}
-        for step in named
-    }
+    work, own = long_work(spans), long_own_time(spans)
+    peers_long = {step: (work.get(step, set()) | own.get(step, set())) - {1} for step in named}
     judged = 0
     for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS):
         causes = named[step]

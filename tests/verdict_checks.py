@@ -446,15 +446,14 @@ def assert_phase_link_follows_link_causes(
     summaries = _summaries(spans)
     located = {s.step: ({0: semconv.CAUSE_NETWORK} if any(c.key == link for c in s.link_causes)
                         else {}) for s in summaries}  # fmt: skip
-    suspected = {s.step: any(x.key == link for x in s.suspects) for s in summaries}
+    suspected = {s.step: ({0: semconv.CAUSE_NETWORK} if any(x.key == link for x in s.suspects)
+                          else {}) for s in summaries}  # fmt: skip
     flagged = {s.step: s.flagged for s in summaries}
     expected = expected_flags(located, 0)
     first, last = phase["onset_step"], phase["steps"][1]
-    missed = [
-        step
-        for step in range(first + 2, max(suspected, default=0) + 1)
-        if step in suspected and suspected[step] != (expected[step] is not None)
-    ]
+    missed = flags_follow_root_causes(
+        located, suspected, 0, range(first + 2, max(suspected, default=0) + 1)
+    )
     assert not missed, (link, missed, located, suspected)
     phase_steps = range(first, last + 1)
     long = long_transfers(spans)
