@@ -70,16 +70,22 @@ def test_pacing_activates_under_jitter_shows_in_traces_and_releases(
 ) -> None:
     job_id = f"e2e-pacing-{uuid.uuid4().hex[:8]}"
     jitter_end_step = 250
-    with harness.running_stack(otelcol_path, tmp_path) as stack:
+    # What is tested is the pacing policy: on while arrivals are uneven, delays on the early
+    # ranks, off once they are even again. Its effect guard (tested in test_pacer_effect.py,
+    # and end to end by the no_harm benchmark's smoke run and the demo) is off here
+    # (--effect-pairs 0). With it, pacing publishes delays only after a 10 s phase with them
+    # withheld, measured on the pacer's clock, while the jitter ends at a step: in a CI run
+    # with the other worker busy, the 250 jittered steps took 24.5 s and pacing turned on at
+    # 25.3 s, after them.
+    with harness.running_stack(otelcol_path, tmp_path, ["--effect-pairs", "0"]) as stack:
         proc = harness.launch_training(
             stack,
             job_id,
             pacing=True,
             nprocs=4,
-            # Pacing turns on after the guard's first off phase (about 10 s) and off once the
-            # spread has stayed low for deactivate_hold_s after the window has let the jitter
-            # go: the 850 steps after the jitter (about 19 s here, longer on a busy machine)
-            # leave that release twice the time it takes.
+            # Pacing turns off once the spread has stayed low for deactivate_hold_s after the
+            # window has let the jitter go: the 850 steps after the jitter (about 19 s here,
+            # longer on a busy machine) leave that release twice the time it takes.
             steps=1100,
             jitter=JITTER,
             jitter_steps=f"0:{jitter_end_step}",
