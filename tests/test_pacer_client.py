@@ -246,8 +246,11 @@ def test_slow_pacer_never_blocks_current_delay(started: list[PacingClient]) -> N
             time.sleep(0.001)
         # The poll is hung the whole time; the answer went stale after 0.3 s -> 0.
         assert seconds == 0.0
-        assert worst < 0.005, f"current_delay took {worst * 1e3:.2f} ms"
-        assert calls > 100
+        # A current_delay that waited on the hung poll would take its 10 s. The bound is far
+        # above a lookup (microseconds) so that a busy machine descheduling this thread for a
+        # few milliseconds does not fail it (an earlier 5 ms bound was wall-clock luck).
+        assert worst < 0.5, f"current_delay took {worst * 1e3:.2f} ms"
+        assert calls > 20
     finally:
         release.set()
         srv.close()
@@ -261,7 +264,8 @@ def test_stop_is_prompt_and_leaves_no_delay(
     assert wait_for(lambda: client.polls_ok > 0)
     began = time.monotonic()
     client.stop()
-    assert time.monotonic() - began < 1.0
+    # A stop that waited out the poll interval would take 30 s.
+    assert time.monotonic() - began < 10.0
     assert client.current_delay() == (0.0, 7)
 
 
@@ -304,11 +308,13 @@ def test_apply_delay_sleeps_on_cpu() -> None:
     began = time.perf_counter()
     apply_delay(0.02)
     elapsed = time.perf_counter() - began
-    assert 0.019 <= elapsed < 0.2
+    assert 0.019 <= elapsed < 2.0
+    # Nothing to sleep: no sleep at all (inf would never return; the bound leaves a busy
+    # machine's scheduling noise room).
     for nothing in (0.0, -1.0, float("nan"), float("inf")):
         began = time.perf_counter()
         apply_delay(nothing)
-        assert time.perf_counter() - began < 0.005
+        assert time.perf_counter() - began < 0.5
 
 
 def test_apply_delay_on_a_cpu_torch_device_sleeps() -> None:
