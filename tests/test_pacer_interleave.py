@@ -91,6 +91,74 @@ def test_groups_sharing_a_host_get_one_offset() -> None:
     assert out.info["offsets"] == {"dp1.0": 0.1, "dp1.1": 0.1}
 
 
+def test_a_world_group_does_not_tie_the_sets_it_keeps_in_step() -> None:
+    # examples/train_ddp.py --sets 2: two sets' data-parallel groups on nodes of alternating
+    # parity, and the loss all-reduce over the world (every host) at the step's end. Tied
+    # through the world group the sets would be one unit with nothing to interleave; every
+    # rank waits for it whatever the offsets, so it ties nothing and gets no offset.
+    world = ["node-0", "node-1", "node-2", "node-3"]
+    loss = (0.6, 0.002)
+    sets = (
+        group("1", GATHER, REDUCE, hosts=["node-0", "node-2"]),
+        group("2", GATHER, REDUCE, hosts=["node-1", "node-3"]),
+    )
+    out = decide(*sets, group("0", loss, hosts=world))
+    assert out.info["offsets"] == {"2": 0.1}
+    assert [u.pgs for u in units((*sets, group("0", loss, hosts=world)))] == [("1",), ("2",)]
+    # A plain DDP job's world is its only crossing group: it stays (the two-job schedule
+    # reads it), as do groups over all hosts where the rest is one unit.
+    assert [u.pgs for u in units([group("0", REDUCE, hosts=world)])] == [("0",)]
+    one_set = group("1", GATHER, hosts=["node-0", "node-2"])
+    tp = group("tp", (0.1, 0.01), hosts=["node-0"], switches=("leaf-00",))
+    assert [u.pgs for u in units([one_set, tp, group("0", loss, hosts=world)])] == [
+        ("0", "1", "tp")
+    ]
+    # Two jobs: each job's own world counts, not the other's hosts.
+    other = replace(group("0", REDUCE, hosts=["node-4", "node-5"]), job="B")
+    assert ("0",) in [
+        u.pgs for u in units([other, *sets, group("0", loss, hosts=world)]) if u.job == "B"
+    ]
+
+
+def test_offsets_of_sets_that_wait_for_each_other_at_the_step_start_hold() -> None:
+    # The same job interleaved: set "1" holds 0.1 s before its gather. The loss all-reduce
+    # over the world runs after the optimizer, at the start of the next train.step, and set
+    # "2" waits there for set "1" 0.1 s: after their own step starts, both sets' phases start
+    # at 0.11 s. Read as if each started its step at that wait's end, set "1" would seem to
+    # start 0.1 s earlier than set "2", the overlap gone, and the offset went to set "2" (a
+    # run on the emulated fabric handed it from one set to the other every few seconds).
+    world = ["node-0", "node-1", "node-2", "node-3"]
+    held = group("1", (0.11, 0.1), (0.374, 0.1), hosts=["node-0", "node-2"], applied=0.1)
+    waiting = group("2", (0.11, 0.1), (0.374, 0.1), hosts=["node-1", "node-3"])
+    out = decide(held, waiting, group("0", (0.0, 0.1), hosts=world))
+    assert out.info["offsets"] == {"1": 0.1}
+    # Where the world's phase comes after the sets' (a gradient-norm all-reduce before the
+    # optimizer), the step starts after the wait and the offset shows as it is: set "1"
+    # observed 0.1 s later than set "2", naturally together, holds its offset too.
+    late_world = group("0", (0.6, 0.05), hosts=world)
+    shifted = group("1", (0.11, 0.1), (0.374, 0.1), hosts=["node-0", "node-2"], applied=0.1)
+    alone = group("2", (0.01, 0.1), (0.274, 0.1), hosts=["node-1", "node-3"])
+    assert decide(shifted, alone, late_world).info["offsets"] == {"1": 0.1}
+
+
+def test_offsets_in_force_stay_while_about_as_good() -> None:
+    # Interleaved at 0.1 s, the phases' estimates move a few milliseconds: the best offset
+    # now is 0.103 s, and 0.1 s leaves 3 ms more overlap, under the 5 ms threshold. Kept.
+    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
+    state = policy.decide(
+        JobWindow(now=0.0, ranks={}, groups=(group("a", GATHER), group("b", GATHER))),
+        policy.initial_state(),
+    ).state
+    assert state.offsets == {"b": 0.1}
+    moved = (group("a", (0.02, 0.103)), group("b", (0.12, 0.1), applied=0.1))
+    out = policy.decide(JobWindow(now=5.0, ranks={}, groups=moved), state)
+    assert out.info["offsets"] == {"b": 0.1}
+    # Moved further (20 ms more overlap left by the old offset): placed anew.
+    further = (group("a", (0.02, 0.12)), group("b", (0.12, 0.1), applied=0.1))
+    out = policy.decide(JobWindow(now=10.0, ranks={}, groups=further), state)
+    assert out.info["offsets"] == {"b": 0.12}
+
+
 def test_guarded_offsets_are_withheld_while_measuring() -> None:
     # Under the effect guard (the registry's entry) the offsets are measured like pacing's
     # delays: withheld (no offsets, inactive) in the first phase, published in the second.

@@ -16,16 +16,30 @@ The model, pure (no I/O, no clock, no randomness), from the window's
 - **units**: groups that share a host are tied (a delay before one rank's forward holds the
   host's other ranks at their tensor-parallel collective) and get one offset; a unit's phases
   are its groups' phases, its switches theirs. Units whose members sit behind one switch
-  cross no uplink and are left alone;
+  cross no uplink and are left alone. A group over every host of its job (the world's loss
+  or gradient-norm all-reduce that keeps a job's halves in one step) ties nothing where the
+  job's other groups form two or more units that cross the spine without it: every rank
+  waits for it whatever the offsets, so no offset moves it, and tying through it would make
+  the halves one unit with nothing to interleave (``examples/train_ddp.py --sets 2``: two
+  sets' gathers and all-reduces on one uplink every step). It is left out of the placement
+  then; a job whose only crossing group is its world (plain DDP) keeps it. Where such a
+  group's phase starts before a unit's (a loss all-reduce after the optimizer, at the next
+  step's start), the job's ranks wait there for the most held unit: every unit's phases then
+  start as late after its own step start whatever its offset, and they are read on the
+  time line after that wait (earlier by the most held unit's offset less its own);
 - **alone**: a phase's duration without the collision, estimated as its observed duration over
   the number of units whose observed phases overlap it on a shared switch (itself included):
   exact for equal units that overlap entirely on an uplink that carries one unit at full rate;
-- **placement**: units in order of their natural first phase (observed start minus the offset
-  they were given), the first at 0; each next one at the offset in ``[0, max_offset]``, among 0
-  and the ends of placed phases, that leaves the least overlap (alone durations, natural
-  starts) with the placed units on a shared switch, the smallest within
-  ``interleave_min_overlap_s`` of the least (the unit pays its offset on its own path), and 0
-  unless it takes at least ``interleave_min_overlap_s`` of overlap away.
+- **placement**: units in order of their first phase as it starts now (its natural start,
+  the observed start minus the offset it was given, plus that offset: units that start
+  together but for noise keep their order, the one holding its offset), the first at 0;
+  each next one at the offset in ``[0, max_offset]``, among 0 and the ends of placed
+  phases, that leaves the least overlap (alone durations, natural starts) with the placed
+  units on a shared switch, the smallest within ``interleave_min_overlap_s`` of the least
+  (the unit pays its offset on its own path), and 0 unless it takes at least
+  ``interleave_min_overlap_s`` of overlap away. Offsets in force stay while they leave at
+  most ``interleave_min_overlap_s`` more overlap than that placement (the estimates move by
+  a few milliseconds from window to window, and each change costs a window of mixed steps).
 
 Its decision, on the body:
 
@@ -215,7 +229,8 @@ class Unit:
     pgs: tuple[str, ...]
     switches: frozenset[str]
     observed: tuple[tuple[float, float], ...]
-    """(start, duration) of its phases as observed."""
+    """(start, duration) of its phases as observed (after its members' step start; where the
+    job's ranks wait for each other before them, on the time line after that wait)."""
     applied_offset_s: float
     job: str = ""
     """The job its groups belong to."""
@@ -242,9 +257,8 @@ def _root_finder(parent: list[int]) -> Callable[[int], int]:
     return root
 
 
-def units(groups: Iterable[GroupPhases]) -> list[Unit]:
-    """The window's groups, tied by shared hosts, that have phases; in name order."""
-    groups = [g for g in groups if g.phases]
+def _tied(groups: Sequence[GroupPhases]) -> list[list[GroupPhases]]:
+    """The groups in sets tied by shared hosts (within a job)."""
     parent = list(range(len(groups)))
     root = _root_finder(parent)
 
@@ -257,14 +271,57 @@ def units(groups: Iterable[GroupPhases]) -> list[Unit]:
     members: dict[int, list[GroupPhases]] = {}
     for i, group in enumerate(groups):
         members.setdefault(root(i), []).append(group)
+    return list(members.values())
+
+
+def _without_job_wide(
+    groups: Sequence[GroupPhases],
+) -> tuple[list[GroupPhases], dict[str, float]]:
+    """The groups less each job's groups over every host of the job, where the job's other
+    groups form two or more units that cross the spine without them (see the module
+    docstring); and by job, the earliest start of those groups' phases (where the job's
+    ranks wait for each other)."""
+    dropped: set[int] = set()
+    sync_at: dict[str, float] = {}
+    for job in {g.job for g in groups}:
+        mine = [g for g in groups if g.job == job]
+        hosts = {h for g in mine for h in g.hosts}
+        if len(hosts) < 2 or "many" in hosts:
+            continue
+        wide = [g for g in mine if set(g.hosts) >= hosts]
+        rest = [g for g in mine if not set(g.hosts) >= hosts]
+        crossing = sum(1 for tied in _tied(rest) if any(_crosses(g) for g in tied))
+        if wide and crossing >= 2:
+            dropped.update(id(g) for g in wide)
+            sync_at[job] = min(start for g in wide for start, _ in g.phases)
+    return [g for g in groups if id(g) not in dropped], sync_at
+
+
+def units(groups: Iterable[GroupPhases]) -> list[Unit]:
+    """The window's groups, tied by shared hosts, that have phases; in name order (a job's
+    groups over all its hosts left out where they would tie its halves: see the module
+    docstring)."""
     out = []
-    for tied in members.values():
+    kept, sync_at = _without_job_wide([g for g in groups if g.phases])
+    most = {job: max(g.applied_offset_s for g in kept if g.job == job) for job in sync_at}
+    for tied in _tied(kept):
+        observed = _merged([g for g in tied if _crosses(g)] or tied)
+        applied = max(g.applied_offset_s for g in tied)
+        job = tied[0].job
+        if job in sync_at and sync_at[job] < min(start for start, _ in observed):
+            # The job's ranks wait for each other (its world collective) after their step
+            # started and before these phases: a unit held less than the job's most held one
+            # waits there for the difference, so every unit's phases start as late after its
+            # own step start, whatever its offset. On the job's one time line, after that
+            # wait, they start the difference earlier.
+            shift = most[job] - applied
+            observed = tuple((start - shift, duration) for start, duration in observed)
         out.append(
             Unit(
                 pgs=tuple(sorted(g.pg for g in tied)),
                 switches=frozenset(s for g in tied for s in g.switches),
-                observed=_merged([g for g in tied if _crosses(g)] or tied),
-                applied_offset_s=max(g.applied_offset_s for g in tied),
+                observed=observed,
+                applied_offset_s=applied,
                 job=tied[0].job,
                 step_s=max(g.step_s for g in tied),
                 step_start=max(g.step_start_unix for g in tied),
@@ -349,9 +406,17 @@ def place(
     ``period`` the phases repeat every period (a schedule) and offsets stay below it."""
     crossing = [u for u in all_units if u.crosses]
     phases = alone_durations(crossing)
+    # In order of where their first phases start now (natural start plus the offset given):
+    # units whose natural starts are equal but for noise keep their order, and the one
+    # holding keeps its offset (ordered by natural start alone, a millisecond of noise
+    # handed the offset from one set of a job to the other every few seconds).
     order = sorted(
         range(len(crossing)),
-        key=lambda i: (_ms(min(p[0] for p in phases[i])), crossing[i].job, crossing[i].pgs),
+        key=lambda i: (
+            _ms(min(p[0] for p in phases[i]) + crossing[i].applied_offset_s),
+            crossing[i].job,
+            crossing[i].pgs,
+        ),
     )
     bound = params.interleave_max_offset_s
     if period > 0:
@@ -386,6 +451,23 @@ def place(
             offsets[(unit.job, pg)] = best
         placed.append((unit, [(start + best, duration) for start, duration in mine]))
     return offsets, before, after
+
+
+def overlap_with(crossing: Sequence[Unit], offsets: Mapping[tuple[str, str], float]) -> float:
+    """The phase overlap per step (alone durations, natural starts) of the units that share a
+    switch, each shifted by its groups' largest offset in ``offsets`` (by job and group)."""
+    phases = alone_durations(crossing)
+    shifted = [
+        [(start + max((offsets.get((u.job, pg), 0.0) for pg in u.pgs), default=0.0), d)
+         for start, d in mine]
+        for u, mine in zip(crossing, phases, strict=True)
+    ]  # fmt: skip
+    return sum(
+        _total_overlap(shifted[i], 0.0, shifted[j])
+        for i in range(len(crossing))
+        for j in range(i)
+        if crossing[i].switches & crossing[j].switches
+    )
 
 
 def spread(
@@ -684,6 +766,16 @@ class InterleavePolicy:
                 info={"offsets": dict(previous.offsets), "interleave": {"units": len(crossing)}},
             )
         offsets, before, after = place(crossing, self.params)
+        if previous.offsets:
+            # The offsets in force stay while they leave at most interleave_min_overlap_s
+            # more overlap than the best placement now: the phases' estimates move by a few
+            # milliseconds from window to window, and each change of an offset costs a
+            # window of steps that mix two placements (2026-12-07, --layout sets: a placement
+            # anew every few seconds moved the offset between 62 and 109 ms).
+            keep = {(window.job, pg): offset for pg, offset in previous.offsets.items()}
+            kept_after = overlap_with(crossing, keep)
+            if kept_after <= after + self.params.interleave_min_overlap_s:
+                offsets, after = keep, kept_after
         published = {
             pg: offset
             for (job, pg), offset in sorted(offsets.items())
