@@ -17,6 +17,15 @@ Knobs to make a rank late on purpose:
   ``--sample-time SECONDS`` its forward also takes that long per sample (a sleep: time on a
   simulated accelerator, so that two shared CPUs do not decide it). No rank is slow, yet a
   different one is slowest in each step: a data imbalance.
+- ``--sets S``: the ranks form S sets (rank r in set r mod S: with a rank per node, nodes of
+  alternating parity, as the halves or stages of a larger job), each with a data-parallel
+  group of its own (DDP over that group); the step's loss all-reduce over the world keeps
+  the sets in one step. ``--gather-bytes N``: every forward starts with a blocking all-gather
+  of N bytes a rank over its data-parallel group (a ZeRO-3/FSDP parameter gather). With
+  both, each set has two communication phases a step, and two sets whose groups cross one
+  uplink collide there every step (``benchmarks/collision.py --layout sets``).
+  ``--set-offset SECONDS``: set s waits s x SECONDS before each forward (an offset set by
+  hand, where an interleaving controller would set one).
 - ``--start-at EPOCH_SECONDS``: every rank waits until that wall-clock time before its first
   step; with ``--cadence SECONDS`` step k starts no earlier than START + k x SECONDS (a
   schedule: two jobs on one fabric on the same cadence half a period apart keep their
@@ -127,6 +136,23 @@ def parse_range(text: str) -> tuple[int, int]:
     return _int_pair(text, "--jitter-steps", ("START", "END"), 0)
 
 
+def positive_int(text: str) -> int:
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -145,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jitter-steps", type=parse_range, default=None)
     parser.add_argument("--dynamic-batch", type=parse_batch_range, default=None, metavar="MIN:MAX")
     parser.add_argument("--sample-time", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--sets", type=positive_int, default=1, metavar="S")
+    parser.add_argument("--gather-bytes", type=non_negative_int, default=0, metavar="N")
+    parser.add_argument("--set-offset", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--start-at", type=float, default=None, metavar="EPOCH_SECONDS")
     parser.add_argument("--cadence", type=float, default=None, metavar="SECONDS")
     parser.add_argument("--no-instrument", action="store_true", help="baseline: no skewtrace")
@@ -191,8 +220,15 @@ class Net(nn.Module):
         self.extra_compute_s = 0.0
         self.extra_sleep_s = 0.0
         self.sample_time_s = 0.0
+        # --gather-bytes: the parameter gather that starts every forward (None: none).
+        self.gather: Any = None
+        self.offset_s = 0.0  # --set-offset
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.offset_s > 0:
+            time.sleep(self.offset_s)
+        if self.gather is not None:
+            self.gather()
         if self.extra_compute_s > 0:
             busy_compute(self.extra_compute_s, inputs.device)
         if self.extra_sleep_s > 0:
@@ -267,7 +303,22 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         drop_last=True,
     )
     net = Net(features, args.hidden, args.layers).to(device)
-    model = DistributedDataParallel(net, device_ids=[device.index] if use_cuda else None)
+    # --sets: a data-parallel group per set, created on every rank in the same order.
+    dp_group = None
+    if args.sets > 1:
+        sets = [
+            dist.new_group([r for r in range(world) if r % args.sets == s])
+            for s in range(args.sets)
+        ]
+        dp_group = sets[rank % args.sets]
+        net.offset_s = (rank % args.sets) * args.set_offset
+    if args.gather_bytes > 0:
+        shard = torch.zeros(max(1, args.gather_bytes // 4), device=device)
+        gathered = [torch.empty_like(shard) for _ in range(dist.get_world_size(dp_group))]
+        net.gather = lambda: dist.all_gather(gathered, shard, group=dp_group)
+    model = DistributedDataParallel(
+        net, device_ids=[device.index] if use_cuda else None, process_group=dp_group
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -328,6 +379,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "event": "step_stats",
         "rank": rank,
+        "set": rank % args.sets,
         "world_size": world,
         "steps": len(step_times),
         "measured_steps": len(measured),
