@@ -55,6 +55,17 @@ namespace (:class:`skewtrace.cluster.services.Services`):
   Steps before ``--controlled-warmup`` (the time it takes the Collector and the pacer to see
   the collision, and the period's search) are left out of every arm and the observed run.
 
+``--layout sets``: instead of two jobs, one job of four ranks (``JOB_SETS``:
+``examples/train_ddp.py --sets 2 --gather-bytes N``), whose two sets (ranks on node0 and node2,
+ranks on node1 and node3) each have a data-parallel group with two phases a step, a
+parameter gather before forward and the gradient all-reduce after backward, both crossing
+the uplinks; the world's loss all-reduce keeps the sets in one step, so their phases collide
+every step, for as long as the job runs (the scenario where free-running jobs, which drift in
+and out of their collision, cannot show what interleaving is worth). Per round: the job
+uninstrumented (``colliding``), the same with set 1 offset by hand (``--set-offset``), then
+instrumented and observed, and under each arm (the interleave policy publishes ``offsets``
+here, not a schedule); each arm's throughput over the observed run's.
+
 Started half a step apart and left to run free, the two jobs drift back into collisions
 within tens of steps (measured: the offset alone gave -7% to +32% in three runs), so the
 constraint must hold every step, as a schedule does. Printed: each job's mean step time after
@@ -65,6 +76,7 @@ collide.
     python benchmarks/collision.py                  # ~4 minutes here
     python benchmarks/collision.py --quick          # the smoke run
     python benchmarks/collision.py --controlled     # also the closed loop (~8 minutes)
+    python benchmarks/collision.py --layout sets --arm interleave --interleave-effect-pairs 3
 
 Needs root and iproute2 (network namespaces).
 """
@@ -107,7 +119,7 @@ START_DELAY_S = 20.0
 @dataclass(frozen=True)
 class JobSpec:
     name: str
-    nodes: tuple[str, str]
+    nodes: tuple[str, ...]
     extra: tuple[str, ...] = ()
     """More flags of the job's script (a jitter, a straggler: ``benchmarks/no_harm.py``)."""
     stages: int = 1
@@ -122,6 +134,10 @@ class JobSpec:
 
 JOB_A = JobSpec("A", ("node0", "node2"))
 JOB_B = JobSpec("B", ("node1", "node3"))
+JOB_SETS = JobSpec("S", ("node0", "node1", "node2", "node3"), ("--sets", "2"))
+"""``--layout sets``: one job of four ranks, a rank a node; set 0 (ranks 0 and 2) on node0
+and node2, set 1 (ranks 1 and 3) on node1 and node3, each set's gather and all-reduce
+crossing both uplinks, the world's loss all-reduce keeping the sets in one step."""
 
 
 @dataclass(frozen=True)
@@ -251,7 +267,9 @@ def run(
 
 
 @contextlib.contextmanager
-def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
+def _decision_trace(
+    telemetry: Telemetry, path: Path, jobs: tuple[JobSpec, ...] = (JOB_A, JOB_B)
+) -> Any:
     """Both jobs' decisions, read from the pacer once a second while the block runs, one JSON
     line each: the body with ``t`` and the benchmark's ``job_name`` (the period's search, for
     the evaluation). Yields the set of policies those decisions named (filled as they are
@@ -262,7 +280,7 @@ def _decision_trace(telemetry: Telemetry, path: Path) -> Any:
     def poll() -> None:
         with path.open("w") as out:
             while not stop.wait(1.0):
-                for job in (JOB_A, JOB_B):
+                for job in jobs:
                     body = telemetry.services.pacing(telemetry.job_id(job))
                     if body.get("policy"):
                         policies.add(str(body["policy"]))
@@ -328,6 +346,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--controlled-warmup", type=int, default=80, help="steps before the controller is in"
     )
+    parser.add_argument(
+        "--layout",
+        choices=("jobs", "sets"),
+        default="jobs",
+        help="jobs: two 2-rank jobs (default); sets: one 4-rank job of two sets whose "
+        "gathers and all-reduces collide every step (JOB_SETS)",
+    )
+    parser.add_argument(
+        "--gather-bytes",
+        type=int,
+        default=3_300_000,
+        help="--layout sets: each forward's parameter gather, bytes a rank",
+    )
+    parser.add_argument(
+        "--set-offset",
+        type=float,
+        default=0.07,
+        help="--layout sets: the hand-set run's offset of set 1 (seconds; 0: no such run)",
+    )
     parser.add_argument("--quick", action="store_true", help="one short round (smoke)")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-collision"))
     args = parser.parse_args(argv)
@@ -337,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.steps, args.warmup, args.start_delay = 1, 10, 2, 8.0
         args.controlled_steps, args.controlled_warmup = 30, 10
         arms = chosen or ("interleave",)
+        if args.layout == "sets":
+            # The Collector's phases of a few steps, then offsets the ranks apply: what the
+            # smoke run checks (the pacer's last decision names them). No hand-set run.
+            args.controlled_steps, args.set_offset = 60, 0.0
     if os.geteuid() != 0:
         print("collision: needs root (network namespaces)", file=sys.stderr)
         return 2
@@ -356,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     results_spells: dict[str, list[dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         fabric = stack.enter_context(Fabric(spec))
+        if args.layout == "sets":
+            print(f"fabric: {fabric.describe()}; one 4-rank job, two sets crossing both uplinks")
+            services = start_services(stack, fabric, args.logs, pacer_args_for_arms(args))
+            return run_sets(fabric, args, arms, services)
         print(f"fabric: {fabric.describe()}; two 2-rank jobs crossing both uplinks")
         telemetry = None
         if args.controlled:
@@ -458,6 +503,107 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_sets(
+    fabric: Fabric, args: argparse.Namespace, arms: tuple[str, ...], telemetry: Telemetry
+) -> int:
+    """``--layout sets``: per round, the job uninstrumented (``colliding``: its sets' phases
+    collide every step, as nothing tells them apart; ``hand-set``: set 1 offset by
+    ``--set-offset``), instrumented and observed (the ``off`` arm), and under each arm's
+    policies; each controlled arm's throughput over the observed run's, beside its target.
+    The loop is always closed here (``--controlled`` implied)."""
+    job = replace(JOB_SETS, extra=(*JOB_SETS.extra, "--gather-bytes", str(args.gather_bytes)))
+    hand_set = replace(job, extra=(*job.extra, "--set-offset", str(args.set_offset)))
+    # Every run is measured after the same warm-up, the controlled runs' (the time it takes
+    # the Collector and the pacer to see the collision).
+    names = ("colliding", *(("hand-set",) if args.set_offset > 0 else ()), "observed", *arms)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    wrong_policy: list[tuple[str, int, list[str]]] = []
+    spells_by_arm: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        uninstrumented = argparse.Namespace(
+            **{**vars(args), "steps": args.controlled_steps, "warmup": args.controlled_warmup}
+        )
+        results["colliding"].append(run(fabric, uninstrumented, [(job, 0.0)], args.logs)["S"])
+        if args.set_offset > 0:
+            results["hand-set"].append(
+                run(fabric, uninstrumented, [(hand_set, 0.0)], args.logs)["S"]
+            )
+        for arm in arms:
+            controlled = replace(telemetry, label=f"-{arm}{round_ + 1}")
+            record = f"sets-{arm}-{round_ + 1}"
+            trace = args.logs / f"decisions-{record}.jsonl"
+            with _decision_trace(controlled, trace, (job,)) as policies:
+                step = run(fabric, args, [(job, 0.0)], args.logs, None, controlled, record)["S"]
+            results[arm].append(step)
+            if policies != {ARMS[arm]}:
+                wrong_policy.append((arm, round_ + 1, sorted(policies)))
+            spells = guard_spells(args.logs, record, trace)
+            spells_by_arm.setdefault(arm, []).append(spells)
+            print_spells(arm, round_ + 1, spells)
+            body = telemetry.services.pacing(controlled.job_id(job))
+            print(
+                f"  pacer for {controlled.job_id(job)} ({body.get('policy')}): reason "
+                f"{body.get('reason')}, offsets {json.dumps(body.get('offsets'))}, interleave "
+                f"{json.dumps(body.get('interleave'))}",
+                flush=True,
+            )
+        observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")
+        record = f"sets-observed-{round_ + 1}"
+        results["observed"].append(
+            run(fabric, args, [(job, 0.0)], args.logs, None, observed, record)["S"]
+        )
+        print(
+            f"round {round_ + 1}: "
+            + ", ".join(f"{name} {values[-1] * 1e3:.1f} ms" for name, values in results.items()),
+            flush=True,
+        )
+    summary: dict[str, Any] = {
+        "layout": "sets",
+        "colliding_ms": 1e3 * statistics.median(results["colliding"]),
+        "observed_ms": 1e3 * statistics.median(results["observed"]),
+        "arms": {},
+        "spells": spells_by_arm,
+    }
+    for arm in arms:
+        gains = [
+            base / step - 1 for base, step in zip(results["observed"], results[arm], strict=True)
+        ]
+        summary["arms"][arm] = {
+            "ms": 1e3 * statistics.median(results[arm]),
+            "gain": statistics.median(gains),
+            "gain_min": min(gains),
+            "gain_max": max(gains),
+            "per_round": gains,
+        }
+    if args.set_offset > 0:
+        hand = [c / h - 1 for c, h in zip(results["colliding"], results["hand-set"], strict=True)]
+        summary["hand_set_ms"] = 1e3 * statistics.median(results["hand-set"])
+        summary["hand_set_gain"] = statistics.median(hand)
+        print(
+            f"hand-set offset {args.set_offset * 1e3:.0f} ms over colliding (uninstrumented): "
+            f"{summary['hand_set_gain']:+.1%} (spread over rounds {min(hand):+.1%}.."
+            f"{max(hand):+.1%})"
+        )
+    print(
+        f"median step time: uninstrumented {summary['colliding_ms']:.1f} ms, observed "
+        f"{summary['observed_ms']:.1f} ms, "
+        + ", ".join(f"{arm} {summary['arms'][arm]['ms']:.1f} ms" for arm in arms)
+        + f" (steps after {args.controlled_warmup})"
+    )
+    for arm in arms:
+        s, target = summary["arms"][arm], ARM_TARGETS[arm]
+        print(
+            f"{arm} over observed throughput (one job, two sets): {s['gain']:+.1%} (spread over "
+            f"rounds {s['gain_min']:+.1%}..{s['gain_max']:+.1%}); target >= {target:+.0%} "
+            f"where phases collide: {'met' if s['gain'] >= target else 'NOT met'}"
+        )
+    print("SUMMARY " + json.dumps(summary))
+    if wrong_policy:
+        print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
+        return 1
+    return 0
+
+
 def pacer_args_for_arms(args: argparse.Namespace) -> tuple[str, ...]:
     """One pacer for every arm: ``--policy interleave`` (its guard as asked), and by
     ``--job-policy`` the other arms' policies for their jobs' ids (``job-A-pacing1``, ...)."""
@@ -497,8 +643,8 @@ def guard_spells(logs: Path, record: str, trace: Path) -> dict[str, Any]:
         # The benchmark's name for the job (A, B): the body's ``job`` is the pacer's id.
         job = body.get("job_name") or str(body["job"]).removeprefix("job-").split("-")[0]
         effect = _interleave_effect(body)
-        if body.get("active") and body.get("schedule"):
-            spell = "scheduled"
+        if body.get("active") and (body.get("schedule") or body.get("offsets")):
+            spell = "scheduled"  # or offsets published (--layout sets)
         elif effect and effect.get("state") == "measuring":
             spell = "withheld"  # the guard's phase without the schedule
         elif body.get("reason"):

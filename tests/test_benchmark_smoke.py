@@ -204,6 +204,17 @@ NAMESPACE_SMOKES = [
         ),
     ),
     Smoke(
+        "collision",
+        "--quick --layout sets",
+        (
+            # The loop closed on one job: the Collector's phases of its two sets, then an
+            # offset for one set's group (not both, not the world's), which its ranks apply.
+            rf"^  pacer for job-S-interleave1 \(interleave\): reason interleaving, offsets "
+            rf'\{{"\d+": {NUMBER}\}}, interleave \{{"units": 2',
+            rf"^interleave over observed throughput \(one job, two sets\): [-+]{NUMBER}% ",
+        ),
+    ),
+    Smoke(
         "no_harm",
         "--quick --scenario long-stage",
         (
@@ -244,6 +255,8 @@ PLAIN_SMOKES = [
 
 
 def _id(smoke: Smoke) -> str:
+    if smoke.script == "collision" and "--layout sets" in smoke.args:
+        return "collision-sets"
     if smoke.script == "rebalance":
         return f"rebalance-{smoke.args.split()[1].replace(',', '-')}"
     return smoke.script
