@@ -141,24 +141,6 @@ def test_offsets_of_sets_that_wait_for_each_other_at_the_step_start_hold() -> No
     assert decide(shifted, alone, late_world).info["offsets"] == {"1": 0.1}
 
 
-def test_offsets_in_force_stay_while_about_as_good() -> None:
-    # Interleaved at 0.1 s, the phases' estimates move a few milliseconds: the best offset
-    # now is 0.103 s, and 0.1 s leaves 3 ms more overlap, under the 5 ms threshold. Kept.
-    policy = InterleavePolicy(InterleaveParams(interleave_effect_pairs=0))
-    state = policy.decide(
-        JobWindow(now=0.0, ranks={}, groups=(group("a", GATHER), group("b", GATHER))),
-        policy.initial_state(),
-    ).state
-    assert state.offsets == {"b": 0.1}
-    moved = (group("a", (0.02, 0.103)), group("b", (0.12, 0.1), applied=0.1))
-    out = policy.decide(JobWindow(now=5.0, ranks={}, groups=moved), state)
-    assert out.info["offsets"] == {"b": 0.1}
-    # Moved further (20 ms more overlap left by the old offset): placed anew.
-    further = (group("a", (0.02, 0.12)), group("b", (0.12, 0.1), applied=0.1))
-    out = policy.decide(JobWindow(now=10.0, ranks={}, groups=further), state)
-    assert out.info["offsets"] == {"b": 0.12}
-
-
 def test_guarded_offsets_are_withheld_while_measuring() -> None:
     # Under the effect guard (the registry's entry) the offsets are measured like pacing's
     # delays: withheld (no offsets, inactive) in the first phase, published in the second.

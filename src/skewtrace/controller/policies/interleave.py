@@ -37,9 +37,9 @@ The model, pure (no I/O, no clock, no randomness), from the window's
   phases, that leaves the least overlap (alone durations, natural starts) with the placed
   units on a shared switch, the smallest within ``interleave_min_overlap_s`` of the least
   (the unit pays its offset on its own path), and 0 unless it takes at least
-  ``interleave_min_overlap_s`` of overlap away. Offsets in force stay while they leave at
-  most ``interleave_min_overlap_s`` more overlap than that placement (the estimates move by
-  a few milliseconds from window to window, and each change costs a window of mixed steps).
+  ``interleave_min_overlap_s`` of overlap away. The placement is made anew at every
+  decision: offsets kept while about as good locked in a bad one (2026-12-07, --layout sets:
+  116 ms for 107 s, placed from a window that mixed two placements, the steps 8% slower).
 
 Its decision, on the body:
 
@@ -453,23 +453,6 @@ def place(
     return offsets, before, after
 
 
-def overlap_with(crossing: Sequence[Unit], offsets: Mapping[tuple[str, str], float]) -> float:
-    """The phase overlap per step (alone durations, natural starts) of the units that share a
-    switch, each shifted by its groups' largest offset in ``offsets`` (by job and group)."""
-    phases = alone_durations(crossing)
-    shifted = [
-        [(start + max((offsets.get((u.job, pg), 0.0) for pg in u.pgs), default=0.0), d)
-         for start, d in mine]
-        for u, mine in zip(crossing, phases, strict=True)
-    ]  # fmt: skip
-    return sum(
-        _total_overlap(shifted[i], 0.0, shifted[j])
-        for i in range(len(crossing))
-        for j in range(i)
-        if crossing[i].switches & crossing[j].switches
-    )
-
-
 def spread(
     crossing: Sequence[Unit], alone: Sequence[Sequence[tuple[float, float]]]
 ) -> dict[tuple[str, str], tuple[float, float]]:
@@ -766,16 +749,6 @@ class InterleavePolicy:
                 info={"offsets": dict(previous.offsets), "interleave": {"units": len(crossing)}},
             )
         offsets, before, after = place(crossing, self.params)
-        if previous.offsets:
-            # The offsets in force stay while they leave at most interleave_min_overlap_s
-            # more overlap than the best placement now: the phases' estimates move by a few
-            # milliseconds from window to window, and each change of an offset costs a
-            # window of steps that mix two placements (2026-12-07, --layout sets: a placement
-            # anew every few seconds moved the offset between 62 and 109 ms).
-            keep = {(window.job, pg): offset for pg, offset in previous.offsets.items()}
-            kept_after = overlap_with(crossing, keep)
-            if kept_after <= after + self.params.interleave_min_overlap_s:
-                offsets, after = keep, kept_after
         published = {
             pg: offset
             for (job, pg), offset in sorted(offsets.items())
