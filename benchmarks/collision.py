@@ -488,14 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{arm} {summary['arms'][arm]['ms']:.1f} ms" for arm in arms)
             + f" (all instrumented, steps after {args.controlled_warmup})"
         )
-        for arm in arms:
-            s, target = summary["arms"][arm], ARM_TARGETS[arm]
-            print(
-                f"{arm} over observed throughput (the loop closed): {s['gain']:+.1%} (spread "
-                f"over rounds {s['gain_min']:+.1%}..{s['gain_max']:+.1%}); target >= "
-                f"{target:+.0%} where phases collide: "
-                f"{'met' if s['gain'] >= target else 'NOT met'}"
-            )
+        print_arm_gains(summary, arms, "the loop closed")
     print("SUMMARY " + json.dumps(summary))
     if wrong_policy:
         print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
@@ -590,18 +583,23 @@ def run_sets(
         + ", ".join(f"{arm} {summary['arms'][arm]['ms']:.1f} ms" for arm in arms)
         + f" (steps after {args.controlled_warmup})"
     )
-    for arm in arms:
-        s, target = summary["arms"][arm], ARM_TARGETS[arm]
-        print(
-            f"{arm} over observed throughput (one job, two sets): {s['gain']:+.1%} (spread over "
-            f"rounds {s['gain_min']:+.1%}..{s['gain_max']:+.1%}); target >= {target:+.0%} "
-            f"where phases collide: {'met' if s['gain'] >= target else 'NOT met'}"
-        )
+    print_arm_gains(summary, arms, "one job, two sets")
     print("SUMMARY " + json.dumps(summary))
     if wrong_policy:
         print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
         return 1
     return 0
+
+
+def print_arm_gains(summary: dict[str, Any], arms: tuple[str, ...], what: str) -> None:
+    """Each controlled arm's throughput over the observed run's, beside its target."""
+    for arm in arms:
+        s, target = summary["arms"][arm], ARM_TARGETS[arm]
+        print(
+            f"{arm} over observed throughput ({what}): {s['gain']:+.1%} (spread over rounds "
+            f"{s['gain_min']:+.1%}..{s['gain_max']:+.1%}); target >= {target:+.0%} where "
+            f"phases collide: {'met' if s['gain'] >= target else 'NOT met'}"
+        )
 
 
 def pacer_args_for_arms(args: argparse.Namespace) -> tuple[str, ...]:
