@@ -533,11 +533,15 @@ def run_sets(
             spells = guard_spells(args.logs, record, trace)
             spells_by_arm.setdefault(arm, []).append(spells)
             print_spells(arm, round_ + 1, spells)
-            body = telemetry.services.pacing(controlled.job_id(job))
+            # The decisions while the job ran (after it, its window empties: no_phases).
+            bodies = [json.loads(line) for line in trace.read_text().splitlines()]
+            with_offsets = [b for b in bodies if b.get("active") and b.get("offsets")]
+            last = with_offsets[-1] if with_offsets else (bodies[-1] if bodies else {})
             print(
-                f"  pacer for {controlled.job_id(job)} ({body.get('policy')}): reason "
-                f"{body.get('reason')}, offsets {json.dumps(body.get('offsets'))}, interleave "
-                f"{json.dumps(body.get('interleave'))}",
+                f"  pacer for {controlled.job_id(job)} ({last.get('policy')}): offsets in "
+                f"{len(with_offsets)} of {len(bodies)} decisions read while it ran; the last: "
+                f"reason {last.get('reason')}, offsets {json.dumps(last.get('offsets'))}, "
+                f"interleave {json.dumps(last.get('interleave'))}",
                 flush=True,
             )
         observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")

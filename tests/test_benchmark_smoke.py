@@ -209,8 +209,9 @@ NAMESPACE_SMOKES = [
         (
             # The loop closed on one job: the Collector's phases of its two sets, then an
             # offset for one set's group (not both, not the world's), which its ranks apply.
-            rf"^  pacer for job-S-interleave1 \(interleave\): reason interleaving, offsets "
-            rf'\{{"\d+": {NUMBER}\}}, interleave \{{"units": 2',
+            rf"^  pacer for job-S-interleave1 \(interleave\): offsets in [1-9]\d* of \d+ "
+            rf'decisions .* the last: reason interleaving, offsets \{{"\d+": {NUMBER}\}}, '
+            rf'interleave \{{"units": 2',
             rf"^interleave over observed throughput \(one job, two sets\): [-+]{NUMBER}% ",
         ),
     ),
