@@ -512,10 +512,10 @@ def run_sets(
     results: dict[str, list[float]] = {name: [] for name in names}
     wrong_policy: list[tuple[str, int, list[str]]] = []
     spells_by_arm: dict[str, list[dict[str, Any]]] = {}
+    uninstrumented = argparse.Namespace(
+        **{**vars(args), "steps": args.controlled_steps, "warmup": args.controlled_warmup}
+    )
     for round_ in range(args.rounds):
-        uninstrumented = argparse.Namespace(
-            **{**vars(args), "steps": args.controlled_steps, "warmup": args.controlled_warmup}
-        )
         results["colliding"].append(run(fabric, uninstrumented, [(job, 0.0)], args.logs)["S"])
         if args.set_offset > 0:
             results["hand-set"].append(
@@ -565,13 +565,7 @@ def run_sets(
         gains = [
             base / step - 1 for base, step in zip(results["observed"], results[arm], strict=True)
         ]
-        summary["arms"][arm] = {
-            "ms": 1e3 * statistics.median(results[arm]),
-            "gain": statistics.median(gains),
-            "gain_min": min(gains),
-            "gain_max": max(gains),
-            "per_round": gains,
-        }
+        summary["arms"][arm] = arm_summary(1e3 * statistics.median(results[arm]), gains)
     if args.set_offset > 0:
         hand = [c / h - 1 for c, h in zip(results["colliding"], results["hand-set"], strict=True)]
         summary["hand_set_ms"] = 1e3 * statistics.median(results["hand-set"])
@@ -593,6 +587,18 @@ def run_sets(
         print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
         return 1
     return 0
+
+
+def arm_summary(ms: float, gains: list[float]) -> dict[str, Any]:
+    """A controlled arm's median step time (ms) and its throughput gains over the observed
+    runs, per round: the median, the spread and each."""
+    return {
+        "ms": ms,
+        "gain": statistics.median(gains),
+        "gain_min": min(gains),
+        "gain_max": max(gains),
+        "per_round": gains,
+    }
 
 
 def print_arm_gains(summary: dict[str, Any], arms: tuple[str, ...], what: str) -> None:
@@ -763,14 +769,7 @@ def summarize(
     if arms:
         closed = {"observed_ms": median_ms("observed"), "arms": {}}
         for arm in arms:
-            loop = gains(arm, "observed")
-            closed["arms"][arm] = {
-                "ms": median_ms(arm),
-                "gain": statistics.median(loop),
-                "gain_min": min(loop),
-                "gain_max": max(loop),
-                "per_round": loop,
-            }
+            closed["arms"][arm] = arm_summary(median_ms(arm), gains(arm, "observed"))
     return {
         **closed,
         "alone_ms": 1e3 * statistics.median(r["A"] for r in results["alone"]),

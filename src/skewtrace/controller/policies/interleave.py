@@ -288,8 +288,10 @@ def _without_job_wide(
         hosts = {h for g in mine for h in g.hosts}
         if len(hosts) < 2 or "many" in hosts:
             continue
-        wide = [g for g in mine if set(g.hosts) >= hosts]
-        rest = [g for g in mine if not set(g.hosts) >= hosts]
+        wide: list[GroupPhases] = []
+        rest: list[GroupPhases] = []
+        for g in mine:
+            (wide if set(g.hosts) >= hosts else rest).append(g)
         crossing = sum(1 for tied in _tied(rest) if any(_crosses(g) for g in tied))
         if wide and crossing >= 2:
             dropped.update(id(g) for g in wide)
@@ -322,7 +324,7 @@ def units(groups: Iterable[GroupPhases]) -> list[Unit]:
                 switches=frozenset(s for g in tied for s in g.switches),
                 observed=observed,
                 applied_offset_s=applied,
-                job=tied[0].job,
+                job=job,
                 step_s=max(g.step_s for g in tied),
                 step_start=max(g.step_start_unix for g in tied),
             )
