@@ -216,12 +216,14 @@ def check(case: Case, spans: list[FileSpan], counts: Path, output: str = "") -> 
     slow = {step: f for step, f in flags.items() if slow_from + 2 <= step < steps - 1}
     assert len(healthy) >= slow_from - 2 and len(slow) >= steps - slow_from - 5, sorted(flags)
     # No false flag: a rank flagged before the fault, or beside the slow rank, must be one the
-    # job's own timings show computing longer (a busy machine descheduled it), flagged for
-    # compute; none on a quiet machine.
+    # job's own timings show running longer (a busy machine descheduled it), flagged for
+    # compute, or for unknown where the time lay outside its phases (make test: DeepSpeed
+    # ZeRO-3's rank 0 in steps 6-9); none on a quiet machine.
     expected_flag = (case.slow_rank, "compute")
     others = {step: dict(f - {expected_flag}) for step, f in flags.items() if 1 <= step < steps - 1}
     others.update({step: dict(f) for step, f in healthy.items()})
-    assert all(cause == semconv.CAUSE_COMPUTE for f in others.values() for cause in f.values()), {
+    own_time_causes = (semconv.CAUSE_COMPUTE, semconv.CAUSE_UNKNOWN)
+    assert all(cause in own_time_causes for f in others.values() for cause in f.values()), {
         s: f for s, f in others.items() if f
     }
     false_flags = unexplained_flags(spans, others, injected=None)
