@@ -441,14 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                     results_spells.setdefault(arm, []).append(spells)
                     print_spells(arm, round_ + 1, spells)
                     for job in (JOB_A, JOB_B):
-                        body = telemetry.services.pacing(controlled.job_id(job))
-                        print(
-                            f"  pacer for {controlled.job_id(job)} ({body.get('policy')}): "
-                            f"reason {body.get('reason')}, schedule "
-                            f"{json.dumps(body.get('schedule'))}, interleave "
-                            f"{json.dumps(body.get('interleave'))}",
-                            flush=True,
-                        )
+                        print_decisions_read(trace, controlled.job_id(job), job, "schedule")
                 observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")
                 results["observed"].append(
                     run(fabric, args, both, args.logs, None, observed, f"observed-{round_ + 1}")
@@ -533,17 +526,7 @@ def run_sets(
             spells = guard_spells(args.logs, record, trace)
             spells_by_arm.setdefault(arm, []).append(spells)
             print_spells(arm, round_ + 1, spells)
-            # The decisions while the job ran (after it, its window empties: no_phases).
-            bodies = [json.loads(line) for line in trace.read_text().splitlines()]
-            with_offsets = [b for b in bodies if b.get("active") and b.get("offsets")]
-            last = with_offsets[-1] if with_offsets else (bodies[-1] if bodies else {})
-            print(
-                f"  pacer for {controlled.job_id(job)} ({last.get('policy')}): offsets in "
-                f"{len(with_offsets)} of {len(bodies)} decisions read while it ran; the last: "
-                f"reason {last.get('reason')}, offsets {json.dumps(last.get('offsets'))}, "
-                f"interleave {json.dumps(last.get('interleave'))}",
-                flush=True,
-            )
+            print_decisions_read(trace, controlled.job_id(job), job, "offsets")
         observed = replace(telemetry, pacer=None, label=f"-o{round_ + 1}")
         record = f"sets-observed-{round_ + 1}"
         results["observed"].append(
@@ -599,6 +582,22 @@ def arm_summary(ms: float, gains: list[float]) -> dict[str, Any]:
         "gain_max": max(gains),
         "per_round": gains,
     }
+
+
+def print_decisions_read(trace: Path, job_id: str, job: JobSpec, field: str) -> None:
+    """How many of the job's decisions read while it ran (``_decision_trace``) carried
+    ``field`` (``schedule``, ``offsets``), and the last of those (or the last read). Read
+    after the run, the pacer's window would be empty by then: ``no_phases``."""
+    bodies = [json.loads(line) for line in trace.read_text().splitlines()]
+    bodies = [b for b in bodies if b.get("job_name") == job.name]
+    carrying = [b for b in bodies if b.get("active") and b.get(field)]
+    last = carrying[-1] if carrying else (bodies[-1] if bodies else {})
+    print(
+        f"  pacer for {job_id} ({last.get('policy')}): {field} in {len(carrying)} of "
+        f"{len(bodies)} decisions read while it ran; the last: reason {last.get('reason')}, "
+        f"{field} {json.dumps(last.get(field))}, interleave {json.dumps(last.get('interleave'))}",
+        flush=True,
+    )
 
 
 def print_arm_gains(summary: dict[str, Any], arms: tuple[str, ...], what: str) -> None:

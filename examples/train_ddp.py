@@ -20,8 +20,11 @@ Knobs to make a rank late on purpose:
 - ``--sets S``: the ranks form S sets (rank r in set r mod S: with a rank per node, nodes of
   alternating parity, as the halves or stages of a larger job), each with a data-parallel
   group of its own (DDP over that group); the step's loss all-reduce over the world keeps
-  the sets in one step. ``--gather-bytes N``: every forward starts with a blocking all-gather
-  of N bytes a rank over its data-parallel group (a ZeRO-3/FSDP parameter gather). With
+  the sets in one step. ``--gather-bytes N``: every forward starts with a blocking gather of
+  N bytes a rank over its data-parallel group (a ZeRO-3/FSDP parameter gather), in
+  all-gathers of at most 256 KiB one after the other, as FSDP gathers unit by unit (one gloo
+  all-gather of 3.3 MB on the fabric took 100 ms where the link carries it in 66: 70 ms in
+  pieces of 200 kB). With
   both, each set has two communication phases a step, and two sets whose groups cross one
   uplink collide there every step (``benchmarks/collision.py --layout sets``).
   ``--set-offset SECONDS``: set s waits s x SECONDS before each forward (an offset set by
@@ -238,6 +241,24 @@ class Net(nn.Module):
         return self.body(inputs)  # type: ignore[no-any-return]
 
 
+GATHER_PIECE_BYTES = 256 * 1024
+
+
+def parameter_gather(nbytes: int, group: Any, device: torch.device) -> Any:
+    """A blocking gather of ``nbytes`` a rank over ``group``, unit by unit: all-gathers of at
+    most GATHER_PIECE_BYTES each, one after the other."""
+    shard = torch.zeros(max(1, nbytes // 4), device=device)
+    pieces = shard.split(GATHER_PIECE_BYTES // 4)
+    size = dist.get_world_size(group)
+    outputs = [[torch.empty_like(piece) for _ in range(size)] for piece in pieces]
+
+    def gather() -> None:
+        for piece, output in zip(pieces, outputs, strict=True):
+            dist.all_gather(output, piece, group=group)
+
+    return gather
+
+
 def busy_compute(seconds: float, device: torch.device) -> None:
     """Real arithmetic for ``seconds`` (a slow GPU/CPU, not an idle wait)."""
     a = torch.randn(128, 128, device=device)
@@ -313,9 +334,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         dp_group = sets[rank % args.sets]
         net.offset_s = (rank % args.sets) * args.set_offset
     if args.gather_bytes > 0:
-        shard = torch.zeros(max(1, args.gather_bytes // 4), device=device)
-        gathered = [torch.empty_like(shard) for _ in range(dist.get_world_size(dp_group))]
-        net.gather = lambda: dist.all_gather(gathered, shard, group=dp_group)
+        net.gather = parameter_gather(args.gather_bytes, dp_group, device)
     model = DistributedDataParallel(
         net, device_ids=[device.index] if use_cuda else None, process_group=dp_group
     )
