@@ -14,6 +14,12 @@ reads the other's effect as its own signal:
   (:func:`~skewtrace.controller.policies.rebalance.compute_per_step`), so a paced rank does
   not look slower and lose share.
 
+  Not yet for interleave's offsets: a group held by its offset arrives that much later at a
+  collective shared with unheld ranks (one job's halves at their world all-reduce), and
+  pacing, which adds back only its own delays, reads the others as early and delays them
+  until its effect guard judges ``no_gain`` (docs/evaluation.md, "A gather that fills the
+  link": one minute of a 3-minute run, the composition still +16.7%).
+
 One outcome comes out: the first policy's reason (the others say theirs in their own blocks,
 e.g. ``rebalance.reason``), ``active`` when any is, every policy's delays (the largest where
 two delay one rank), the first shares and spread decided, the most ranks judged, and every
