@@ -485,11 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             + f" (all instrumented, steps after {args.controlled_warmup})"
         )
         print_arm_gains(summary, arms, "the loop closed")
-    print("SUMMARY " + json.dumps(summary))
-    if wrong_policy:
-        print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
-        return 1
-    return 0
+    return finish(summary, wrong_policy)
 
 
 def run_sets(
@@ -568,6 +564,12 @@ def run_sets(
         + f" (steps after {args.controlled_warmup})"
     )
     print_arm_gains(summary, arms, "one job, two sets")
+    return finish(summary, wrong_policy)
+
+
+def finish(summary: dict[str, Any], wrong_policy: list[tuple[str, int, list[str]]]) -> int:
+    """Both layouts' end: the SUMMARY line, and 1 where an arm's decisions named another
+    policy than the arm's."""
     print("SUMMARY " + json.dumps(summary))
     if wrong_policy:
         print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
