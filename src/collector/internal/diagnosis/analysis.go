@@ -143,10 +143,29 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	return res
 }
 
-// whatIf replays the step with contributors at their references and returns the root
-// causes (cost at or above threshold; a located link is one with rank -1, and a
-// data_imbalance names the step's slowest replica in its Ranks). Every step is checked for imbalances; the replays run only for the
-// candidates, located links, and imbalances above the cost threshold.
+// Confusion margins of whatIf: a rank is named only where fixing it saves at least
+// rankOfStage of what fixing its whole stage saves (else the stage is the problem), and a
+// stage or the data only where fixing it saves more than setOverRank times what fixing the
+// largest single rank in it saves (else that rank is); with a data imbalance named, a rank
+// also needs rankOfData of its saving (a replica slowest by its data is no straggler).
+const (
+	rankOfStage = 0.8
+	setOverRank = 1.25
+	rankOfData  = 0.5
+)
+
+// whatIf replays the step with contributors fixed and returns the root causes. Every cost
+// is what fixing that contributor alone saves from the step as it was (the step replayed
+// with only its work or transfers at their reference), so that a verdict is what its fix
+// saves: a stage six percent longer than the others behind a worker twice as slow saves
+// nothing, and is not named. Ranks that hold the step up together (two stragglers in
+// parallel, neither of which alone shortens it) are each also costed by what leaving it
+// out of their joint fix adds. A rank's reference is its peers' (it runs as they do once
+// fixed); a stage's is the job's ideal (kinds.go); the data's is each class position at
+// its class mean (each global batch split evenly); a link's its transfers' reference.
+//
+// The step's what-if (res.WhatIf) is the step with everything at the job's ideal: the
+// what-if analysis' ideal step, whatever was named.
 func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int32,
 	located []located, threshold, exit float64, res *StepResult,
 ) []RootCause {
@@ -155,6 +174,14 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	m.variantGap = grow(m.variantGap, n)
 	for p := range n {
 		m.idealGap[p] = min(m.gap[p], m.refGap[p])
+	}
+	pipeline := m.nStages >= 2
+	if pipeline {
+		m.readContents(sd)
+		m.kindIdeal()
+	} else {
+		m.jobGap = grow(m.jobGap, n)
+		copy(m.jobGap, m.medGap)
 	}
 	nc := len(sd.colls)
 	m.idealT = grow(m.idealT, nc)
@@ -165,93 +192,98 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			m.idealT[c] = min(m.replayT[c], m.links.refT[c])
 		}
 	}
-	var roots []RootCause
-	fixRank := make(map[int32]bool)
-	fixColl := make(map[int32]bool)
-	if len(candidates) > 0 || len(located) > 0 {
-		ideal := m.simulate(sd, m.idealGap, m.idealT)
-		for _, ri := range candidates {
-			copy(m.variantGap, m.idealGap)
-			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-				m.variantGap[p] = m.gap[p]
-			}
-			cost := m.simulate(sd, m.variantGap, m.idealT) - ideal
-			if cost < threshold {
-				continue
-			}
-			rank := m.rankOf[ri]
-			roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology.at(rank),
-				Cause: m.cause(a, j, sd, ri), Cost: cost, Stage: -1})
-			fixRank[ri] = true
-		}
-		for _, loc := range located {
-			copy(m.variantT, m.idealT)
-			for _, c := range loc.colls {
-				m.variantT[c] = m.replayT[c]
-			}
-			cost := m.simulate(sd, m.idealGap, m.variantT) - ideal
-			if cost < threshold {
-				continue
-			}
-			suspect := loc.suspect
-			for _, c := range loc.colls {
-				fixColl[c] = true
-			}
-			roots = append(roots, RootCause{Rank: -1, Cause: semconv.CauseNetwork, Cost: cost,
-				Suspect: &suspect, Stage: -1})
-			roots = m.linkRanks(j, suspect, cost, roots)
-		}
-	}
+	base := m.simulate(sd, m.gap, m.replayT)
+	full := m.simulate(sd, m.jobGap, m.idealT)
+	res.WhatIf = min(res.Duration, max(0, res.Duration-(base-full)))
 
-	// Imbalances: work split unevenly across the replicas of each class in this step, and
-	// pipeline stages longer than the mean stage (on gaps with everything else balanced).
-	data, hasData := m.dataImbalance(j, sd, fixRank, threshold)
-	if hasData {
-		roots = append(roots, m.rootCause(data, res.Duration))
-		for p := range n {
-			m.idealGap[p] = min(m.idealGap[p], m.balancedGap[p])
+	// Ranks, each fixed alone; then, among several, what each adds to their joint fix.
+	costs := make([]float64, len(candidates))
+	for i, ri := range candidates {
+		copy(m.variantGap, m.gap)
+		m.fixRank(ri, m.variantGap, m.idealGap)
+		costs[i] = base - m.simulate(sd, m.variantGap, m.replayT)
+	}
+	if len(candidates) > 1 {
+		copy(m.variantGap, m.gap)
+		for _, ri := range candidates {
+			m.fixRank(ri, m.variantGap, m.idealGap)
+		}
+		joint := m.simulate(sd, m.variantGap, m.replayT)
+		for i, ri := range candidates {
+			m.fixRank(ri, m.variantGap, m.gap)
+			costs[i] = max(costs[i], m.simulate(sd, m.variantGap, m.replayT)-joint)
+			m.fixRank(ri, m.variantGap, m.idealGap)
 		}
 	}
-	var stages []imbalance
-	if m.nStages >= 2 {
-		stages = m.stageImbalance(sd, m.idealGap, threshold)
-		for _, im := range stages {
-			roots = append(roots, m.rootCause(im, res.Duration))
-		}
-	}
-	if len(fixRank) == 0 && len(fixColl) == 0 && !hasData && len(stages) == 0 {
-		return roots
-	}
-	copy(m.variantGap, m.gap)
-	for ri := range fixRank {
-		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-			m.variantGap[p] = m.idealGap[p]
-		}
-	}
-	if hasData {
-		for p := range n {
-			m.variantGap[p] = min(m.variantGap[p], m.balancedGap[p])
-		}
-	}
-	if len(stages) > 0 {
-		for ri := range m.rankOf {
-			f := m.scale[m.stage[ri]]
-			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-				if m.pipelineWork(sd, int32(ri), p) {
-					m.variantGap[p] *= f
+	// Stages, each at the job's ideal alone.
+	var stageSave []float64
+	if pipeline {
+		stageSave = make([]float64, m.nStages)
+		for st := range m.nStages {
+			copy(m.variantGap, m.gap)
+			for ri := range m.rankOf {
+				if m.stage[ri] == st {
+					m.fixRank(int32(ri), m.variantGap, m.jobGap)
 				}
 			}
+			stageSave[st] = base - m.simulate(sd, m.variantGap, m.replayT)
 		}
 	}
-	copy(m.variantT, m.replayT)
-	for c := range fixColl {
-		m.variantT[c] = m.idealT[c]
+	largestIn := func(stage int32) float64 {
+		most := 0.0
+		for i, ri := range candidates {
+			if stage < 0 || m.stage[ri] == stage {
+				most = max(most, costs[i])
+			}
+		}
+		return most
 	}
-	// Fixing causes never lengthens a step (a balanced stage replayed on a step's raw gaps
-	// can, when the other stages' gaps hold a hiccup the balance scales up).
-	fixed := m.simulate(sd, m.variantGap, m.variantT)
-	res.WhatIf = min(res.Duration, max(0, res.Duration-(exit-fixed)))
+
+	var roots []RootCause
+	data, hasData := m.dataImbalance(j, sd, threshold, base)
+	hasData = hasData && data.cost > setOverRank*largestIn(-1)
+	if hasData {
+		roots = append(roots, m.rootCause(data, res.Duration))
+	}
+	if pipeline {
+		for _, im := range m.stageImbalance(sd, m.idealGap, threshold, base) {
+			if stageSave[im.stage] >= threshold && stageSave[im.stage] > setOverRank*largestIn(im.stage) {
+				roots = append(roots, m.rootCause(im, res.Duration))
+			}
+		}
+	}
+	for i, ri := range candidates {
+		cost := costs[i]
+		if cost < threshold || (pipeline && m.stage[ri] >= 0 && cost < rankOfStage*stageSave[m.stage[ri]]) ||
+			(hasData && cost < rankOfData*data.cost) {
+			continue
+		}
+		rank := m.rankOf[ri]
+		roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology.at(rank),
+			Cause: m.cause(a, j, sd, ri), Cost: cost, Stage: -1})
+	}
+	for _, loc := range located {
+		copy(m.variantT, m.replayT)
+		for _, c := range loc.colls {
+			m.variantT[c] = m.idealT[c]
+		}
+		cost := base - m.simulate(sd, m.gap, m.variantT)
+		if cost < threshold {
+			continue
+		}
+		suspect := loc.suspect
+		roots = append(roots, RootCause{Rank: -1, Cause: semconv.CauseNetwork, Cost: cost,
+			Suspect: &suspect, Stage: -1})
+		roots = m.linkRanks(j, suspect, cost, roots)
+	}
 	return roots
+}
+
+// fixRank writes the rank's gaps from src into gaps.
+func (m *model) fixRank(ri int32, gaps, src []float64) {
+	for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+		gaps[p] = src[p]
+	}
 }
 
 // linkRanks makes the ranks behind a located NIC or host root causes with cause network
@@ -438,34 +470,26 @@ func (m *model) carryOver(j *jobState, sd *stepData, exit float64) {
 const attributionFloor = 0.1
 
 // attribute replays the step with one kind of work at its reference at a time (the what-if
-// analysis' S_t): the ranks' own work between collectives (every gap at its reference: its
-// peers' median, balanced across replicas when the step's data was imbalanced and across
-// stages when a stage was), and each collective op's transfers (at their reference where the
+// analysis' S_t): the ranks' own work between collectives (every gap at the job's ideal:
+// see kinds.go; without stages its peers' median, balanced across replicas when the step's
+// data was imbalanced), and each collective op's transfers (at their reference where the
 // link analysis has one). It runs after whatIf, whose idealT, balancedGap and stage scales
 // it reads.
 func (m *model) attribute(sd *stepData, exit, threshold float64, roots []RootCause) []Saving {
 	floor := attributionFloor * threshold
 	var out []Saving
 	n := len(m.order)
-	data, stages := false, false
+	data := false
 	for i := range roots {
 		data = data || roots[i].Cause == semconv.CauseDataImbalance
-		stages = stages || roots[i].Cause == semconv.CauseStageImbalance
 	}
-	for p := range n {
-		m.variantGap[p] = min(m.gap[p], m.refGap[p])
-		if data {
+	// The job's ideal work: a pipeline's has every op at its kind's median (stages and
+	// replicas balanced already); without stages each gap is at its peers' reference, and an
+	// imbalanced step's work balanced as well.
+	copy(m.variantGap, m.jobGap)
+	if data && m.nStages < 2 {
+		for p := range n {
 			m.variantGap[p] = min(m.variantGap[p], m.balancedGap[p])
-		}
-	}
-	if stages {
-		for ri := range m.rankOf {
-			f := m.scale[m.stage[ri]]
-			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-				if m.pipelineWork(sd, int32(ri), p) {
-					m.variantGap[p] *= f
-				}
-			}
 		}
 	}
 	if saves := exit - m.simulate(sd, m.variantGap, m.replayT); saves >= floor {

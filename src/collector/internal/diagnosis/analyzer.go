@@ -6,12 +6,9 @@ import (
 	"time"
 )
 
-// defaultStepWait is how long a step waits for ranks that have not ended it before the job's
-// step time is known; maxStepWait bounds the wait after.
-const (
-	defaultStepWait = 10 * time.Second
-	maxStepWait     = 5 * time.Minute
-)
+// maxStepWait bounds how long a step waits for ranks that have not ended it (step_timeout,
+// or twice the job's step time when that is longer).
+const maxStepWait = 5 * time.Minute
 
 // maxTrackedRanks bounds the per-job per-rank state (topology, carry-over between steps,
 // singleton history); ranks beyond it are analyzed without it.
@@ -102,6 +99,9 @@ type jobState struct {
 	stepTime ewma
 	// latest is the highest step each rank had a collective or a phase in.
 	latest rankTable[int64]
+	// world is the job's world size (training.world_size of its ranks' resources; 0 while
+	// unknown): a step is complete once every rank of it has ended the step.
+	world int
 	// activity counts the collectives observed: past max_jobs the job with the least goes,
 	// so a training job keeps its state however many one-off job ids arrive.
 	activity int64
@@ -372,6 +372,22 @@ func (a *Analyzer) ObservePhase(job string, step int64, rank int, kind PhaseKind
 	}
 }
 
+// maxWorld bounds the world size a job's completeness is checked against (a larger value
+// is taken as unknown: the ranks with spans decide, as without one).
+const maxWorld = 1 << 20
+
+// NoteWorld records a job's world size from a rank's resource (training.world_size).
+func (a *Analyzer) NoteWorld(job string, world int, now time.Time) {
+	if world <= 0 || world > maxWorld {
+		return
+	}
+	j := a.lookup(job)
+	if j == nil {
+		j = a.job(job, now.UnixNano())
+	}
+	j.world = world
+}
+
 // sawRank notes that a rank reached a step.
 func (j *jobState) sawRank(rank int32, step int64) {
 	if last, ok := j.latest.get(rank); ok {
@@ -409,9 +425,42 @@ func (a *Analyzer) ranksEnded(j *jobState, sd *stepData) bool {
 			return false
 		}
 	}
+	// Every rank of the world, not only those whose spans arrived: a pipeline's later stages
+	// export after the first ones (each rank's own batches, seconds apart), and a step read
+	// before they arrive misses them all.
+	for rank := range int32(j.world) {
+		if !ended(rank) {
+			return false
+		}
+	}
 	sd.ended = true
 	return true
 }
+
+// absentRanks lists the ranks of the world that did not end the step (see ranksEnded), at
+// most maxAbsentNamed of them, and how many there were.
+func (a *Analyzer) absentRanks(j *jobState, sd *stepData) ([]int, int) {
+	var out []int
+	n := 0
+	for rank := range int32(j.world) {
+		if last, ok := j.latest.get(rank); ok && last > sd.step {
+			continue
+		}
+		if e := a.phases.get(j.name, sd.step, rank); e != nil {
+			if _, ok := e.get(PhaseStep); ok {
+				continue
+			}
+		}
+		n++
+		if len(out) < maxAbsentNamed {
+			out = append(out, int(rank))
+		}
+	}
+	return out, n
+}
+
+// maxAbsentNamed bounds the ranks a step summary names as absent.
+const maxAbsentNamed = 64
 
 // maxAskedRank bounds the ranks eachRankEnded keeps a bit for (128 KB of them at most);
 // a larger rank is asked at each of its spans.
@@ -452,14 +501,14 @@ func (a *Analyzer) eachRankEnded(sd *stepData, ended func(int32) bool) bool {
 }
 
 // stepWait is how long a step whose collectives were all released waits for ranks that
-// have not ended it: twice the job's usual step time, at least analysis_delay, and
-// defaultStepWait before a step time is known.
+// have not ended it: step_timeout, or twice the job's usual step time when that is longer
+// (at most maxStepWait), and at least analysis_delay.
 func (a *Analyzer) stepWait(j *jobState) int64 {
-	delay := int64(a.cfg.AnalysisDelay)
-	if j.stepTime.samples == 0 {
-		return max(delay, int64(defaultStepWait))
+	wait := int64(a.cfg.StepTimeout)
+	if j.stepTime.samples > 0 {
+		wait = max(wait, min(int64(maxStepWait), int64(2*j.stepTime.mean*1e9)))
 	}
-	return max(delay, min(int64(maxStepWait), int64(2*j.stepTime.mean*1e9)))
+	return max(int64(a.cfg.AnalysisDelay), wait)
 }
 
 // Close analyzes the steps that are due and returns their results (valid until the next
@@ -498,6 +547,7 @@ func (a *Analyzer) Close(now time.Time, drain bool) []StepResult {
 }
 
 func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
+	complete := a.ranksEnded(j, sd)
 	delete(j.open, sd.step)
 	if sd.step > j.analyzed {
 		j.analyzed = sd.step
@@ -512,6 +562,10 @@ func (a *Analyzer) analyze(j *jobState, sd *stepData, forced bool) {
 		res := a.model.run(a, j, sd)
 		res.Groups = a.groupPhases(j, sd)
 		res.Forced = forced
+		res.World = j.world
+		if !complete && j.world > 0 {
+			res.AbsentRanks, res.Absent = a.absentRanks(j, sd)
+		}
 		a.results = append(a.results, res)
 	}
 	for i := range sd.colls {

@@ -9,15 +9,21 @@ import (
 // Config tunes the step analysis. The join engine's Config embeds it (squashed), so these
 // YAML keys are the barrierskew components' keys and Check's errors name them.
 type Config struct {
-	// AnalysisDelay is how long a step waits after its last collective was released before
-	// it is analyzed, so that the spans of ranks whose exporter batches arrive later are
-	// in. A step is never analyzed while one of its collectives is still pending, nor before
-	// every rank of it (and of the job's previous analyzed step) ended it (its train.step
-	// span, or its spans of a later step), for at most twice the job's step time (10 s
-	// before it is known). Default 1s.
+	// AnalysisDelay is how long a step waits after its last span arrived before it is
+	// analyzed, so that an asynchronous span a rank exports after its train.step is in. A
+	// step is never analyzed while one of its collectives is still pending, nor before
+	// every rank of the job's world (training.world_size) has ended it (its train.step span,
+	// or its spans of a later step), unless step_timeout passes first. Default 1s.
 	AnalysisDelay time.Duration `mapstructure:"analysis_delay"`
+	// StepTimeout is how long a step waits for ranks of the world that have not ended it:
+	// the longer of this and twice the job's step time (at most 5 minutes). It must cover
+	// the exporters' delay: the OpenTelemetry SDK's batch span processor exports every 5 s
+	// by default, and a gateway tier adds its own batching. A step analyzed after it names
+	// the ranks that never reported (training.step.missing_ranks). Default 15s.
+	StepTimeout time.Duration `mapstructure:"step_timeout"`
 	// MaxOpenSteps bounds the steps per job waiting for analysis; past it the oldest is
-	// analyzed at once. Default 16.
+	// analyzed at once. It must hold the steps a job runs while its ranks' exporters wait
+	// (5 s at 10 steps/s is 50). Default 64.
 	MaxOpenSteps int `mapstructure:"max_open_steps"`
 	// MaxStepOps bounds the collective spans held for analysis across all jobs' open steps
 	// (a 4096-rank step with 30 collectives is about 123k); past it the oldest steps are
@@ -68,7 +74,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		AnalysisDelay:     time.Second,
-		MaxOpenSteps:      16,
+		StepTimeout:       15 * time.Second,
+		MaxOpenSteps:      64,
 		MaxStepOps:        1 << 20,
 		MaxPhaseEntries:   65536,
 		MinCost:           5 * time.Millisecond,
@@ -98,6 +105,9 @@ func (c *Config) Check() error {
 	var errs []error
 	if c.AnalysisDelay < 0 {
 		errs = append(errs, fmt.Errorf("analysis_delay must be >= 0, got %s", c.AnalysisDelay))
+	}
+	if c.StepTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("step_timeout must be > 0, got %s", c.StepTimeout))
 	}
 	if c.MaxOpenSteps < 1 {
 		errs = append(errs, fmt.Errorf("max_open_steps must be >= 1, got %d", c.MaxOpenSteps))

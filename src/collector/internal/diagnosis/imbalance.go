@@ -115,9 +115,8 @@ type imbalance struct {
 }
 
 // dataImbalance replays the step with each class's work split evenly over its members
-// (every position at the class mean), ranks that are this step's root causes or flagged for
-// their own work left at their reference (a rank that stands out is its own verdict): what
-// a balanced split of each global batch would save.
+// (every position at the class mean) and everything else as it was: what a balanced split
+// of each global batch would save alone (base is the step replayed as it was).
 //
 // Uneven work is not evidence of the data by itself: on a busy host, scheduling noise makes
 // a different replica slowest in every step too. The data needs a second view. On a
@@ -126,9 +125,10 @@ type imbalance struct {
 // pipeline's stages (replicaAgreement). On a job without stages it is the size of each
 // rank's input, when its forwards say it (training.input.size): the rank with the most work
 // got more input than the mean, and work and input go together (inputAgreement). A job
-// without either view gets no data_imbalance (see docs/architecture.md).
-func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
-	threshold float64,
+// without either view gets no data_imbalance (see docs/architecture.md). A straggler is
+// no data imbalance either: whatIf names the data only where balancing saves more than
+// fixing the largest single rank.
+func (m *model) dataImbalance(j *jobState, sd *stepData, threshold, base float64,
 ) (imbalance, bool) {
 	if m.nStages < 2 && !m.hasInputs {
 		return imbalance{}, false
@@ -137,13 +137,6 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	m.baseGap = grow(m.baseGap, n)
 	m.balancedGap = grow(m.balancedGap, n)
 	copy(m.baseGap, m.gap)
-	for ri, rank := range m.rankOf {
-		if t := j.flags.ranks[rank]; fixRank[int32(ri)] || (t != nil && t.flagged) {
-			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
-				m.baseGap[p] = m.idealGap[p]
-			}
-		}
-	}
 	copy(m.balancedGap, m.baseGap)
 	nr := len(m.rankOf)
 	m.over = grow(m.over, nr)
@@ -188,7 +181,7 @@ func (m *model) dataImbalance(j *jobState, sd *stepData, fixRank map[int32]bool,
 	if !ok {
 		return imbalance{}, false
 	}
-	cost := m.simulate(sd, m.baseGap, m.idealT) - m.simulate(sd, m.balancedGap, m.idealT)
+	cost := base - m.simulate(sd, m.balancedGap, m.replayT)
 	if cost < threshold {
 		return imbalance{}, false
 	}
@@ -370,10 +363,14 @@ func (m *model) replicaAgreement() (int32, float64, bool) {
 }
 
 // stageImbalance compares the pipeline stages' work per step (each stage's median replica,
-// from gaps with every other contributor at its reference) with the mean stage's, and
-// replays, for each stage longer than the mean, the step with its excess moved evenly to the
-// other stages. The balanced gaps (every stage at the mean) are left in m.stageGap.
-func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) []imbalance {
+// from work, the gaps with every rank at its peers' reference) with the mean stage's, and
+// replays, for each stage longer than the mean, the step as it was with that stage's excess
+// moved evenly to the other stages (a repartition of the layers): its cost is what that
+// saves from base, the step replayed as it was. The scales that put every stage at the mean
+// are left in m.scale.
+func (m *model) stageImbalance(sd *stepData, work []float64, threshold, base float64,
+) []imbalance {
+	gaps := m.gap
 	s := int(m.nStages)
 	if s < 2 {
 		return nil
@@ -388,12 +385,12 @@ func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) 
 		var w float64
 		for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
 			if m.pipelineWork(sd, int32(ri), p) {
-				w += gaps[p]
+				w += work[p]
 			}
 		}
 		m.stageWork[ri] = w
 	}
-	work := make([]float64, s)
+	stageWork := make([]float64, s)
 	var total float64
 	for st := range s {
 		m.vals = m.vals[:0]
@@ -402,8 +399,8 @@ func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) 
 				m.vals = append(m.vals, m.stageWork[ri])
 			}
 		}
-		work[st] = median(m.vals)
-		total += work[st]
+		stageWork[st] = median(m.vals)
+		total += stageWork[st]
 	}
 	mean := total / float64(s)
 	if mean <= 0 {
@@ -411,11 +408,11 @@ func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) 
 	}
 	var longer []int
 	for st := range s {
-		if e := work[st] - mean; e >= minStageExcess*mean && e >= threshold {
+		if e := stageWork[st] - mean; e >= minStageExcess*mean && e >= threshold {
 			longer = append(longer, st)
 		}
 	}
-	slices.SortFunc(longer, func(x, y int) int { return cmpFloat(work[y], work[x]) })
+	slices.SortFunc(longer, func(x, y int) int { return cmpFloat(stageWork[y], stageWork[x]) })
 	if len(longer) > maxStageVariants {
 		longer = longer[:maxStageVariants]
 	}
@@ -423,30 +420,29 @@ func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) 
 		return nil
 	}
 	n := len(m.order)
-	ref := m.simulate(sd, gaps, m.idealT)
 	m.stageGap = grow(m.stageGap, n)
 	m.scale = grow(m.scale, s)
 	var out []imbalance
 	for _, st := range longer {
-		excess := work[st] - mean
+		excess := stageWork[st] - mean
 		for o := range s {
 			switch {
 			case o == st:
-				m.scale[o] = mean / work[o]
-			case work[o] > 0:
-				m.scale[o] = (work[o] + excess/float64(s-1)) / work[o]
+				m.scale[o] = mean / stageWork[o]
+			case stageWork[o] > 0:
+				m.scale[o] = (stageWork[o] + excess/float64(s-1)) / stageWork[o]
 			default:
 				m.scale[o] = 1
 			}
 		}
 		m.scaleStages(sd, gaps)
-		cost := ref - m.simulate(sd, m.stageGap, m.idealT)
+		cost := base - m.simulate(sd, m.stageGap, m.replayT)
 		if cost < threshold {
 			continue
 		}
 		to := int32(-1)
 		for _, nb := range []int{st - 1, st + 1} {
-			if nb >= 0 && nb < s && (to < 0 || work[nb] < work[to]) {
+			if nb >= 0 && nb < s && (to < 0 || stageWork[nb] < stageWork[to]) {
 				to = int32(nb)
 			}
 		}
@@ -456,8 +452,8 @@ func (m *model) stageImbalance(sd *stepData, gaps []float64, threshold float64) 
 	if len(out) > 0 {
 		for o := range s {
 			m.scale[o] = 1
-			if work[o] > 0 {
-				m.scale[o] = mean / work[o]
+			if stageWork[o] > 0 {
+				m.scale[o] = mean / stageWork[o]
 			}
 		}
 		m.scaleStages(sd, gaps)

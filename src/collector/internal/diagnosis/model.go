@@ -37,6 +37,7 @@ type model struct {
 	prevPG    []int32   // position of the rank's previous span in the same group, or -1
 	netDur    []float64 // duration after the group's previous span ended, seconds
 	refGap    []float64 // the peers' median gap at the same position of the step
+	medGap    []float64 // the class's plain median gap there (see references)
 
 	// collectives
 	opColl   []int32
@@ -89,9 +90,13 @@ type model struct {
 	// sortKeys is reset's scratch for ordering a rank's spans.
 	sortKeys []spanKey
 
-	// what-if buffers
-	idealGap, variantGap []float64
-	idealT, variantT     []float64
+	// what-if buffers: idealGap is each gap at its peers' reference (a rank fixed alone runs
+	// as its peers do), jobGap at the job's ideal (see kinds.go; idealGap where the job has
+	// no pipeline stages)
+	idealGap, variantGap, jobGap []float64
+	idealT, variantT             []float64
+	// kinds is the split of a pipeline step's gaps into phase spans (kinds.go)
+	kinds contentScratch
 
 	// imbalances: each rank's pipeline stage (-1 none) and sender, the stages' count, the
 	// gaps with work balanced across replicas or stages
@@ -216,7 +221,23 @@ func (m *model) reset(sd *stepData) {
 		}
 		m.pgID[c] = id
 	}
+	// Ranks are numbered in ascending order, whatever order their spans arrived in: every
+	// sample over ranks (a class's peers past maxPeerSample, the spread of the excess) is
+	// then the same for the same spans, so the analysis does not depend on arrival order.
 	m.opRank = grow(m.opRank, nOps)
+	for i := range sd.ops {
+		m.rankIndex(sd.ops[i].rank)
+	}
+	if !slices.IsSorted(m.rankOf) {
+		slices.Sort(m.rankOf)
+		for ri, r := range m.rankOf {
+			if r >= 0 && int(r) < len(m.rankSlot) {
+				m.rankSlot[r] = int32(ri) + 1
+			} else {
+				m.rankIdx[r] = int32(ri)
+			}
+		}
+	}
 	for i := range sd.ops {
 		m.opRank[i] = m.rankIndex(sd.ops[i].rank)
 	}
@@ -678,13 +699,46 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 		for m.cursor[firstWaiting] == m.rankStart[firstWaiting+1] {
 			firstWaiting++
 		}
-		m.resolve(sd, m.blockedOn[firstWaiting], transfer)
+		m.resolve(sd, m.breakAt(firstWaiting), transfer)
 	}
 	exit := math.Inf(-1)
 	for ri := range nRanks {
 		exit = max(exit, m.ps[m.lastEnd[ri]].end)
 	}
 	return exit
+}
+
+// maxBreakScan bounds the waiting ranks breakAt looks at.
+const maxBreakScan = 64
+
+// breakAt picks the collective a replay in which every unfinished rank waits releases
+// (firstWaiting is the lowest unfinished rank). A message whose send was launched and waits
+// for a receiver that is itself held up goes first: a send of whose receiver the recorded
+// timings say nothing (it was posted before the send ended) is taken to wait for it, and
+// when a what-if moves the two apart that makes cycles the job never had (a 1F1B stage's
+// send waiting on the next stage, which waits on its own send back); the transport buffered
+// it, so it ends on its own (see resolve). Else the collective the first waiting rank needs.
+func (m *model) breakAt(firstWaiting int) int32 {
+	nRanks := len(m.rankOf)
+	for ri, seen := firstWaiting, 0; ri < nRanks && seen < maxBreakScan; ri++ {
+		if m.cursor[ri] == m.rankStart[ri+1] {
+			continue
+		}
+		seen++
+		c := m.blockedOn[ri]
+		cs := &m.colls[c]
+		if !cs.p2p || cs.done || cs.n != 2 {
+			continue
+		}
+		ps, pr := m.posOf[cs.first], m.posOf[cs.first+1]
+		if m.ps[ps].role == RoleRecv {
+			ps, pr = pr, ps
+		}
+		if m.ps[ps].role == RoleSend && m.netSet(ps) && !m.netSet(pr) {
+			return c
+		}
+	}
+	return m.blockedOn[firstWaiting]
 }
 
 // tapeEvent is one event of a replay: the launch of position x (ri its rank where x is the

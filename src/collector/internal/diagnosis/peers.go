@@ -86,9 +86,21 @@ func sample(members []int32, skip int32, dst []int32) []int32 {
 
 // references sets each position's peer reference gap and each rank's excess: the median
 // gap of its class at the same position (the faster of two peers), capped by the rank's own
-// history (the only reference of a rank without peers).
+// history (the only reference of a rank without peers). It also sets m.medGap, the plain
+// median of the class at each position (the faster of two; a rank without peers its own gap
+// capped by its history as above): the job's ideal of a step without pipeline stages, where
+// every rank of a class runs the same program and that median is the median of its kind.
 func (m *model) references(j *jobState) {
 	var peers []int32
+	m.medGap = grow(m.medGap, len(m.order))
+	defer func() {
+		for _, members := range m.classes {
+			if len(members) == 1 {
+				ri := members[0]
+				copy(m.medGap[m.rankStart[ri]:m.rankStart[ri+1]], m.refGap[m.rankStart[ri]:m.rankStart[ri+1]])
+			}
+		}
+	}()
 	for _, members := range m.classes {
 		n := int(m.rankStart[members[0]+1] - m.rankStart[members[0]])
 		if len(members) == 1 {
@@ -116,8 +128,14 @@ func (m *model) references(j *jobState) {
 			} else {
 				ref = median(vals)
 			}
+			// Of two, the faster: the mean of a straggler and its one peer is no usual speed.
+			med := ref
+			if len(vals) > 2 {
+				med = median(vals)
+			}
 			for _, ri := range members {
 				m.refGap[m.rankStart[ri]+int32(k)] = ref
+				m.medGap[m.rankStart[ri]+int32(k)] = med
 			}
 		}
 		// Peers that all slowed down together (a rack, the replicas of one stage) are no

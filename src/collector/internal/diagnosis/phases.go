@@ -15,11 +15,33 @@ type phaseInterval struct {
 	total      int64
 }
 
+// phaseSpan is one data or compute phase span of a rank (dataloader.fetch, forward,
+// backward, optimizer.step) on its own clock: the step model reads which of them lay in
+// each of its gaps (a pipeline rank runs a forward or backward per microbatch between its
+// messages), where the kind's intervals alone span most of the step.
+type phaseSpan struct {
+	start int64
+	// dur is the span's duration in nanoseconds (a span over 4.29 s is kept at that).
+	dur  uint32
+	kind PhaseKind
+}
+
+func (s phaseSpan) end() int64 { return s.start + int64(s.dur) }
+
+// maxPhaseSpans bounds the spans one entry keeps (256 microbatches' forward and backward,
+// or 64 of an interleaved schedule with two chunks); past it the entry's spans are dropped
+// (spansLost) and the analysis reads the kinds' intervals as before.
+const maxPhaseSpans = 512
+
 // phaseEntry is what one rank did in one step, per phase kind.
 type phaseEntry struct {
 	key   phaseKey
 	kinds [NumPhaseKinds]phaseInterval
 	seen  uint8
+	// spans are the entry's data and compute spans in arrival order; spansLost is set
+	// when more than maxPhaseSpans came.
+	spans     []phaseSpan
+	spansLost bool
 	// input is the summed training.input.size of the rank's forwards in the step, and
 	// inputs how many forwards gave one (every forward must, for the sum to be its work).
 	input        int64
@@ -142,7 +164,7 @@ func (c *phaseCache) slot(k phaseKey) *phaseEntry {
 		c.entries = append(c.entries, phaseEntry{})
 		i = len(c.entries) - 1
 	}
-	c.entries[i] = phaseEntry{key: k}
+	c.entries[i] = phaseEntry{key: k, spans: c.entries[i].spans[:0]}
 	c.index[k] = int32(i)
 	c.added++
 	if _, ok := c.lastAdded[k.job]; !ok && len(c.lastAdded) >= maxAnalyzedJobs {
@@ -161,6 +183,14 @@ func (c *phaseCache) add(job string, step int64, rank int32, kind PhaseKind,
 		if input > 0 {
 			entry.input += input
 			entry.inputs++
+		}
+	}
+	if kind >= PhaseFetch && kind <= PhaseOptimizer && !entry.spansLost {
+		if len(entry.spans) < maxPhaseSpans {
+			entry.spans = append(entry.spans, phaseSpan{start: start,
+				dur: uint32(min(end-start, math.MaxUint32)), kind: kind})
+		} else {
+			entry.spans, entry.spansLost = entry.spans[:0], true
 		}
 	}
 	iv := &entry.kinds[kind]

@@ -37,7 +37,8 @@ var pipelineShapes = []pipelineShape{
 }
 
 // pipelineCase is one fault of the generator with its truth: what the verdict must say and
-// the ideal step the replayed slowdown must be within 10% of.
+// the ideal step the replayed slowdown must be within 10% of (the what-if analysis' ideal:
+// every forward and backward at the median of its kind over the step's ranks).
 type pipelineCase struct {
 	name string
 	// set configures the fault and returns the check of the last step's verdict and the
@@ -134,7 +135,7 @@ var pipelineCases = []pipelineCase{
 						r.RootCauses)
 				}
 			}, func(step int) time.Duration {
-				return p.Ideal(step, p.MeanWork(work), false)
+				return p.Ideal(step, p.MedianWork(work), false)
 			}
 	}},
 	{"slow-link", func(p *fixture.Pipeline) (func(*testing.T, diagnosis.StepResult),

@@ -223,6 +223,12 @@ type StepResult struct {
 	WhatIf float64
 	// Ranks is how many ranks had spans in the step.
 	Ranks int
+	// World is the job's world size (0 when its spans did not say); Absent counts the ranks
+	// of the world that had not ended the step when it was analyzed (step_timeout passed, or
+	// a bound forced it), AbsentRanks names the first of them.
+	World       int
+	Absent      int
+	AbsentRanks []int
 	// Collectives is how many collectives the step had; SlowCollectives how many of them
 	// had a slow transfer.
 	Collectives     int

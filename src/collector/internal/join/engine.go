@@ -3,6 +3,7 @@ package join
 import (
 	"math"
 	"slices"
+	"time"
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
@@ -231,6 +232,9 @@ func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released
 	}
 	now := e.clock.Now().UnixNano()
 	e.touch(a.Job, a.Rank, now)
+	if a.WorldSize > 0 {
+		e.analysis.NoteWorld(a.Job, a.WorldSize, time.Unix(0, now))
+	}
 	h := e.hasher.hash(&a.Key)
 	p, ok := e.pending.get(h, &a.Key)
 	if ok {
@@ -596,7 +600,11 @@ func (e *Engine[R]) AddPhase(ph Phase) {
 	if ph.Rank < 0 || ph.Rank >= MaxRanks {
 		return
 	}
-	e.touch(ph.Job, ph.Rank, e.clock.Now().UnixNano())
+	now := e.clock.Now()
+	e.touch(ph.Job, ph.Rank, now.UnixNano())
+	if ph.WorldSize > 0 {
+		e.analysis.NoteWorld(ph.Job, ph.WorldSize, now)
+	}
 	e.analysis.ObservePhase(ph.Job, ph.Step, ph.Rank, ph.Kind, ph.StartUnixNano, ph.EndUnixNano,
 		ph.InputSize)
 }

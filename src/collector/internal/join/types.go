@@ -166,6 +166,8 @@ type Phase struct {
 	EndUnixNano   int64
 	// InputSize is a forward span's training.input.size (0: not given).
 	InputSize int64
+	// WorldSize is the job's world size from the rank's resource, 0 when unknown.
+	WorldSize int
 }
 
 // Outcome is what Add did with an arrival.

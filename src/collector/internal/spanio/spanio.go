@@ -285,6 +285,7 @@ func ParsePhase(span ptrace.Span, res *Resource, kind diagnosis.PhaseKind) (join
 		StartUnixNano: int64(start),
 		EndUnixNano:   int64(end),
 		InputSize:     input,
+		WorldSize:     res.WorldSize,
 	}, true
 }
 
