@@ -8,9 +8,9 @@ Subcommands:
   (:mod:`skewtrace.report`).
 - ``skewtrace timeline``: the first component to change before a slowdown, and before/after
   figures, read from Prometheus (:mod:`skewtrace.timeline`).
-- ``skewtrace import``: recorded traces (a CSV table, or PyTorch profiler traces) sent as the
-  instrumentation's spans to a Collector, or analysed locally into the HTML report
-  (:mod:`skewtrace.importer`, ``docs/import.md``).
+- ``skewtrace import``: recorded traces (a CSV table, what-if traces, or PyTorch profiler
+  traces) sent as the instrumentation's spans to a Collector, or analysed locally into the
+  HTML report (:mod:`skewtrace.importer`, ``docs/import.md``).
 
 The ``pacer`` flags are the fields of :class:`~skewtrace.controller.service.PacerConfig` and
 of every registered policy's parameters (:data:`skewtrace.controller.policies.POLICIES`, one
@@ -251,7 +251,7 @@ def _run_pacer(args: argparse.Namespace) -> int:
 def _add_import(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "import",
-        help="send recorded traces (CSV, PyTorch profiler) as spans, or report on them",
+        help="send recorded traces (CSV, what-if, PyTorch profiler) as spans, or report on them",
         description="Turn recorded traces into the spans the instrumentation emits and send "
         "them over OTLP to a Collector (by default where the instrumentation sends: "
         "OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4317), or with --report analyse them "
@@ -263,17 +263,30 @@ def _add_import(subparsers: Any) -> None:
         "inputs",
         nargs="+",
         metavar="FILE",
-        help="CSV tables (*.csv), or PyTorch profiler traces, one per rank (*.json, "
-        "*.json.gz, or a directory of them)",
+        help="CSV tables (*.csv), what-if tables (*.parquet, or *.csv with optype and "
+        "start_ts columns), or PyTorch profiler traces, one per rank (*.json, *.json.gz, or a "
+        "directory of them)",
     )
     parser.add_argument(
-        "--format", default="auto", choices=("auto", "csv", "kineto"), help="default: by name"
+        "--format",
+        default="auto",
+        choices=("auto", "csv", "kineto", "whatif"),
+        help="default: by name (and a CSV's header)",
     )
     parser.add_argument(
         "--time-unit",
-        default="s",
+        default=None,
         metavar="UNIT",
-        help="unit of the CSV's start and duration: s (default), ms, us or ns",
+        help="unit of the table's start and duration: s, ms, us or ns (default: s for a CSV "
+        "table; for what-if tables the unit an epoch start_ts shows)",
+    )
+    parser.add_argument(
+        "--meta",
+        default=None,
+        metavar="PATH",
+        help="what-if tables: the metadata JSON (dp_size, pp_size, tp_size; default: "
+        "<stem>.json, <stem>.meta.json, <stem>_metadata.json, metadata.json or meta.json "
+        "beside the table, else inferred from the rows)",
     )
     parser.add_argument(
         "--job",

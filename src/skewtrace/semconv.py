@@ -43,6 +43,16 @@ GPU_NAME = "gpu.name"
 GPU_PCI_BUS_ID = "gpu.pci_bus_id"
 #: gpu.numa_node (int): only on GPU ranks
 GPU_NUMA_NODE = "gpu.numa_node"
+#: training.worker.first_gpu (int): only on a rank that stands for a worker, a tensor-parallel
+#: group of GPUs (`skewtrace import` of a what-if table): the global rank of the worker's first
+#: GPU
+WORKER_FIRST_GPU = "training.worker.first_gpu"
+#: training.worker.gpus (int): with `training.worker.first_gpu`: the worker's GPUs (its
+#: tensor-parallel size), global ranks `first_gpu` to `first_gpu + gpus - 1`
+WORKER_GPUS = "training.worker.gpus"
+#: training.dp_rank (int): with `training.worker.first_gpu`: the worker's data-parallel replica
+#: (0 first); its pipeline stage is `training.pipeline.stage` on the same resource
+DP_RANK = "training.dp_rank"
 
 # Values of service.name.
 #: the service name of a rank process when `OTEL_SERVICE_NAME` is not set

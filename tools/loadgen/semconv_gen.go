@@ -45,6 +45,20 @@ const (
 
 	// attrGPUNUMANode is gpu.numa_node (int): only on GPU ranks
 	attrGPUNUMANode = "gpu.numa_node"
+
+	// attrWorkerFirstGPU is training.worker.first_gpu (int): only on a rank that stands for a
+	// worker, a tensor-parallel group of GPUs (`skewtrace import` of a what-if table): the global
+	// rank of the worker's first GPU
+	attrWorkerFirstGPU = "training.worker.first_gpu"
+
+	// attrWorkerGPUs is training.worker.gpus (int): with `training.worker.first_gpu`: the worker's
+	// GPUs (its tensor-parallel size), global ranks `first_gpu` to `first_gpu + gpus - 1`
+	attrWorkerGPUs = "training.worker.gpus"
+
+	// attrDPRank is training.dp_rank (int): with `training.worker.first_gpu`: the worker's
+	// data-parallel replica (0 first); its pipeline stage is `training.pipeline.stage` on the same
+	// resource
+	attrDPRank = "training.dp_rank"
 )
 
 // Values of service.name.

@@ -20,9 +20,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from skewtrace.importer.model import ImportedJob, InputErrors, place_on_epoch
 
-CSV, KINETO = "csv", "kineto"
-FORMATS = ("auto", CSV, KINETO)
+CSV, KINETO, WHATIF = "csv", "kineto", "whatif"
+FORMATS = ("auto", CSV, KINETO, WHATIF)
 _KINETO_SUFFIXES = (".json", ".json.gz")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
 _PROG = "skewtrace import"
 
 
@@ -35,11 +36,29 @@ def _say(message: str) -> None:
 
 
 def _format_of(path: Path) -> str | None:
+    """By name, and for a CSV table by its header: the what-if format's has ``optype`` and
+    ``start_ts``. A directory holding parquet or what-if CSV tables is what-if tables,
+    any other one profiler traces."""
+    from skewtrace.importer.whatif import csv_is_whatif
+
     name = path.name.lower()
-    if path.is_dir() or name.endswith(_KINETO_SUFFIXES):
+    if path.is_dir():
+        if any(
+            p.is_file()
+            and (
+                p.name.lower().endswith(_PARQUET_SUFFIXES)
+                or (p.name.lower().endswith(".csv") and csv_is_whatif(p))
+            )
+            for p in path.iterdir()
+        ):
+            return WHATIF
         return KINETO
+    if name.endswith(_KINETO_SUFFIXES):
+        return KINETO
+    if name.endswith(_PARQUET_SUFFIXES):
+        return WHATIF
     if name.endswith(".csv"):
-        return CSV
+        return WHATIF if csv_is_whatif(path) else CSV
     return None
 
 
@@ -54,14 +73,17 @@ def input_files(given: Sequence[str], fmt: str) -> tuple[list[Path], str]:
         if None in found or len(found) != 1:
             unknown = [str(p) for p in paths if _format_of(p) is None]
             raise UsageError(
-                f"cannot tell the format of {', '.join(unknown) or 'a mix of CSV and JSON'}: "
-                "name tables *.csv and traces *.json / *.json.gz, or pass --format csv|kineto"
+                f"cannot tell the format of {', '.join(unknown) or 'a mix of formats'}: name "
+                "tables *.csv or *.parquet and traces *.json / *.json.gz, or pass "
+                "--format csv|kineto|whatif"
             )
         fmt = found.pop() or CSV
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            suffixes = (".csv",) if fmt == CSV else _KINETO_SUFFIXES
+            suffixes = {CSV: (".csv",), WHATIF: (*_PARQUET_SUFFIXES, ".csv")}.get(
+                fmt, _KINETO_SUFFIXES
+            )
             inside = sorted(
                 p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(suffixes)
             )
@@ -84,20 +106,42 @@ def content_job_id(paths: Sequence[Path]) -> str:
     return f"import-{digest.hexdigest()[:12]}"
 
 
+def _time_unit(args: argparse.Namespace) -> str | None:
+    from skewtrace.importer.columnar import TIME_UNITS
+
+    unit: str | None = getattr(args, "time_unit", None)
+    if unit is not None and unit not in TIME_UNITS:
+        raise UsageError(f"--time-unit {unit!r}: use one of {', '.join(TIME_UNITS)}")
+    return unit
+
+
 def read_input(args: argparse.Namespace) -> ImportedJob:
     """The checked job; raises :class:`UsageError` or :class:`InputErrors`."""
     files, fmt = input_files(args.inputs, args.format)
     job_id = args.job.strip() if args.job and args.job.strip() else None
+    meta_arg: str | None = getattr(args, "meta", None)
+    if meta_arg is not None and fmt != WHATIF:
+        raise UsageError("--meta is the metadata of what-if tables; the input is not one")
     if fmt == CSV:
-        from skewtrace.importer.columnar import TIME_UNITS, read_csv
+        from skewtrace.importer.columnar import read_csv
 
-        if args.time_unit not in TIME_UNITS:
-            raise UsageError(f"--time-unit {args.time_unit!r}: use one of {', '.join(TIME_UNITS)}")
         job = read_csv(
             files,
             job_id=job_id,
             default_job=job_id or content_job_id(files),
-            time_unit=args.time_unit,
+            time_unit=_time_unit(args) or "s",
+        )
+    elif fmt == WHATIF:
+        from skewtrace.importer.whatif import find_meta, read_whatif
+
+        meta = Path(meta_arg) if meta_arg is not None else find_meta(files)
+        if meta is not None and not meta.is_file():
+            raise UsageError(f"--meta {meta}: no such file")
+        job = read_whatif(
+            files,
+            job_id=job_id or content_job_id([*files, *([meta] if meta else [])]),
+            meta=meta,
+            time_unit=_time_unit(args),
         )
     else:
         from skewtrace.importer.kineto import read_kineto

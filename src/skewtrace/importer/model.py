@@ -90,6 +90,9 @@ class RankInput:
     switch: str = semconv.UNKNOWN
     nic: str = semconv.UNKNOWN
     events: list[Event] = field(default_factory=list)
+    attributes: dict[str, str | int] = field(default_factory=dict)
+    """More resource attributes of the rank (a what-if worker's identity:
+    ``training.worker.first_gpu``, ...); the training keys above win over them."""
 
     def steps(self) -> set[int]:
         return {event.step for event in self.events}

@@ -3,11 +3,13 @@
 Each (job, rank) gets the resource keys a rank process has (:mod:`skewtrace.resource`'s
 keys: ``service.name``, ``service.instance.id``, ``training.job.id``, ``training.rank``,
 ``training.local_rank``, ``training.world_size``, ``host.name``, ``training.switch``,
-``training.nic``), with the values the input gave instead of the local machine's, and its
-events go through the ranks' own :class:`~skewtrace._export.materialize.SpanMaterializer`:
-trace ID and step root from (job, step), each rank's ``train.step`` ID from (job, step,
-rank), the step's other spans its children, rank 0 emitting ``train.step.root``. Times are
-already epoch nanoseconds, so the materializer's anchor is 0.
+``training.nic``; an imported what-if worker also ``training.worker.first_gpu``,
+``training.worker.gpus``, ``training.pipeline.stage`` and ``training.dp_rank``), with the
+values the input gave instead of the local machine's, and its events go through the ranks'
+own :class:`~skewtrace._export.materialize.SpanMaterializer`: trace ID and step root from
+(job, step), each rank's ``train.step`` ID from (job, step, rank), the step's other spans its
+children, rank 0 emitting ``train.step.root``. Times are already epoch nanoseconds, so the
+materializer's anchor is 0.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def rank_resource(rank: RankInput, local_rank: int) -> Resource:
     """The rank's resource, as :func:`skewtrace.resource.build_resource` makes it
     (``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` honored; the training keys win)."""
     attributes: dict[str, str | int] = {
+        **rank.attributes,
         semconv.SERVICE_INSTANCE_ID: f"{rank.job}/{rank.rank}",
         semconv.JOB_ID: rank.job,
         semconv.RANK: rank.rank,

@@ -82,12 +82,30 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _worker(attrs: Mapping[str, Any]) -> str:
+    """Which worker a rank stands for (an imported what-if table: ``stage 1, replica 1, GPUs
+    40-47``), else empty."""
+    first, gpus = _int(attrs.get(semconv.WORKER_FIRST_GPU)), _int(attrs.get(semconv.WORKER_GPUS))
+    if first is None:
+        return ""
+    parts = []
+    stage, replica = _int(attrs.get(semconv.PIPELINE_STAGE)), _int(attrs.get(semconv.DP_RANK))
+    if stage is not None:
+        parts.append(f"stage {stage}")
+    if replica is not None:
+        parts.append(f"replica {replica}")
+    last = first + (gpus or 1) - 1
+    parts.append(f"GPUs {first}-{last}" if last > first else f"GPU {first}")
+    return ", ".join(parts)
+
+
 def _rank_info(rank: int, attrs: Mapping[str, Any]) -> RankInfo:
     return RankInfo(
         rank=rank,
         host=_str(attrs.get(semconv.HOST_NAME)) or semconv.UNKNOWN,
         switch=_str(attrs.get(semconv.SWITCH)) or semconv.UNKNOWN,
         nic=_str(attrs.get(semconv.NIC)) or semconv.UNKNOWN,
+        worker=_worker(attrs),
     )
 
 

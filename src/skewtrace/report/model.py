@@ -63,6 +63,9 @@ class RankInfo:
     host: str
     switch: str
     nic: str
+    worker: str = ""
+    """Which worker an imported what-if rank stands for ("stage 1, replica 1, GPUs 40-47"),
+    from ``training.worker.*``; empty for a rank process."""
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,12 @@ def _since(first: int, since: int) -> str:
     return str(first) if first == since else f"{first} (again since {since})"
 
 
+def _worker(data: ReportData, rank: int) -> str:
+    """``: stage 1, replica 1, GPUs 40-47`` after a rank that stands for an imported worker."""
+    info = data.ranks.get(rank)
+    return f": {esc(info.worker)}" if info is not None and info.worker else ""
+
+
 def _verdicts(data: ReportData) -> str:
     parts = ['<section id="verdicts"><h2>Verdict</h2>']
     last = data.last_summary
@@ -203,7 +209,8 @@ def _verdicts(data: ReportData) -> str:
         lead = data.verdicts[0].flag
         others = len(data.verdicts) - 1
         parts.append(
-            f'<p class="callout bad"><b>Rank {lead.rank}</b> ({esc(lead.host)} \u00b7 '
+            f'<p class="callout bad"><b>Rank {lead.rank}</b>{_worker(data, lead.rank)} '
+            f"({esc(lead.host)} \u00b7 "
             f"{esc(lead.switch)} \u00b7 {esc(lead.nic)}) is a straggler: cause "
             f"<b>{esc(lead.cause)}</b>, costing about <b>{_ms(lead.cost_s)}</b> per step, "
             f"flagged since step {data.verdicts[0].since_step}"
@@ -227,7 +234,8 @@ def _verdicts(data: ReportData) -> str:
             f = v.flag
             parts.append(
                 f'<tr class="verdict" data-rank="{f.rank}" data-cause="{esc(f.cause)}">'
-                f"<td>rank {f.rank}</td><td>{esc(f.host)}</td><td>{esc(f.switch)}</td>"
+                f"<td>rank {f.rank}{_worker(data, f.rank)}</td><td>{esc(f.host)}</td>"
+                f"<td>{esc(f.switch)}</td>"
                 f'<td>{esc(f.nic)}</td><td><span class="cause">{esc(f.cause)}</span></td>'
                 f'<td class="num">{_ms(f.cost_s)}</td><td>{esc(f.domain) or _DASH}</td>'
                 f'<td class="num">{_since(v.first_step, v.since_step)}</td></tr>'

@@ -130,6 +130,8 @@ def _row(row: RankRow, y: float, row_h: float, x: Scale, cause: str) -> str:
         )
     )
     meta = f"{info.host} \u00b7 {info.switch} \u00b7 {info.nic}"
+    if info.worker:  # an imported what-if worker: which one first
+        meta = f"{info.worker} \u00b7 {meta}"
     # One line per row when compact: the badge is shortened and the topology cut to fit.
     badge_room = 80 if row.flagged or row.root_cause else 0
     if compact:

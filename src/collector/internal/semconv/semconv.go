@@ -46,6 +46,20 @@ const (
 
 	// AttrGPUNUMANode is gpu.numa_node (int): only on GPU ranks
 	AttrGPUNUMANode = "gpu.numa_node"
+
+	// AttrWorkerFirstGPU is training.worker.first_gpu (int): only on a rank that stands for a
+	// worker, a tensor-parallel group of GPUs (`skewtrace import` of a what-if table): the global
+	// rank of the worker's first GPU
+	AttrWorkerFirstGPU = "training.worker.first_gpu"
+
+	// AttrWorkerGPUs is training.worker.gpus (int): with `training.worker.first_gpu`: the worker's
+	// GPUs (its tensor-parallel size), global ranks `first_gpu` to `first_gpu + gpus - 1`
+	AttrWorkerGPUs = "training.worker.gpus"
+
+	// AttrDPRank is training.dp_rank (int): with `training.worker.first_gpu`: the worker's
+	// data-parallel replica (0 first); its pipeline stage is `training.pipeline.stage` on the same
+	// resource
+	AttrDPRank = "training.dp_rank"
 )
 
 // Values of service.name.
