@@ -242,6 +242,11 @@ STRAGGLER = "training.straggler"
 #: training.straggler.cause (string): what the flagged rank's own work that made steps late was
 #: (with `training.straggler`)
 STRAGGLER_CAUSE = "training.straggler.cause"
+#: training.straggler.before (string): with cause `host_work`: where in the step the rank's own
+#: time sat, as the span it preceded (`forward`, `backward`, `optimizer.step`,
+#: `dataloader.fetch`, or a collective span such as `collective.all_reduce`): the longest
+#: stretch of its excess time outside every phase span
+STRAGGLER_BEFORE = "training.straggler.before"
 #: training.straggler.domain (string): the suspect a flagged rank belongs to: `nic:<host>/<nic>`
 #: (its own link), `switch:<name>` (flagged ranks on two or more hosts behind it), `host:<name>`
 #: (two or more flagged ranks on it)
@@ -266,6 +271,11 @@ CAUSE_DATA = "data"
 CAUSE_COMPUTE = "compute"
 #: its own link (its host's NIC, or its host) was located as what made the step's transfers slow
 CAUSE_NETWORK = "network"
+#: its own host-side work outside every traced phase did (Python preprocessing, logging, a
+#: callback, a synchronous checkpoint, garbage collection): time between its spans that no
+#: `dataloader.fetch`, `forward`, `backward` or `optimizer.step` holds;
+#: `training.straggler.before` says what it preceded
+CAUSE_HOST_WORK = "host_work"
 #: no phase explains the rank's excess own work, or the rank never arrived
 CAUSE_UNKNOWN = "unknown"
 #: a pipeline stage does more work per step than the mean stage on every replica
@@ -294,8 +304,10 @@ RELEASED_PARTIAL = "partial"
 #: latest rank being free after the previous step to the latest rank finishing its collectives
 #: in this one
 STEP_DURATION = "training.step.duration"
-#: training.step.whatif (float s): the step time with this step's root causes at their
-#: references
+#: training.step.whatif (float s): the step time with every rank's work and every transfer at
+#: its reference (the what-if analysis' ideal step: on a pipeline every op at the median of its
+#: kind over the step's ranks, so a stage heavier than the others counts; elsewhere each rank's
+#: work at its peers' median)
 STEP_WHATIF = "training.step.whatif"
 #: training.job.slowdown (float): the job's moving average of step time over what-if step time
 JOB_SLOWDOWN = "training.job.slowdown"
@@ -310,11 +322,20 @@ REPLAY_ERROR = "training.replay.error"
 VERDICT_DEFERRED = "training.verdict.deferred"
 #: training.step.ranks (int): ranks with spans in the step
 STEP_RANKS = "training.step.ranks"
+#: training.step.absent (int): ranks of the job's world (`training.world_size`) that had not
+#: ended the step when it was analyzed (after `step_timeout`, or a bound forced it); absent when
+#: every rank had
+STEP_ABSENT = "training.step.absent"
+#: training.step.absent_ranks (string): with `training.step.absent`: the first 64 of those
+#: ranks, comma separated
+STEP_ABSENT_RANKS = "training.step.absent_ranks"
 #: training.step.slow_collectives (int): collectives of the step whose transfer was slow against
 #: their reference
 STEP_SLOW_COLLECTIVES = "training.step.slow_collectives"
-#: training.rank.cost (float s): what the rank cost: in a root cause, this step's seconds (the
-#: step with the rank's own work at its peers' median alone); on a flag, the moving average
+#: training.rank.cost (float s): what the rank cost: in a root cause, this step's seconds that
+#: fixing it alone saves (the step replayed with only the rank's own work at its peers' median,
+#: or its link's transfers at their reference; for ranks that hold the step up together, what
+#: each adds to their joint fix where that is more); on a flag, the moving average
 RANK_COST = "training.rank.cost"
 #: training.pipeline.stage (int): the pipeline stage (0 first), found from the point-to-point
 #: messages: a rank whose first message of the step is a send is stage 0, one whose first is a

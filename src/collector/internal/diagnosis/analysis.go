@@ -259,8 +259,9 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			continue
 		}
 		rank := m.rankOf[ri]
+		cause, before := m.cause(a, j, sd, ri)
 		roots = append(roots, RootCause{Rank: int(rank), Topology: j.topology.at(rank),
-			Cause: m.cause(a, j, sd, ri), Cost: cost, Stage: -1})
+			Cause: cause, Before: before, Cost: cost, Stage: -1})
 	}
 	for _, loc := range located {
 		copy(m.variantT, m.replayT)

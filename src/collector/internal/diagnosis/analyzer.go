@@ -107,9 +107,10 @@ type jobState struct {
 	activity int64
 }
 
-// workHistory is a rank's usual time in dataloader.fetch and in compute phases per step.
+// workHistory is a rank's usual time in dataloader.fetch, in compute phases and outside
+// every phase (its host-side work) per step.
 type workHistory struct {
-	fetch, compute ewma
+	fetch, compute, host ewma
 }
 
 // ewma is an exponentially weighted mean and mean absolute deviation.

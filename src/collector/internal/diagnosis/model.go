@@ -87,8 +87,9 @@ type model struct {
 	// curPh and prevPh are each rank's phase entries of this step and the previous one (nil
 	// none; see readPhases).
 	curPh, prevPh []*phaseEntry
-	// sortKeys is reset's scratch for ordering a rank's spans.
-	sortKeys []spanKey
+	// sortKeys is reset's scratch for ordering a rank's spans; spanScratch rankSpans'.
+	sortKeys    []spanKey
+	spanScratch []phaseSpan
 
 	// what-if buffers: idealGap is each gap at its peers' reference (a rank fixed alone runs
 	// as its peers do), jobGap at the job's ideal (see kinds.go; idealGap where the job has

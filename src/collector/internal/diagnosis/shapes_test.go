@@ -207,3 +207,33 @@ func withoutMessages(batches []*fixture.Batch) []*fixture.Batch {
 	}
 	return batches
 }
+
+// TestHostWorkIsNamedWithWhereItSat: a rank that spends 60 ms of every step between its
+// batch and its forward, in no phase span (a sleep in the training loop), is flagged for
+// its own host-side work before its forward, not "unknown"; on 2, 4 and 8 ranks.
+func TestHostWorkIsNamedWithWhereItSat(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		ranks := fixture.LeafSpine(n, 2, 2)
+		job := fixture.NewJob(ranks, []fixture.Coll{fixture.World(n, 4<<20, 6*time.Millisecond)}, 3)
+		slow := n - 1
+		job.HostWork = func(step, rank int) time.Duration {
+			if rank == slow && step >= 3 {
+				return 60 * time.Millisecond
+			}
+			return 0
+		}
+		results := run(t, job, join.DefaultConfig(), 14)
+		last := results[len(results)-1]
+		got := flagged(last)
+		if len(got) != 1 || got[slow] != semconv.CauseHostWork {
+			t.Errorf("%d ranks: flagged %v, want rank %d for host_work; roots %+v", n, got, slow,
+				last.RootCauses)
+			continue
+		}
+		for _, f := range last.Flagged {
+			if f.Before != semconv.SpanForward {
+				t.Errorf("%d ranks: host work before %q, want %q", n, f.Before, semconv.SpanForward)
+			}
+		}
+	}
+}

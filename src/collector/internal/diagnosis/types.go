@@ -145,8 +145,11 @@ type RootCause struct {
 	// Rank is the root-cause rank; -1 for a link.
 	Rank int
 	Topology
-	// Cause is data, compute, network or unknown (for a link: network).
+	// Cause is data, compute, host_work, network or unknown (for a link: network).
 	Cause string
+	// Before is, for host_work, the span the rank's own time outside every phase preceded
+	// (where in the step it sat).
+	Before string
 	// Cost is how much shorter the step would have been with this contributor at its
 	// reference alone (its gaps at its peers' medians, or the link's transfers at their
 	// reference), in seconds.
@@ -194,6 +197,8 @@ type RankFlag struct {
 	Rank int
 	Topology
 	Cause string
+	// Before is, for host_work, where its own time sat in its latest step named so.
+	Before string
 	// Cost is the seconds per step it has cost recently (a moving average over the flag
 	// window, counting 0 for steps it was not a root cause).
 	Cost float64

@@ -24,6 +24,8 @@ type track struct {
 	cause     string
 	cost      float64
 	suspect   string
+	// before is where its own time sat in the latest step it was named host_work.
+	before string
 }
 
 func (t *track) vote(cause string) {
@@ -50,8 +52,12 @@ func (t *track) vote(cause string) {
 }
 
 func (t *track) flag(rank int32) RankFlag {
-	return RankFlag{Rank: int(rank), Topology: t.topo, Cause: t.cause, Cost: t.cost,
+	f := RankFlag{Rank: int(rank), Topology: t.topo, Cause: t.cause, Cost: t.cost,
 		Domain: t.suspect}
+	if t.cause == semconv.CauseHostWork {
+		f.Before = t.before
+	}
+	return f
 }
 
 // suspectTrack is the flag state of one located suspect of a job.
@@ -164,6 +170,9 @@ func updateFlags(cfg *Config, j *flagState, roots []RootCause, located []Suspect
 		t.cost += alpha * rc.Cost
 		t.topo = rc.Topology
 		t.vote(rc.Cause)
+		if rc.Cause == semconv.CauseHostWork && rc.Before != "" {
+			t.before = rc.Before
+		}
 		t.suspect = ""
 		if rc.Cause == semconv.CauseNetwork && rc.Suspect != nil {
 			t.suspect = rc.Suspect.ID()

@@ -336,6 +336,12 @@ const (
 	// that made steps late was (with `training.straggler`)
 	AttrStragglerCause = "training.straggler.cause"
 
+	// AttrStragglerBefore is training.straggler.before (string): with cause `host_work`: where in
+	// the step the rank's own time sat, as the span it preceded (`forward`, `backward`,
+	// `optimizer.step`, `dataloader.fetch`, or a collective span such as `collective.all_reduce`):
+	// the longest stretch of its excess time outside every phase span
+	AttrStragglerBefore = "training.straggler.before"
+
 	// AttrStragglerDomain is training.straggler.domain (string): the suspect a flagged rank
 	// belongs to: `nic:<host>/<nic>` (its own link), `switch:<name>` (flagged ranks on two or more
 	// hosts behind it), `host:<name>` (two or more flagged ranks on it)
@@ -372,6 +378,12 @@ const (
 	// CauseNetwork is "network": its own link (its host's NIC, or its host) was located as what
 	// made the step's transfers slow
 	CauseNetwork = "network"
+
+	// CauseHostWork is "host_work": its own host-side work outside every traced phase did (Python
+	// preprocessing, logging, a callback, a synchronous checkpoint, garbage collection): time
+	// between its spans that no `dataloader.fetch`, `forward`, `backward` or `optimizer.step`
+	// holds; `training.straggler.before` says what it preceded
+	CauseHostWork = "host_work"
 
 	// CauseUnknown is "unknown": no phase explains the rank's excess own work, or the rank never
 	// arrived
@@ -414,8 +426,10 @@ const (
 	// finishing its collectives in this one
 	AttrStepDuration = "training.step.duration"
 
-	// AttrStepWhatIf is training.step.whatif (float s): the step time with this step's root causes
-	// at their references
+	// AttrStepWhatIf is training.step.whatif (float s): the step time with every rank's work and
+	// every transfer at its reference (the what-if analysis' ideal step: on a pipeline every op at
+	// the median of its kind over the step's ranks, so a stage heavier than the others counts;
+	// elsewhere each rank's work at its peers' median)
 	AttrStepWhatIf = "training.step.whatif"
 
 	// AttrJobSlowdown is training.job.slowdown (float): the job's moving average of step time over
@@ -436,13 +450,24 @@ const (
 	// AttrStepRanks is training.step.ranks (int): ranks with spans in the step
 	AttrStepRanks = "training.step.ranks"
 
+	// AttrStepAbsent is training.step.absent (int): ranks of the job's world
+	// (`training.world_size`) that had not ended the step when it was analyzed (after
+	// `step_timeout`, or a bound forced it); absent when every rank had
+	AttrStepAbsent = "training.step.absent"
+
+	// AttrStepAbsentRanks is training.step.absent_ranks (string): with `training.step.absent`: the
+	// first 64 of those ranks, comma separated
+	AttrStepAbsentRanks = "training.step.absent_ranks"
+
 	// AttrStepSlowCollectives is training.step.slow_collectives (int): collectives of the step
 	// whose transfer was slow against their reference
 	AttrStepSlowCollectives = "training.step.slow_collectives"
 
 	// AttrRankCost is training.rank.cost (float s): what the rank cost: in a root cause, this
-	// step's seconds (the step with the rank's own work at its peers' median alone); on a flag,
-	// the moving average
+	// step's seconds that fixing it alone saves (the step replayed with only the rank's own work
+	// at its peers' median, or its link's transfers at their reference; for ranks that hold the
+	// step up together, what each adds to their joint fix where that is more); on a flag, the
+	// moving average
 	AttrRankCost = "training.rank.cost"
 
 	// AttrPipelineStage is training.pipeline.stage (int): the pipeline stage (0 first), found from

@@ -82,6 +82,13 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		attrs.PutBool(semconv.AttrVerdictDeferred, true)
 	}
 	attrs.PutInt(semconv.AttrStepRanks, int64(res.Ranks))
+	if res.World > 0 {
+		attrs.PutInt(semconv.AttrWorldSize, int64(res.World))
+	}
+	if res.Absent > 0 {
+		attrs.PutInt(semconv.AttrStepAbsent, int64(res.Absent))
+		attrs.PutStr(semconv.AttrStepAbsentRanks, FormatRanks(res.AbsentRanks))
+	}
 	attrs.PutInt(semconv.AttrStepSlowCollectives, int64(res.SlowCollectives))
 	for i := range res.RootCauses {
 		rc := &res.RootCauses[i]
@@ -93,6 +100,9 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		if rc.Rank >= 0 {
 			putRank(a, rc.Rank, rc.Topology)
 			a.PutDouble(semconv.AttrRankCost, rc.Cost)
+			if rc.Before != "" {
+				a.PutStr(semconv.AttrStragglerBefore, rc.Before)
+			}
 		} else {
 			a.PutDouble(semconv.AttrFabricCost, rc.Cost)
 		}
@@ -142,6 +152,9 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		putRank(a, f.Rank, f.Topology)
 		a.PutStr(semconv.AttrStragglerCause, f.Cause)
 		a.PutDouble(semconv.AttrRankCost, f.Cost)
+		if f.Before != "" {
+			a.PutStr(semconv.AttrStragglerBefore, f.Before)
+		}
 		if f.Domain != "" {
 			a.PutStr(semconv.AttrStragglerDomain, f.Domain)
 		}
@@ -249,6 +262,9 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 		out.ReplayError, out.ReplayChecked = v.Double(), true
 	}
 	out.Ranks = int(max(0, min(diagnosisMaxRank, integer(attrs, semconv.AttrStepRanks))))
+	out.World = int(max(0, min(diagnosisMaxRank, integer(attrs, semconv.AttrWorldSize))))
+	out.Absent = int(max(0, min(diagnosisMaxRank, integer(attrs, semconv.AttrStepAbsent))))
+	out.AbsentRanks = parseRanks(str(attrs, semconv.AttrStepAbsentRanks))
 	out.SlowCollectives = int(max(0, min(1<<31-1, integer(attrs, semconv.AttrStepSlowCollectives))))
 	if v, ok := attrs.Get(semconv.AttrVerdictDeferred); ok && v.Type() == pcommon.ValueTypeBool {
 		out.Deferred = v.Bool()
@@ -269,6 +285,7 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 				rc.Rank = rank
 				rc.Topology = topologyOf(a)
 				rc.Cost = double(a, semconv.AttrRankCost)
+				rc.Before = str(a, semconv.AttrStragglerBefore)
 			} else {
 				rc.Cost = double(a, semconv.AttrFabricCost)
 			}
@@ -287,6 +304,7 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 			out.Flagged = append(out.Flagged, diagnosis.RankFlag{
 				Rank: rank, Topology: topologyOf(a), Cause: str(a, semconv.AttrStragglerCause),
 				Cost: double(a, semconv.AttrRankCost), Domain: str(a, semconv.AttrStragglerDomain),
+				Before: str(a, semconv.AttrStragglerBefore),
 			})
 		case semconv.EventAttribution:
 			kind := str(a, semconv.AttrAttributionKind)
@@ -343,7 +361,8 @@ func boundedEvent(a pcommon.Map, maxLen int) bool {
 		return false
 	}
 	switch str(a, semconv.AttrStragglerCause) {
-	case "", semconv.CauseData, semconv.CauseCompute, semconv.CauseNetwork, semconv.CauseUnknown,
+	case "", semconv.CauseData, semconv.CauseCompute, semconv.CauseHostWork, semconv.CauseNetwork,
+		semconv.CauseUnknown,
 		semconv.CauseStageImbalance, semconv.CauseDataImbalance:
 		return true
 	default:
