@@ -49,6 +49,9 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	// read as lags and transfers, keeping the holds' cost the replay leaves out).
 	m.settling = !m.held
 	exit := m.simulate(sd, m.gap, m.replayT)
+	if m.settling && m.eagerBySize(sd) {
+		exit = m.simulate(sd, m.gap, m.replayT)
+	}
 	m.settling = false
 	m.actualEnd = grow(m.actualEnd, len(m.ps))
 	for p := range m.ps {
@@ -89,6 +92,13 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		}
 		if outlier && !(m.hasInputs && m.explainedByInput(int32(ri), bar)) {
 			candidates = append(candidates, int32(ri))
+		}
+	}
+	if traceWhatIf != nil {
+		for ri := range m.rankOf {
+			traceWhatIf(sd.step, "rank %d stage %d class %d spans %d excess %.4f noise %.4f bar %.4f",
+				m.rankOf[ri], m.stage[ri], m.classOf[ri], m.rankStart[ri+1]-m.rankStart[ri],
+				m.excess[ri], noise, bar)
 		}
 	}
 	sort.Slice(candidates, func(x, y int) bool {
@@ -147,7 +157,8 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 // rankOfStage of what fixing its whole stage saves (else the stage is the problem), and a
 // stage or the data only where fixing it saves more than setOverRank times what fixing the
 // largest single rank in it saves (else that rank is); with a data imbalance named, a rank
-// also needs rankOfData of its saving (a replica slowest by its data is no straggler).
+// or a stage also needs rankOfData of its saving (a replica slowest by its data is no
+// straggler, and a stage at the job's ideal has its replicas evened out too).
 const (
 	rankOfStage = 0.8
 	setOverRank = 1.25
@@ -192,8 +203,9 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			m.idealT[c] = min(m.replayT[c], m.links.refT[c])
 		}
 	}
+	m.kindTransfers(sd)
 	base := m.simulate(sd, m.gap, m.replayT)
-	full := m.simulate(sd, m.jobGap, m.idealT)
+	full := m.simulate(sd, m.jobGap, m.jobT)
 	res.WhatIf = min(res.Duration, max(0, res.Duration-(base-full)))
 
 	// Ranks, each fixed alone; then, among several, what each adds to their joint fix.
@@ -239,15 +251,48 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 		return most
 	}
 
+	if traceWhatIf != nil {
+		for i, ri := range candidates {
+			traceWhatIf(sd.step, "candidate rank %d stage %d excess %.4f cost %.4f",
+				m.rankOf[ri], m.stage[ri], m.excess[ri], costs[i])
+		}
+		traceWhatIf(sd.step, "step %.4f base %.4f ideal %.4f threshold %.4f stages %v",
+			res.Duration, base, full, threshold, stageSave)
+		var slow int
+		var sr, sj, si float64
+		for c := range nc {
+			if m.links.slow[c] {
+				slow++
+			}
+			sr, sj, si = sr+m.replayT[c], sj+m.jobT[c], si+m.idealT[c]
+		}
+		traceWhatIf(sd.step, "transfers %d slow %d: replayed %.4f job ideal %.4f links' ideal %.4f",
+			nc, slow, sr, sj, si)
+	}
 	var roots []RootCause
 	data, hasData := m.dataImbalance(j, sd, threshold, base)
+	if traceWhatIf != nil {
+		traceWhatIf(sd.step, "data %v cost %.4f largest rank %.4f", hasData, data.cost,
+			largestIn(-1))
+	}
 	hasData = hasData && data.cost > setOverRank*largestIn(-1)
 	if hasData {
 		roots = append(roots, m.rootCause(data, res.Duration))
 	}
 	if pipeline {
-		for _, im := range m.stageImbalance(sd, m.idealGap, threshold, base) {
-			if stageSave[im.stage] >= threshold && stageSave[im.stage] > setOverRank*largestIn(im.stage) {
+		gaps := m.gap
+		if hasData {
+			gaps = m.balancedGap
+		}
+		for _, im := range m.stageImbalance(sd, m.idealGap, gaps, hasData, threshold) {
+			// Named where the stage at the job's ideal (as fast as the other stages) saves
+			// what a root cause must, more than its largest rank; and a stage's fix evens out
+			// its replicas too, so beside a data imbalance it needs half of what that saves.
+			// Its cost is that saving; its fix text quotes the repartition's.
+			save := stageSave[im.stage]
+			if save >= threshold && save > setOverRank*largestIn(im.stage) &&
+				(!hasData || save >= rankOfData*data.cost) {
+				im.cost = save
 				roots = append(roots, m.rootCause(im, res.Duration))
 			}
 		}
@@ -279,6 +324,9 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	}
 	return roots
 }
+
+// traceWhatIf, when set (tests), is told what whatIf weighed in each step.
+var traceWhatIf func(step int64, format string, args ...any)
 
 // fixRank writes the rank's gaps from src into gaps.
 func (m *model) fixRank(ri int32, gaps, src []float64) {

@@ -36,7 +36,8 @@ type Config struct {
 	// duration for it to be that step's root cause. Default 5ms.
 	MinCost time.Duration `mapstructure:"min_cost"`
 	// MinCostFraction is the same bound as a fraction of the step's duration; the larger
-	// of the two applies. Default 0.05.
+	// of the two applies: a root cause (a rank, a stage, the data, a link) is named only
+	// where fixing it saves this share of the step. Default 0.03.
 	MinCostFraction float64 `mapstructure:"min_cost_fraction"`
 	// FlagWindow is W: flags look at the root causes of the job's last W analyzed steps.
 	// Default 8.
@@ -79,7 +80,7 @@ func DefaultConfig() Config {
 		MaxStepOps:        1 << 20,
 		MaxPhaseEntries:   65536,
 		MinCost:           5 * time.Millisecond,
-		MinCostFraction:   0.05,
+		MinCostFraction:   0.03,
 		FlagWindow:        8,
 		FlagK:             4,
 		ClearSteps:        3,

@@ -11,3 +11,6 @@ func VerifyTape() func() int {
 		return tapesVerified - before
 	}
 }
+
+// TraceWhatIf makes whatIf report what it weighed through f (nil: stop).
+func TraceWhatIf(f func(step int64, format string, args ...any)) { traceWhatIf = f }

@@ -110,8 +110,12 @@ type imbalance struct {
 	excess float64
 	// slowest is the replica with the most work over the mean (data imbalance).
 	slowest int32
-	// fixTo is the stage to move work to (stage imbalance).
-	fixTo int32
+	// fixTo is the stage to move work to (stage imbalance); repartition what moving its
+	// excess evenly to the other stages saves, and balanced whether that was replayed with
+	// the step's data balanced too.
+	fixTo       int32
+	repartition float64
+	balanced    bool
 }
 
 // dataImbalance replays the step with each class's work split evenly over its members
@@ -364,13 +368,17 @@ func (m *model) replicaAgreement() (int32, float64, bool) {
 
 // stageImbalance compares the pipeline stages' work per step (each stage's median replica,
 // from work, the gaps with every rank at its peers' reference) with the mean stage's, and
-// replays, for each stage longer than the mean, the step as it was with that stage's excess
-// moved evenly to the other stages (a repartition of the layers): its cost is what that
-// saves from base, the step replayed as it was. The scales that put every stage at the mean
-// are left in m.scale.
-func (m *model) stageImbalance(sd *stepData, work []float64, threshold, base float64,
+// returns the stages longer than it by minStageExcess and the cost threshold, the longest
+// first, each with what its fix saves: the step replayed from gaps with that stage's excess
+// moved evenly to the other stages (a repartition of the layers) against the step replayed
+// from gaps as they are. gaps are the step's own, or with its data balanced where a data
+// imbalance was named (balanced): uneven batches otherwise hold every stage to the slowest
+// replica, and a repartition alone shows little of what it saves once they are evened out.
+// Whether a stage is named is the caller's (whatIf: what the stage at the job's ideal
+// saves). The scales that put every stage at the mean are left in m.scale.
+func (m *model) stageImbalance(sd *stepData, work, gaps []float64, balanced bool,
+	threshold float64,
 ) []imbalance {
-	gaps := m.gap
 	s := int(m.nStages)
 	if s < 2 {
 		return nil
@@ -422,6 +430,7 @@ func (m *model) stageImbalance(sd *stepData, work []float64, threshold, base flo
 	n := len(m.order)
 	m.stageGap = grow(m.stageGap, n)
 	m.scale = grow(m.scale, s)
+	ref := m.simulate(sd, gaps, m.replayT)
 	var out []imbalance
 	for _, st := range longer {
 		excess := stageWork[st] - mean
@@ -436,9 +445,10 @@ func (m *model) stageImbalance(sd *stepData, work []float64, threshold, base flo
 			}
 		}
 		m.scaleStages(sd, gaps)
-		cost := base - m.simulate(sd, m.stageGap, m.replayT)
-		if cost < threshold {
-			continue
+		saves := ref - m.simulate(sd, m.stageGap, m.replayT)
+		if traceWhatIf != nil {
+			traceWhatIf(sd.step, "stage %d work %.4f mean %.4f: repartition saves %.4f",
+				st, stageWork[st], mean, saves)
 		}
 		to := int32(-1)
 		for _, nb := range []int{st - 1, st + 1} {
@@ -447,16 +457,13 @@ func (m *model) stageImbalance(sd *stepData, work []float64, threshold, base flo
 			}
 		}
 		out = append(out, imbalance{cause: semconv.CauseStageImbalance, stage: int32(st),
-			cost: cost, excess: excess / mean, fixTo: to})
+			excess: excess / mean, fixTo: to, repartition: max(0, saves), balanced: balanced})
 	}
-	if len(out) > 0 {
-		for o := range s {
-			m.scale[o] = 1
-			if stageWork[o] > 0 {
-				m.scale[o] = mean / stageWork[o]
-			}
+	for o := range s {
+		m.scale[o] = 1
+		if stageWork[o] > 0 {
+			m.scale[o] = mean / stageWork[o]
 		}
-		m.scaleStages(sd, gaps)
 	}
 	return out
 }
@@ -500,27 +507,33 @@ func (m *model) rootCause(im imbalance, step float64) RootCause {
 	return rc
 }
 
-// fixText says what to change, in words.
+// fixText says what to change, in words, with what it saves.
 func fixText(im imbalance, step float64) string {
-	saves := 0.0
-	if step > 0 {
-		saves = im.cost / step
+	share := func(seconds float64) float64 {
+		if step <= 0 {
+			return 0
+		}
+		return 100 * seconds / step
 	}
 	switch im.cause {
 	case semconv.CauseStageImbalance:
 		move := im.excess / (1 + im.excess)
-		if im.fixTo < 0 {
-			return fmt.Sprintf("stage %d does %.0f%% more work than the mean stage: a partition "+
-				"that moves about %.0f%% of its work to other stages saves about %.0f%% of "+
-				"the step", im.stage, 100*im.excess, 100*move, 100*saves)
+		where := "to other stages"
+		if im.fixTo >= 0 {
+			where = fmt.Sprintf("(its layers) to stage %d", im.fixTo)
 		}
-		return fmt.Sprintf("stage %d does %.0f%% more work than the mean stage: moving about "+
-			"%.0f%% of its work (its layers) to stage %d saves about %.0f%% of the step",
-			im.stage, 100*im.excess, 100*move, im.fixTo, 100*saves)
+		with := ""
+		if im.balanced {
+			with = " once each global batch is split by work"
+		}
+		return fmt.Sprintf("stage %d does %.0f%% more work than the mean stage, and the step "+
+			"would be %.0f%% shorter with it as fast as the others: moving about %.0f%% of "+
+			"its work %s saves about %.0f%% of the step%s", im.stage, 100*im.excess,
+			share(im.cost), 100*move, where, share(im.repartition), with)
 	default:
 		return fmt.Sprintf("the slowest replica did %.0f%% more work than the mean replica, "+
 			"a different one from step to step: splitting each global batch by work "+
-			"(tokens, not samples) saves about %.0f%% of the step", 100*im.excess, 100*saves)
+			"(tokens, not samples) saves about %.0f%% of the step", 100*im.excess, share(im.cost))
 	}
 }
 

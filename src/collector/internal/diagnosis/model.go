@@ -32,6 +32,11 @@ type model struct {
 	gap    []float64 // own work before the launch, seconds
 	refOwn []int64   // the rank's clock when it became free before the launch
 	depEnd []int32   // position of the span whose end the launch waited for, or -1
+	// batches of point-to-point spans a rank posted together (Megatron's combined sends and
+	// receives): batchFirst is each position's batch's first position (-1: in none),
+	// batchLast the last, by first position; depBatch the first position of the batch whose
+	// every span the launch waited for (-1 none): the rank waits on the whole batch.
+	batchFirst, batchLast, depBatch []int32
 	// candidate marks the ranks whose excess made them root-cause candidates this step.
 	candidate []bool
 	prevPG    []int32   // position of the rank's previous span in the same group, or -1
@@ -49,6 +54,9 @@ type model struct {
 	replayT []float64
 	sendDur []float64
 	eager   []bool
+	// forceEager marks messages of a size the step showed the transport buffers (see
+	// eagerBySize): eager whatever their timing.
+	forceEager []bool
 	// settling: the replay of the actual step, which reads messages' transfers (settle)
 	// and members' lags (endWithLag). held: the pacer held a rank in this step; its holds
 	// are left out of the replay, so the waits for it cannot be read as lags or transfers
@@ -95,7 +103,7 @@ type model struct {
 	// as its peers do), jobGap at the job's ideal (see kinds.go; idealGap where the job has
 	// no pipeline stages)
 	idealGap, variantGap, jobGap []float64
-	idealT, variantT             []float64
+	idealT, variantT, jobT       []float64
 	// kinds is the split of a pipeline step's gaps into phase spans (kinds.go)
 	kinds contentScratch
 
@@ -204,6 +212,8 @@ func (m *model) reset(sd *stepData) {
 	m.replayT = grow(m.replayT, nColls)
 	m.sendDur = grow(m.sendDur, nColls)
 	m.eager = grow(m.eager, nColls)
+	m.forceEager = grow(m.forceEager, nColls)
+	clear(m.forceEager)
 	for c := range sd.colls {
 		rec := &sd.colls[c]
 		for i := rec.first; i < rec.first+rec.n; i++ {
@@ -299,6 +309,9 @@ func (m *model) reset(sd *stepData) {
 	m.gap = grow(m.gap, nOps)
 	m.refOwn = grow(m.refOwn, nOps)
 	m.depEnd = grow(m.depEnd, nOps)
+	m.batchFirst = grow(m.batchFirst, nOps)
+	m.batchLast = grow(m.batchLast, nOps)
+	m.depBatch = grow(m.depBatch, nOps)
 	m.prevPG = grow(m.prevPG, nOps)
 	m.netDur = grow(m.netDur, nOps)
 	for p := range m.ps {
@@ -381,6 +394,73 @@ func (m *model) markOverlapping(sd *stepData, first, stop int32) {
 		}
 		m.pgLastEnd[g] = max(m.pgLastEnd[g], op.end)
 	}
+}
+
+// markBatches finds the batches among a rank's spans (positions first..stop-1, in start
+// order): asynchronous point-to-point spans launched and ended within asyncBatchWindow of
+// the first of them, two or more (Megatron's send_forward_recv_backward, recorded as one
+// call): their recorded ends are the batch's, which completes when its last message does.
+// Spans launched together that end apart (torch's batch_isend_irecv on gloo, whose works
+// complete one by one) are each their own.
+func (m *model) markBatches(sd *stepData, first, stop int32) {
+	for p := first; p < stop; p++ {
+		m.batchFirst[p] = -1
+	}
+	for p := first; p < stop; {
+		op := &sd.ops[m.order[p]]
+		if !op.async || !sd.colls[m.coll[p]].p2p {
+			p++
+			continue
+		}
+		last := p
+		for q := p + 1; q < stop; q++ {
+			qo := &sd.ops[m.order[q]]
+			if qo.start-op.start > asyncBatchWindow {
+				break
+			}
+			if qo.async && sd.colls[m.coll[q]].p2p && abs64(qo.end-op.end) <= asyncBatchWindow {
+				last = q
+			}
+		}
+		if last > p {
+			for q := p; q <= last; q++ {
+				qo := &sd.ops[m.order[q]]
+				if qo.async && sd.colls[m.coll[q]].p2p && abs64(qo.end-op.end) <= asyncBatchWindow {
+					m.batchFirst[q] = p
+				}
+			}
+			m.batchLast[p] = last
+		}
+		p = last + 1
+	}
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// batchDone reports whether every span of the batch starting at b has ended in the current
+// replay; batchEnd is the latest of their ends.
+func (m *model) batchDone(b int32) (int32, bool) {
+	for x := b; x <= m.batchLast[b]; x++ {
+		if m.batchFirst[x] == b && m.ps[x].doneAt != m.epoch {
+			return x, false
+		}
+	}
+	return -1, true
+}
+
+func (m *model) batchEnd(b int32) float64 {
+	end := math.Inf(-1)
+	for x := b; x <= m.batchLast[b]; x++ {
+		if m.batchFirst[x] == b {
+			end = max(end, m.ps[x].end)
+		}
+	}
+	return end
 }
 
 // asyncWaitSlack is how soon after an asynchronous span's end a blocking launch must follow
@@ -477,11 +557,13 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 		outstanding = outstanding[:0]
 		lastInPG = lastInPG[:0]
 		m.markOverlapping(sd, first, stop)
+		m.markBatches(sd, first, stop)
 		doneMaxEnd, doneMaxPos := int64(math.MinInt64), int32(-1)
 		lastEndPos := first
 		for p := first; p < stop; p++ {
 			op := &sd.ops[m.order[p]]
 			m.depEnd[p] = -1
+			m.depBatch[p] = -1
 			if p > first {
 				// Blocking spans that ended before this launch: the rank waited for the
 				// latest of them. An asynchronous span's end is not waited for mid-step (a
@@ -530,6 +612,9 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 						m.depEnd[p] = asyncMaxPos
 					}
 				}
+			}
+			if d := m.depEnd[p]; d >= 0 && m.batchFirst[d] >= 0 {
+				m.depBatch[p] = m.batchFirst[d]
 			}
 			outstanding = append(outstanding, p)
 			m.refOwn[p] = ref
@@ -605,7 +690,7 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 func (m *model) settle(c, ps, pr int32) {
 	ds, dr := m.sendDur[c], m.netDur[pr]
 	ns, nr := m.ps[ps].net, m.ps[pr].net
-	if ns+ds < nr-eagerSlack(ds) {
+	if m.forceEager[c] || ns+ds < nr-eagerSlack(ds) {
 		m.eager[c] = true
 		m.replayT[c], m.transfer[c] = ds, ds
 		cs := &m.colls[m.simOf[c]]
@@ -619,6 +704,11 @@ func (m *model) settle(c, ps, pr int32) {
 	t := max(0, nr+dr-max(ns, nr))
 	if nr > ns && ds > 0 {
 		t = min(t, ds)
+	}
+	// A side posted in a batch ends with the batch, whose other messages may have taken
+	// longer: the message was in by the earlier of its two sides' ends.
+	if m.batchFirst[ps] >= 0 || m.batchFirst[pr] >= 0 {
+		t = max(0, min(ns+ds, nr+dr)-max(ns, nr))
 	}
 	m.replayT[c], m.transfer[c] = t, t
 	// The replay of the actual step replays m.replayT.
@@ -634,6 +724,34 @@ func (m *model) messageEnds(cs *collSim) (int32, int32, bool) {
 	}
 	ok := m.ps[ps].role == RoleSend && m.netSet(ps) && m.netSet(pr)
 	return ps, pr, ok
+}
+
+// eagerBySize marks the messages of every size of which the step had an eager one (a send
+// that ended before its receiver was launched) as eager too, and reports whether it marked
+// any that the replay of the actual step had read otherwise. A transport that let one send
+// of a size complete before its receiver came buffers that size: its sends do not wait for
+// receivers, and one whose receiver was posted while it was in flight ended when its bytes
+// were out, not when the receiver took them (read so, its transfer is shorter than the wire
+// time and the what-ifs make it wait for a receiver it never waited for). A rendezvous
+// transport (NCCL) never shows such a send, and nothing changes.
+func (m *model) eagerBySize(sd *stepData) bool {
+	var sizes []int64
+	for c := range sd.colls {
+		if sd.colls[c].p2p && m.eager[c] && !slices.Contains(sizes, sd.colls[c].bytes) {
+			sizes = append(sizes, sd.colls[c].bytes)
+		}
+	}
+	if len(sizes) == 0 {
+		return false
+	}
+	marked := false
+	for c := range sd.colls {
+		if sd.colls[c].p2p && !m.eager[c] && slices.Contains(sizes, sd.colls[c].bytes) {
+			m.forceEager[c] = true
+			marked = true
+		}
+	}
+	return marked
 }
 
 // eagerSlack is the margin eagerSends wants: 0.1 ms or a tenth of the send.
@@ -782,6 +900,9 @@ func (m *model) replayTape(sd *stepData, gaps, transfer []float64) float64 {
 		if d >= 0 && m.ps[d].end > base {
 			base = m.ps[d].end
 		}
+		if b := m.depBatch[p]; b >= 0 {
+			base = max(base, m.batchEnd(b))
+		}
 		ps := &m.ps[p]
 		ps.launch = base + gaps[p]
 		n := ps.launch
@@ -864,6 +985,12 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 			m.block(ri, p, m.simColl[q])
 			return false
 		}
+		if b := m.depBatch[p]; b >= 0 {
+			if x, ok := m.batchDone(b); !ok {
+				m.block(ri, p, m.simColl[x])
+				return false
+			}
+		}
 		if m.recording {
 			ev := tapeEvent{x: p, ri: -1}
 			if p == first {
@@ -877,6 +1004,9 @@ func (m *model) advance(sd *stepData, ri int32, gaps, transfer []float64) bool {
 		}
 		if d >= 0 && m.ps[d].end > base {
 			base = m.ps[d].end
+		}
+		if b := m.depBatch[p]; b >= 0 {
+			base = max(base, m.batchEnd(b))
 		}
 		ps := &m.ps[p]
 		ps.launch = base + gaps[p]

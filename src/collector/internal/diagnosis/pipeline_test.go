@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -202,6 +203,14 @@ func TestPipelineJobsReplayedCost(t *testing.T) {
 				// varies it (equal inputs are no evidence of the data).
 				p.Input = func(int, int, int) int64 { return 1024 }
 				check, ideal := c.set(p)
+				if os.Getenv("SKEWTRACE_TRACE_WHATIF") != "" {
+					diagnosis.TraceWhatIf(func(step int64, format string, args ...any) {
+						if step == steps-1 {
+							t.Logf("step %d: %s", step, fmt.Sprintf(format, args...))
+						}
+					})
+					defer diagnosis.TraceWhatIf(nil)
+				}
 				results := run(t, p, join.DefaultConfig(), steps)
 				last := results[steps-1]
 				if last.Ranks != len(p.Ranks) {

@@ -220,7 +220,9 @@ func (e *Engine[R]) Stats() Stats {
 // it evicts to stay within bounds) are appended to out. A rejected arrival is not kept: the
 // caller forwards its span unannotated and counts the outcome.
 func (e *Engine[R]) Add(a *Arrival[R], out []*Released[R]) (Outcome, []*Released[R]) {
-	if a.EndUnixNano <= a.StartUnixNano {
+	// A zero duration is a timer's resolution (a receive whose message was already in,
+	// recorded in microseconds), not bad input; only an end before the start is.
+	if a.EndUnixNano < a.StartUnixNano {
 		return e.reject(RejectedBadDuration), out
 	}
 	if a.PGSize < 1 || a.PGSize > MaxRanks || (a.WorldSize > 0 && a.PGSize > a.WorldSize) {

@@ -184,7 +184,7 @@ const (
 	// RejectedPGSizeMismatch: pg_size differs from the first arrival's, is < 1, or exceeds
 	// the world size.
 	RejectedPGSizeMismatch
-	// RejectedBadDuration: end <= start.
+	// RejectedBadDuration: end < start.
 	RejectedBadDuration
 	// RejectedLate: the collective was already released.
 	RejectedLate

@@ -1,0 +1,131 @@
+package diagnosis_test
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
+	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
+)
+
+// readRecording reads a recording (gzipped OTLP/JSON lines, one request a line: see
+// tests/span_replay.py) into its requests, in order.
+func readRecording(t *testing.T, path string) []ptrace.Traces {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanner := bufio.NewScanner(gz)
+	scanner.Buffer(make([]byte, 1<<20), 1<<30)
+	var out []ptrace.Traces
+	var u ptrace.JSONUnmarshaler
+	for scanner.Scan() {
+		if len(scanner.Bytes()) == 0 {
+			continue
+		}
+		td, err := u.UnmarshalTraces(scanner.Bytes())
+		if err != nil {
+			t.Fatalf("%s: line %d: %v", path, len(out)+1, err)
+		}
+		out = append(out, td)
+	}
+	if err := scanner.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// feedRequest runs one request through spanio and the join engine as the processor does
+// (its phases first, then its collectives), every scope of every resource.
+func feedRequest(t *testing.T, e *join.Engine[int], td ptrace.Traces, rejected map[string]int) {
+	t.Helper()
+	rss := td.ResourceSpans()
+	for pass := range 2 {
+		for i := range rss.Len() {
+			res := spanio.ParseResource(rss.At(i).Resource(), 256)
+			sss := rss.At(i).ScopeSpans()
+			for s := range sss.Len() {
+				spans := sss.At(s).Spans()
+				for k := range spans.Len() {
+					span := spans.At(k)
+					kind, phase := spanio.Classify(span.Name())
+					switch {
+					case pass == 0 && kind == spanio.KindPhase:
+						if ph, ok := spanio.ParsePhase(span, &res, phase); ok {
+							e.AddPhase(ph)
+						}
+					case pass == 1 && kind == spanio.KindCollective:
+						var a join.Arrival[int]
+						if reason := spanio.ParseCollective(span, &res, &a); reason != "" {
+							rejected[reason]++
+							continue
+						}
+						o, out := e.Add(&a, nil)
+						if o != join.Accepted {
+							rejected[o.Reason()]++
+						}
+						if len(out) > 0 {
+							for _, r := range out {
+								e.Recycle(r)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// replayRecording plays a recording's requests through a join engine on a fake clock (each
+// request a millisecond after the last, the analysis run after each) and returns every
+// step's analysis.
+func replayRecording(t *testing.T, path string, cfg join.Config) []diagnosis.StepResult {
+	t.Helper()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	e := join.New[int](cfg, clock)
+	var out []diagnosis.StepResult
+	rejected := make(map[string]int)
+	defer func() {
+		if len(rejected) > 0 {
+			t.Logf("%s: spans rejected by reason: %v", path, rejected)
+		}
+	}()
+	for _, td := range readRecording(t, path) {
+		feedRequest(t, e, td, rejected)
+		clock.now = clock.now.Add(time.Millisecond)
+		out = append(out, clone(e.Analyze(false))...)
+	}
+	clock.now = clock.now.Add(time.Hour)
+	out = append(out, clone(e.Analyze(true))...)
+	return out
+}
+
+// TestDebugRecording prints what the analysis weighed in each step of the recording
+// SKEWTRACE_DEBUG_RECORDING names (skipped without it): a tool for looking into a verdict.
+func TestDebugRecording(t *testing.T) {
+	path := os.Getenv("SKEWTRACE_DEBUG_RECORDING")
+	if path == "" {
+		t.Skip("SKEWTRACE_DEBUG_RECORDING not set")
+	}
+	diagnosis.TraceWhatIf(func(step int64, format string, args ...any) {
+		fmt.Printf("step %d: %s\n", step, fmt.Sprintf(format, args...))
+	})
+	defer diagnosis.TraceWhatIf(nil)
+	for _, r := range replayRecording(t, path, join.DefaultConfig()) {
+		fmt.Printf("step %d: %d ranks, %.4f s, what-if %.4f; roots %+v\n  flags %v imbalances %+v\n",
+			r.Step, r.Ranks, r.Duration, r.WhatIf, r.RootCauses, flagged(r), r.Imbalances)
+	}
+}
