@@ -358,3 +358,26 @@ def test_expectations_cover_the_corpus() -> None:
 def test_corpus_verdicts(name: str) -> None:
     for answer in _answers(name):
         assert _verdict(answer) == EXPECTED[name](answer.step), (name, answer.step)
+
+
+def test_the_recordings_the_go_tests_read_are_of_this_generator_and_oracle() -> None:
+    """tests/data/recorded/whatif (tests/whatif/record.py) holds what the generator and the
+    oracle give now: the same generator version everywhere, and the same answers as a fresh
+    run for the smallest job (re-record after changing either)."""
+    import json
+
+    from whatif.generate import GENERATOR_VERSION
+    from whatif.record import OUT, RECORDED
+
+    for name in RECORDED:
+        document = json.loads((OUT / f"{name}.oracle.json").read_text())
+        assert document["generator_version"] == GENERATOR_VERSION, name
+        assert (OUT / f"{name}.jsonl.gz").stat().st_size > 0
+    document = json.loads((OUT / "slow-dataloader.oracle.json").read_text())
+    fresh = _answers("slow-dataloader")
+    assert [s["step"] for s in document["steps"]] == [a.step for a in fresh]
+    for recorded, answer in zip(document["steps"], fresh, strict=True):
+        assert recorded["workers"] == {str(w): c for w, c in answer.workers.items()}
+        assert recorded["stages"] == sorted(answer.stages)
+        assert recorded["data"] == answer.data
+        assert recorded["slowdown"] == pytest.approx(answer.slowdown, rel=1e-9)

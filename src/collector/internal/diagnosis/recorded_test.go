@@ -3,8 +3,14 @@ package diagnosis_test
 import (
 	"bufio"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +18,7 @@ import (
 
 	"github.com/skewtrace/skewtrace/src/collector/internal/diagnosis"
 	"github.com/skewtrace/skewtrace/src/collector/internal/join"
+	"github.com/skewtrace/skewtrace/src/collector/internal/semconv"
 	"github.com/skewtrace/skewtrace/src/collector/internal/spanio"
 )
 
@@ -127,5 +134,80 @@ func TestDebugRecording(t *testing.T) {
 	for _, r := range replayRecording(t, path, join.DefaultConfig()) {
 		fmt.Printf("step %d: %d ranks, %.4f s, what-if %.4f; roots %+v\n  flags %v imbalances %+v\n",
 			r.Step, r.Ranks, r.Duration, r.WhatIf, r.RootCauses, flagged(r), r.Imbalances)
+	}
+}
+
+// whatIfRecordings is where tests/whatif/record.py writes the corpus recordings.
+const whatIfRecordings = "../../../../tests/data/recorded/whatif"
+
+// oracleAnswers is a recording's <job>.oracle.json: the reference replay's answer per step.
+type oracleAnswers struct {
+	Job              string `json:"job"`
+	GeneratorVersion string `json:"generator_version"`
+	Steps            []struct {
+		Step     int64             `json:"step"`
+		Slowdown float64           `json:"slowdown"`
+		Workers  map[string]string `json:"workers"`
+		Stages   []int             `json:"stages"`
+		Data     bool              `json:"data"`
+	} `json:"steps"`
+}
+
+// TestRecordedWhatIfCorpus plays each recorded what-if corpus job (tests/whatif/record.py)
+// through the join engine and the step analysis and compares every step with the answer of
+// the reference replay written apart from this package (tests/whatif/oracle.py): the ranks
+// named with their cause, the stages, the data, and the slowdown within a tenth of the
+// oracle's excess. tests/test_whatif_corpus.py does the same through the built Collector on
+// the whole corpus; this one fails a rule change in seconds.
+func TestRecordedWhatIfCorpus(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(whatIfRecordings, "*.oracle.json"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no recordings in %s (tests/whatif/record.py writes them): %v", whatIfRecordings, err)
+	}
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want oracleAnswers
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		t.Run(want.Job, func(t *testing.T) {
+			results := replayRecording(t, filepath.Join(whatIfRecordings, want.Job+".jsonl.gz"),
+				join.DefaultConfig())
+			got := make(map[int64]diagnosis.StepResult, len(results))
+			for _, r := range results {
+				got[r.Step] = r
+			}
+			for _, w := range want.Steps {
+				r, ok := got[w.Step]
+				if !ok {
+					t.Errorf("step %d not analyzed", w.Step)
+					continue
+				}
+				ranks := make(map[string]string)
+				var stages []int
+				data := false
+				for _, rc := range r.RootCauses {
+					switch {
+					case rc.Rank >= 0:
+						ranks[strconv.Itoa(rc.Rank)] = rc.Cause
+					case rc.Cause == semconv.CauseStageImbalance:
+						stages = append(stages, rc.Stage)
+					case rc.Cause == semconv.CauseDataImbalance:
+						data = true
+					}
+				}
+				slices.Sort(stages)
+				if !maps.Equal(ranks, w.Workers) || !slices.Equal(stages, w.Stages) || data != w.Data {
+					t.Errorf("step %d: named %v stages %v data %v; oracle %v stages %v data %v",
+						w.Step, ranks, stages, data, w.Workers, w.Stages, w.Data)
+				}
+				if s := r.Duration / r.WhatIf; math.Abs(s-w.Slowdown) > 0.1*(w.Slowdown-1)+0.02 {
+					t.Errorf("step %d: slowdown %.3f, oracle %.3f", w.Step, s, w.Slowdown)
+				}
+			}
+		})
 	}
 }
