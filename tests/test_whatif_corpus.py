@@ -201,9 +201,7 @@ def test_a_step_sent_rank_by_rank_over_seconds_gets_the_same_verdicts(
     name = "heavy-stage-sequence-imbalance"
     run = played[name]
     steps = {a.step for a in run.answers[:4]}
-    requests = [
-        r for r in _requests(name, run.job, tmp_path, per_rank=True) if r.step in steps
-    ]
+    requests = [r for r in _requests(name, run.job, tmp_path, per_rank=True) if r.step in steps]
     spread = replay(otelcol_path, requests, tmp_path / "collector", spread_s=2.0)[name]
     for step in sorted(steps):
         once, apart = run.summaries[step], spread[step]

@@ -1,7 +1,8 @@
 """The main job's live terminal view (``rich``): one table row per rank, redrawn every second.
 
 Per rank: node, switch and NIC, step time, lateness and wait over the last seconds, and the
-verdict (flagged, cause, what it costs per step). Above the table: the job's progress and
+verdict (flagged, cause, what it costs per step), and under it what each cause shown means.
+Above the table: the job's progress and
 step rate, the faults active now, the suspected parts of the fabric, and the pacer's
 decision (active or not, the largest delays). Not on a terminal (a CI log, a pipe) it prints
 one plain line per tick instead of redrawing.
@@ -19,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from skewtrace.cluster.job import Tick
+from skewtrace.report.causes import meaning
 
 
 def _ms(seconds: float) -> str:
@@ -54,8 +56,8 @@ def render(tick: Tick, pacing_enabled: bool, title: str = "") -> Group:
     if slowdown and slowdown > 1.0:
         lines.append(
             Text(
-                f"what-if: steps {(1 - 1 / slowdown) * 100:.0f}% shorter without the flagged "
-                f"causes (slowdown {slowdown:.2f})"
+                f"what-if: steps {(1 - 1 / slowdown) * 100:.0f}% shorter with every rank's "
+                f"work and transfers at their reference (slowdown {slowdown:.2f})"
             )
         )
     table = Table(expand=False, header_style="bold")
@@ -92,7 +94,9 @@ def render(tick: Tick, pacing_enabled: bool, title: str = "") -> Group:
             verdict,
             style="on grey15" if r.straggler else None,
         )
-    return Group(Panel(Group(*lines), title="skewtrace", expand=False), table)
+    causes = sorted({r.cause for r in tick.ranks.values() if r.straggler and r.cause})
+    legend = [Text(f"{cause}: {meaning(cause)}", style="dim") for cause in causes]
+    return Group(Panel(Group(*lines), title="skewtrace", expand=False), table, *legend)
 
 
 def plain_line(tick: Tick) -> str:

@@ -122,6 +122,7 @@ def _rank_verdict(attrs: Mapping[str, Any]) -> RankVerdict | None:
         cause=_str(attrs.get(semconv.STRAGGLER_CAUSE)) or semconv.CAUSE_UNKNOWN,
         cost_s=_float(attrs.get(semconv.RANK_COST)),
         domain=_str(attrs.get(semconv.STRAGGLER_DOMAIN)),
+        before=_str(attrs.get(semconv.STRAGGLER_BEFORE)),
     )
 
 

@@ -81,6 +81,8 @@ class RankVerdict:
     """A root cause: this step's seconds; a flag: the moving average per step."""
     domain: str = ""
     """``nic:<host>/<nic>``, ``switch:<name>``, ``host:<name>`` when a suspect holds it."""
+    before: str = ""
+    """With cause ``host_work``: the span the rank's own time outside every phase preceded."""
 
 
 @dataclass(frozen=True)

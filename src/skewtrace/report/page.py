@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import statistics
 
+from skewtrace.report.causes import meaning
 from skewtrace.report.charts import lateness_chart, skew_chart, step_time_chart
 from skewtrace.report.model import InfoTable, ReportData, RunInfo, StepSummary, Waterfall
 from skewtrace.report.replay import replay_html
@@ -212,7 +213,8 @@ def _verdicts(data: ReportData) -> str:
             f'<p class="callout bad"><b>Rank {lead.rank}</b>{_worker(data, lead.rank)} '
             f"({esc(lead.host)} \u00b7 "
             f"{esc(lead.switch)} \u00b7 {esc(lead.nic)}) is a straggler: cause "
-            f"<b>{esc(lead.cause)}</b>, costing about <b>{_ms(lead.cost_s)}</b> per step, "
+            f"<b>{esc(lead.cause)}</b> ({esc(meaning(lead.cause, lead.before))}), costing "
+            f"about <b>{_ms(lead.cost_s)}</b> per step, "
             f"flagged since step {data.verdicts[0].since_step}"
             + (f"; and {others} more rank{'s' if others > 1 else ''} below" if others else "")
             + f". After step {last.step}.</p>"
@@ -236,7 +238,8 @@ def _verdicts(data: ReportData) -> str:
                 f'<tr class="verdict" data-rank="{f.rank}" data-cause="{esc(f.cause)}">'
                 f"<td>rank {f.rank}{_worker(data, f.rank)}</td><td>{esc(f.host)}</td>"
                 f"<td>{esc(f.switch)}</td>"
-                f'<td>{esc(f.nic)}</td><td><span class="cause">{esc(f.cause)}</span></td>'
+                f'<td>{esc(f.nic)}</td><td><span class="cause" '
+                f'title="{esc(meaning(f.cause, f.before))}">{esc(f.cause)}</span></td>'
                 f'<td class="num">{_ms(f.cost_s)}</td><td>{esc(f.domain) or _DASH}</td>'
                 f'<td class="num">{_since(v.first_step, v.since_step)}</td></tr>'
             )
