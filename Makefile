@@ -86,6 +86,7 @@ bench: venv collector
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/collector_e2e.py
 	$(PY) benchmarks/pacing.py
+	$(PY) benchmarks/whatif_corpus.py --large
 	cd src/collector && go test -run '^$$' -bench . -benchmem ./...
 
 clean:

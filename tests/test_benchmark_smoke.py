@@ -104,6 +104,16 @@ COLLECTOR_SMOKES = [
         missed_target="FAIL: a target was missed",
     ),
     Smoke(
+        "whatif_corpus",
+        "--jobs slow-dataloader",
+        (
+            r"^\| job \| layout \| causes \| the oracle names \|.*\| steps named alike",
+            r"^\| slow-dataloader \| 2x4 \(8\), 1f1b, batched, 8 mb \| .* \| rank 1 data \| "
+            rf"{NUMBER}(-{NUMBER})? \| {NUMBER}(-{NUMBER})? \| {NUMBER} \| 10/10 \|",
+            r"^SUMMARY: 1 of 1 jobs met both targets$",
+        ),
+    ),
+    Smoke(
         "diagnosis_table",
         "--seeds 1",
         (
