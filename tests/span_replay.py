@@ -181,14 +181,19 @@ _CONSTANTS = REPO_ROOT / "src" / "collector" / "internal" / "diagnosis"
 
 def collector_default(field: str) -> float:
     """A default of the step analysis' config (``FlagK``, ``FlagWindow``, ``ClearSteps``,
-    ``MinCostFraction``, ...), read from ``DefaultConfig`` in its Go source, so that no
-    test copies it."""
+    ``MinCostFraction``, ``MinCost`` in seconds, ...), read from ``DefaultConfig`` in its Go
+    source, so that no test copies it."""
     text = _DEFAULTS.read_text()
     body = text[text.index("func DefaultConfig()") :]
-    match = re.search(rf"^\s*{field}:\s*([0-9.]+)\s*,", body, re.MULTILINE)
+    match = re.search(
+        rf"^\s*{field}:\s*([0-9.]+)(?:\s*\*\s*time\.(Millisecond|Second))?\s*,",
+        body,
+        re.MULTILINE,
+    )
     if match is None:
         raise KeyError(f"{field} is not a plain number in DefaultConfig ({_DEFAULTS})")
-    return float(match.group(1))
+    unit = {None: 1.0, "Millisecond": 1e-3, "Second": 1.0}[match.group(2)]
+    return float(match.group(1)) * unit
 
 
 def collector_constant(name: str) -> float:

@@ -13,6 +13,7 @@ from collector_harness import FileSpan
 from skewtrace import semconv
 from skewtrace.report.collect import parse_summary
 from skewtrace.report.model import StepSummary
+from span_replay import collector_constant, collector_default
 
 # The Collector's flag hysteresis (diagnosis.Config's defaults, which otelcol.yaml keeps): a
 # rank named a root cause in FLAG_K of the last FLAG_WINDOW analyzed steps is flagged, and
@@ -20,7 +21,12 @@ from skewtrace.report.model import StepSummary
 # steps vote for nothing. A flag's cause is the most common known cause of the rank's last
 # CAUSE_MEMORY namings, ties to the latest (diagnosis.track.vote); a rank neither flagged nor
 # named in the window is forgotten, its namings with it.
-FLAG_WINDOW, FLAG_K, CLEAR_STEPS, WARMUP_STEPS, CAUSE_MEMORY = 8, 4, 3, 2, 8
+# Read from the Collector's Go sources (tests/span_replay.py), not copied.
+FLAG_WINDOW = int(collector_default("FlagWindow"))
+FLAG_K = int(collector_default("FlagK"))
+CLEAR_STEPS = int(collector_default("ClearSteps"))
+WARMUP_STEPS = int(collector_constant("warmupSteps"))
+CAUSE_MEMORY = int(collector_constant("causeMemory"))
 
 
 def root_causes(spans: Iterable[FileSpan]) -> dict[int, dict[int, str]]:
@@ -107,7 +113,8 @@ def flags_follow_root_causes(
 
 # A rank's own work was a step's root cause when it added at least the larger of these to the
 # step (diagnosis.Config's min_cost and min_cost_fraction defaults).
-MIN_COST_S, MIN_COST_FRACTION = 0.005, 0.05
+MIN_COST_S = collector_default("MinCost")
+MIN_COST_FRACTION = collector_default("MinCostFraction")
 
 _OWN_WORK = (semconv.SPAN_FORWARD, semconv.SPAN_BACKWARD, semconv.SPAN_OPTIMIZER_STEP)
 
@@ -290,7 +297,12 @@ def long_transfers(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
     return out
 
 
-_JUDGED_CAUSES = (semconv.CAUSE_COMPUTE, semconv.CAUSE_NETWORK, semconv.CAUSE_UNKNOWN)
+_JUDGED_CAUSES = (
+    semconv.CAUSE_COMPUTE,
+    semconv.CAUSE_NETWORK,
+    semconv.CAUSE_HOST_WORK,
+    semconv.CAUSE_UNKNOWN,
+)
 
 
 def unexplained_flags(

@@ -37,7 +37,7 @@ const maxCandidates = 8
 func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	m.reset(sd)
 	m.readPhases(a, j, sd)
-	m.breaks = 0
+	m.breaks, m.stuck = 0, false
 	m.timeline(a, j, sd)
 	m.stages(sd)
 	m.classify(sd)
@@ -124,7 +124,7 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	roots = append(roots, m.missing(j, sd, roots)...)
 	sort.SliceStable(roots, func(x, y int) bool { return roots[x].Cost > roots[y].Cost })
 	res.RootCauses = roots
-	if m.breaks > 0 {
+	if m.breaks > 0 || m.stuck {
 		a.stats.ModelBreaks++
 	}
 
@@ -203,7 +203,18 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			m.idealT[c] = min(m.replayT[c], m.links.refT[c])
 		}
 	}
-	m.kindTransfers(sd)
+	// The ideal step's transfers: as measured, but where the link analysis found one slow,
+	// at its link's reference. A transfer is read from the replay (the part of a span after
+	// its last member arrived), not measured: a message whose receive was posted after it
+	// arrived reads as nothing, and a reference below the measured one would be an
+	// artifact of the reading, not a faster fabric.
+	m.jobT = grow(m.jobT, nc)
+	for c := range nc {
+		m.jobT[c] = m.replayT[c]
+		if m.links.slow[c] {
+			m.jobT[c] = m.idealT[c]
+		}
+	}
 	base := m.simulate(sd, m.gap, m.replayT)
 	full := m.simulate(sd, m.jobGap, m.jobT)
 	res.WhatIf = min(res.Duration, max(0, res.Duration-(base-full)))
@@ -259,15 +270,16 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 		traceWhatIf(sd.step, "step %.4f base %.4f ideal %.4f threshold %.4f stages %v",
 			res.Duration, base, full, threshold, stageSave)
 		var slow int
-		var sr, sj, si float64
+		var sr, si float64
 		for c := range nc {
 			if m.links.slow[c] {
 				slow++
 			}
-			sr, sj, si = sr+m.replayT[c], sj+m.jobT[c], si+m.idealT[c]
+			sr, si = sr+m.replayT[c], si+m.idealT[c]
 		}
-		traceWhatIf(sd.step, "transfers %d slow %d: replayed %.4f job ideal %.4f links' ideal %.4f",
-			nc, slow, sr, sj, si)
+		traceWhatIf(sd.step, "transfers %d slow %d: replayed %.4f ideal %.4f; ideal gaps alone "+
+			"%.4f, ideal transfers alone %.4f", nc, slow, sr, si,
+			m.simulate(sd, m.jobGap, m.replayT), m.simulate(sd, m.gap, m.jobT))
 	}
 	var roots []RootCause
 	data, hasData := m.dataImbalance(j, sd, threshold, base)

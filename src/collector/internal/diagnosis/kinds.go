@@ -64,9 +64,6 @@ type contentScratch struct {
 	byKind     [numContentKinds][]float64
 	hostBySig  map[uint64][]float64
 	hostMedian map[uint64]float64
-	// byTransfer and transferMedian are kindTransfers' scratch.
-	byTransfer     map[transferKind][]float64
-	transferMedian map[transferKind]float64
 }
 
 // readContents splits every gap of the step into the phase spans that lay in it (see the
@@ -198,70 +195,5 @@ func (m *model) kindIdeal() {
 			}
 			m.jobGap[p] = ideal
 		}
-	}
-}
-
-// transferKind is a collective's kind for the job's ideal: its op (send_recv for a message)
-// and its bytes.
-type transferKind struct {
-	op    string
-	bytes int64
-}
-
-// maxKindTransfers bounds the transfers of one kind read for its median (evenly spread).
-const maxKindTransfers = 255
-
-// kindTransfers sets m.jobT: each collective's transfer at the median of its kind's in the
-// step (the what-if analysis' ideal: every op at the median of its kind), over the transfers
-// the link analysis did not find slow (a NIC on the path of most of a kind's messages would
-// make the median slow), and no longer than its link's reference where it found it slow. It
-// runs after transfers and whatIf's idealT.
-func (m *model) kindTransfers(sd *stepData) {
-	c := &m.kinds
-	nc := len(sd.colls)
-	m.jobT = grow(m.jobT, nc)
-	if c.byTransfer == nil {
-		c.byTransfer = make(map[transferKind][]float64)
-		c.transferMedian = make(map[transferKind]float64)
-	}
-	for k, v := range c.byTransfer {
-		c.byTransfer[k] = v[:0]
-	}
-	clear(c.transferMedian)
-	counts := make(map[transferKind]int)
-	for i := range sd.colls {
-		if m.links.slow[i] {
-			continue
-		}
-		k := transferKind{op: opKind(&sd.colls[i]), bytes: sd.colls[i].bytes}
-		counts[k]++
-	}
-	seen := make(map[transferKind]int)
-	for i := range sd.colls {
-		if m.links.slow[i] {
-			continue
-		}
-		k := transferKind{op: opKind(&sd.colls[i]), bytes: sd.colls[i].bytes}
-		stride := max(1, (counts[k]+maxKindTransfers-1)/maxKindTransfers)
-		if seen[k]%stride == 0 {
-			c.byTransfer[k] = append(c.byTransfer[k], m.replayT[i])
-		}
-		seen[k]++
-	}
-	for k, v := range c.byTransfer {
-		if len(v) > 0 {
-			c.transferMedian[k] = median(v)
-		}
-	}
-	for i := range sd.colls {
-		k := transferKind{op: opKind(&sd.colls[i]), bytes: sd.colls[i].bytes}
-		t, ok := c.transferMedian[k]
-		if !ok {
-			t = m.idealT[i]
-		}
-		if m.links.slow[i] {
-			t = min(t, m.idealT[i])
-		}
-		m.jobT[i] = t
 	}
 }

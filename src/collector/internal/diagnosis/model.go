@@ -90,7 +90,9 @@ type model struct {
 	tapeBreaks int
 	queue      []int32
 	breaks     int
-	actualEnd  []float64
+	// stuck is set when a replay of the step could not go on (see simulate).
+	stuck     bool
+	actualEnd []float64
 
 	// curPh and prevPh are each rank's phase entries of this step and the previous one (nil
 	// none; see readPhases).
@@ -418,14 +420,13 @@ func (m *model) markBatches(sd *stepData, first, stop int32) {
 			if qo.start-op.start > asyncBatchWindow {
 				break
 			}
-			if qo.async && sd.colls[m.coll[q]].p2p && abs64(qo.end-op.end) <= asyncBatchWindow {
+			if m.batchedWith(sd, op, q) {
 				last = q
 			}
 		}
 		if last > p {
 			for q := p; q <= last; q++ {
-				qo := &sd.ops[m.order[q]]
-				if qo.async && sd.colls[m.coll[q]].p2p && abs64(qo.end-op.end) <= asyncBatchWindow {
+				if q == p || m.batchedWith(sd, op, q) {
 					m.batchFirst[q] = p
 				}
 			}
@@ -433,6 +434,16 @@ func (m *model) markBatches(sd *stepData, first, stop int32) {
 		}
 		p = last + 1
 	}
+}
+
+// batchedWith reports whether position q's span was posted in one batch with op: an
+// asynchronous point-to-point span launched within asyncBatchWindow of it and before it
+// ended (two short messages one after the other are no batch), and ended within
+// asyncBatchWindow of it.
+func (m *model) batchedWith(sd *stepData, op *opRec, q int32) bool {
+	qo := &sd.ops[m.order[q]]
+	return qo.async && sd.colls[m.coll[q]].p2p && qo.start < op.end &&
+		abs64(qo.start-op.start) <= asyncBatchWindow && abs64(qo.end-op.end) <= asyncBatchWindow
 }
 
 func abs64(x int64) int64 {
@@ -613,7 +624,8 @@ func (m *model) timeline(a *Analyzer, j *jobState, sd *stepData) {
 					}
 				}
 			}
-			if d := m.depEnd[p]; d >= 0 && m.batchFirst[d] >= 0 {
+			// (Never a batch the launch is in: its spans ended together, after it.)
+			if d := m.depEnd[p]; d >= 0 && m.batchFirst[d] >= 0 && m.batchFirst[p] != m.batchFirst[d] {
 				m.depBatch[p] = m.batchFirst[d]
 			}
 			outstanding = append(outstanding, p)
@@ -818,13 +830,43 @@ func (m *model) simulate(sd *stepData, gaps, transfer []float64) float64 {
 		for m.cursor[firstWaiting] == m.rankStart[firstWaiting+1] {
 			firstWaiting++
 		}
-		m.resolve(sd, m.breakAt(firstWaiting), transfer)
+		c := m.breakAt(firstWaiting)
+		if m.colls[c].done {
+			// Released already, and still waited on: no release frees that rank. Any other
+			// waiting rank's collective, else the replay stops here (spans no order can
+			// replay: counted in ModelBreaks, never a replay that does not end).
+			c = m.anyUnreleased(firstWaiting)
+			if c < 0 {
+				m.stuck = true
+				break
+			}
+		}
+		m.resolve(sd, c, transfer)
 	}
 	exit := math.Inf(-1)
 	for ri := range nRanks {
-		exit = max(exit, m.ps[m.lastEnd[ri]].end)
+		if p := m.lastEnd[ri]; m.ps[p].doneAt == m.epoch {
+			exit = max(exit, m.ps[p].end)
+		}
+	}
+	if math.IsInf(exit, -1) {
+		exit = 0
 	}
 	return exit
+}
+
+// anyUnreleased returns the collective some unfinished rank from firstWaiting on waits
+// for that is not released yet (-1 none).
+func (m *model) anyUnreleased(firstWaiting int) int32 {
+	for ri := firstWaiting; ri < len(m.rankOf); ri++ {
+		if m.cursor[ri] == m.rankStart[ri+1] {
+			continue
+		}
+		if c := m.blockedOn[ri]; !m.colls[c].done {
+			return c
+		}
+	}
+	return -1
 }
 
 // maxBreakScan bounds the waiting ranks breakAt looks at.
