@@ -739,8 +739,9 @@ func (m *model) messageEnds(cs *collSim) (int32, int32, bool) {
 }
 
 // eagerBySize marks the messages of every size of which the step had an eager one (a send
-// that ended before its receiver was launched) as eager too, and reports whether it marked
-// any that the replay of the actual step had read otherwise. A transport that let one send
+// that ended before its receiver was launched) as eager too, where their sends were
+// blocking, and reports whether it marked any that the replay of the actual step had read
+// otherwise. A transport that let one send
 // of a size complete before its receiver came buffers that size: its sends do not wait for
 // receivers, and one whose receiver was posted while it was in flight ended when its bytes
 // were out, not when the receiver took them (read so, its transfer is shorter than the wire
@@ -758,12 +759,26 @@ func (m *model) eagerBySize(sd *stepData) bool {
 	}
 	marked := false
 	for c := range sd.colls {
-		if sd.colls[c].p2p && !m.eager[c] && slices.Contains(sizes, sd.colls[c].bytes) {
+		if sd.colls[c].p2p && !m.eager[c] && slices.Contains(sizes, sd.colls[c].bytes) &&
+			m.blockingSend(sd, int32(c)) {
 			m.forceEager[c] = true
 			marked = true
 		}
 	}
 	return marked
+}
+
+// blockingSend reports whether the message's send span was blocking: its end is when the
+// rank saw the send done. An asynchronous send's end is when the rank next waited (tens of
+// milliseconds late under torch.distributed.pipelining), no measure of its transfer.
+func (m *model) blockingSend(sd *stepData, c int32) bool {
+	rec := &sd.colls[c]
+	for i := rec.first; i < rec.first+rec.n; i++ {
+		if sd.ops[i].role == RoleSend {
+			return !sd.ops[i].async
+		}
+	}
+	return false
 }
 
 // eagerSlack is the margin eagerSends wants: 0.1 ms or a tenth of the send.
