@@ -20,6 +20,8 @@ drain; nothing timed decides a verdict). The Collector's step summaries are comp
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,9 @@ import pytest
 
 from skewtrace import semconv
 from skewtrace.importer.whatif import read_whatif
+from skewtrace.report.collect import parse_summary
 from skewtrace.report.model import StepSummary
+from skewtrace.report.spans import read_file_export
 from span_replay import Request, collector_constant, collector_default, replay, requests_of_job
 from whatif.corpus import CORPUS
 from whatif.generate import GENERATOR_VERSION, Job, generate, write_csv, write_metadata
@@ -209,3 +213,36 @@ def test_a_step_sent_rank_by_rank_over_seconds_gets_the_same_verdicts(
         assert _named(apart) == _named(once), step
         assert apart.duration_s == pytest.approx(once.duration_s, rel=1e-9)
         assert apart.whatif_s == pytest.approx(once.whatif_s, rel=1e-9)
+
+
+def test_skewtrace_import_report_answers_as_the_collector_does(
+    played: dict[str, Played], otelcol_path: Path, tmp_path: Path
+) -> None:
+    """``skewtrace import job.csv --report``, as a user runs it on the what-if analysis' own
+    files (the table and the metadata beside it, the time unit taken from the epoch
+    timestamps), analyses every step as the Collector fed over OTLP did: the same step
+    times, what-ifs and root causes."""
+    name = "heavy-last-stage"
+    run = played[name]
+    write_csv(run.job, tmp_path / "job.csv")
+    write_metadata(run.job, tmp_path / "job.json")
+    result = subprocess.run(
+        [sys.executable, "-m", "skewtrace.cli", "import", str(tmp_path / "job.csv"),
+         "--job", name, "--report", str(tmp_path / "report.html"),
+         "--keep-spans", str(tmp_path / "spans.jsonl"), "--otelcol", str(otelcol_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert (tmp_path / "report.html").stat().st_size > 0
+    summaries = {}
+    for span in read_file_export(tmp_path / "spans.jsonl"):
+        if span.name == semconv.SPAN_STEP_SUMMARY:
+            summary = parse_summary(span)
+            if summary is not None:
+                summaries[summary.step] = summary
+    assert sorted(summaries) == sorted(run.summaries)
+    for step, summary in summaries.items():
+        live = run.summaries[step]
+        assert _named(summary) == _named(live), step
+        assert summary.duration_s == pytest.approx(live.duration_s, rel=1e-9)
+        assert summary.whatif_s == pytest.approx(live.whatif_s, rel=1e-9)

@@ -211,3 +211,34 @@ func TestRecordedWhatIfCorpus(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordedLivePipelineEndsAndNamesTheSlowStage plays a recording of
+// tests/test_instrumentation_multiproc.py's torch pipelining job (three gloo ranks, one
+// stage each, four microbatches, stage 1 sleeping in its forwards from step 7; recorded
+// with tests/data/recorded/record-collector.yaml): its messages, posted back to back within
+// a millisecond, once made the replay wait forever on a batch it was in, holding the
+// Collector's lock. Every step is analyzed, nobody is named before step 7, and rank 1 is
+// named for compute in every step from 7 on and flagged from flag_k steps later.
+func TestRecordedLivePipelineEndsAndNamesTheSlowStage(t *testing.T) {
+	cfg := join.DefaultConfig()
+	results := replayRecording(t, "../../../../tests/data/recorded/pipelining_gloo_slow_stage.jsonl.gz", cfg)
+	if len(results) != 16 {
+		t.Fatalf("%d steps analyzed, want 16", len(results))
+	}
+	for _, r := range results {
+		roots := make(map[int]string)
+		for _, rc := range r.RootCauses {
+			roots[rc.Rank] = rc.Cause
+		}
+		switch {
+		case r.Step < 7 && len(roots) != 0:
+			t.Errorf("step %d: roots %v before the slowdown", r.Step, roots)
+		case r.Step >= 7 && (len(roots) != 1 || roots[1] != semconv.CauseCompute):
+			t.Errorf("step %d: roots %v, want rank 1 for compute", r.Step, roots)
+		}
+		if want := r.Step >= 7+int64(cfg.FlagK)-1; want != (flagged(r)[1] == semconv.CauseCompute) ||
+			len(flagged(r)) > 1 {
+			t.Errorf("step %d: flagged %v", r.Step, flagged(r))
+		}
+	}
+}
