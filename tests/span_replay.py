@@ -122,6 +122,58 @@ def write_recording(requests: Iterable[Request], path: Path) -> None:
             out.write(otlp_json(request) + b"\n")
 
 
+_ANNOTATIONS = frozenset(
+    {
+        semconv.BARRIER_SKEW,
+        semconv.BARRIER_LATENESS,
+        semconv.BARRIER_WAIT,
+        semconv.BARRIER_TRANSFER,
+        semconv.BARRIER_MISSING_RANKS,
+        semconv.BARRIER_MISSING,
+        semconv.BARRIER_RELEASED,
+        semconv.BARRIER_UNJOINED,
+        semconv.CLOCK_OFFSET,
+        semconv.COLLECTIVE_SLOWDOWN,
+        semconv.STRAGGLER,
+        semconv.STRAGGLER_CAUSE,
+        semconv.STRAGGLER_DOMAIN,
+    }
+)
+"""What the barrierskew processor writes on the collective spans it joins."""
+
+
+def recording_of_file_export(path: Path, job: str) -> list[Request]:
+    """The rank spans of ``job`` in a Collector's file export (``file-export.yaml``), as
+    requests to play again: the Collector's own step summaries left out and the processor's
+    annotations taken off, in the order the file holds them (each line one request)."""
+    out: list[Request] = []
+    with open(path, "rb") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            data = json.loads(line)
+            kept = []
+            for resource_spans in data.get("resourceSpans", []):
+                attrs = {
+                    a["key"]: a.get("value", {})
+                    for a in resource_spans.get("resource", {}).get("attributes", [])
+                }
+                if attrs.get(semconv.JOB_ID, {}).get("stringValue") != job:
+                    continue
+                if semconv.RANK not in attrs:  # the Collector's summaries have no rank
+                    continue
+                for scope_spans in resource_spans.get("scopeSpans", []):
+                    for span in scope_spans.get("spans", []):
+                        span["attributes"] = [
+                            a for a in span.get("attributes", []) if a["key"] not in _ANNOTATIONS
+                        ]
+                kept.append(resource_spans)
+            if kept:
+                body = json.dumps({"resourceSpans": kept}, separators=(",", ":")).encode()
+                out.append(Request(body, JSON))
+    return out
+
+
 def read_recording(path: Path) -> list[Request]:
     """A recording's requests, in their order (gzipped OTLP/JSON lines)."""
     with gzip.open(path, "rb") as lines:

@@ -70,6 +70,11 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	res.EndUnixNano = m.medianEnd(sd)
 	res.WhatIf = res.Duration
 	threshold := max(a.cfg.MinCost.Seconds(), a.cfg.MinCostFraction*res.Duration)
+	// A rank or a link must also save more than the job's step time moves by from one step
+	// to the next anyway: on two shared cores a rank descheduled for 10 ms, or a message a
+	// descheduled sender held up, saves 5-8% of a 150 ms step now and then, and four such
+	// namings in eight steps flagged a healthy rank of the demo for the network.
+	rankThreshold := max(threshold, j.stepJitter())
 
 	// Candidates: ranks whose own work exceeded their peers' by more than the threshold,
 	// and stand out from the spread every rank's jitter adds up to in this step: beyond
@@ -116,7 +121,7 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	}
 	located := m.locate(j, sd)
 
-	roots := m.whatIf(a, j, sd, candidates, located, threshold, exit,
+	roots := m.whatIf(a, j, sd, candidates, located, threshold, rankThreshold, exit,
 		&res)
 	if len(roots) > 0 {
 		res.Attribution = m.attribute(sd, exit, threshold, roots)
@@ -134,6 +139,7 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		res.Flagged, res.Suspects, res.Imbalances = nil, nil, nil
 	}
 	j.stepTime.add(res.Duration, historyAlpha)
+	j.noteDuration(res.Duration)
 	// A job's first steps (allocations, connections, kernels compiled) are not any rank's
 	// usual work: learned, they would make a rank whose compute slows down later read as
 	// usual, its cause unknown. A rank alone in its class (one pipeline stage) has only its
@@ -178,7 +184,7 @@ const (
 // The step's what-if (res.WhatIf) is the step with everything at the job's ideal: the
 // what-if analysis' ideal step, whatever was named.
 func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int32,
-	located []located, threshold, exit float64, res *StepResult,
+	located []located, threshold, rankThreshold, exit float64, res *StepResult,
 ) []RootCause {
 	n := len(m.order)
 	m.idealGap = grow(m.idealGap, n)
@@ -311,7 +317,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 	}
 	for i, ri := range candidates {
 		cost := costs[i]
-		if cost < threshold || (pipeline && m.stage[ri] >= 0 && cost < rankOfStage*stageSave[m.stage[ri]]) ||
+		if cost < rankThreshold || (pipeline && m.stage[ri] >= 0 && cost < rankOfStage*stageSave[m.stage[ri]]) ||
 			(hasData && cost < rankOfData*data.cost) {
 			continue
 		}
@@ -326,7 +332,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 			m.variantT[c] = m.idealT[c]
 		}
 		cost := base - m.simulate(sd, m.gap, m.variantT)
-		if cost < threshold {
+		if cost < rankThreshold {
 			continue
 		}
 		suspect := loc.suspect
@@ -335,6 +341,36 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 		roots = m.linkRanks(j, suspect, cost, roots)
 	}
 	return roots
+}
+
+// jitterSteps is how many of a job's step-to-step changes of duration its jitter reads.
+const jitterSteps = 16
+
+// noteDuration records an analyzed step's duration for the job's jitter (not its first
+// warmupSteps: allocations and first connections make them long).
+func (j *jobState) noteDuration(d float64) {
+	if j.stepsSeen < warmupSteps {
+		return
+	}
+	if j.lastDuration > 0 {
+		j.jitter[j.jitterPos] = math.Abs(d - j.lastDuration)
+		j.jitterPos = (j.jitterPos + 1) % jitterSteps
+		j.jitterLen = min(j.jitterLen+1, jitterSteps)
+	}
+	j.lastDuration = d
+}
+
+// stepJitter is the median change of the job's step duration from one analyzed step to the
+// next over its last jitterSteps (0 before it has four): how much a step moves by anyway.
+// Consecutive changes, not the spread of durations: a fault's onset is one large change,
+// and does not make every step after it read as noise.
+func (j *jobState) stepJitter() float64 {
+	if j.jitterLen < 4 {
+		return 0
+	}
+	vals := make([]float64, j.jitterLen)
+	copy(vals, j.jitter[:j.jitterLen])
+	return median(vals)
 }
 
 // traceWhatIf, when set (tests), is told what whatIf weighed in each step.

@@ -97,6 +97,13 @@ type jobState struct {
 	// stepTime is the job's usual step duration (seconds), which bounds how long a step
 	// waits for ranks that have not ended it.
 	stepTime ewma
+	// jitter is the job's step-to-step noise: the last jitterSteps changes of its step
+	// duration from one analyzed step to the next (after its first warmupSteps), and
+	// lastDuration the duration they are measured from (0 none).
+	jitter       [jitterSteps]float64
+	jitterLen    int
+	jitterPos    int
+	lastDuration float64
 	// latest is the highest step each rank had a collective or a phase in.
 	latest rankTable[int64]
 	// world is the job's world size (training.world_size of its ranks' resources; 0 while
