@@ -13,8 +13,9 @@ drain; nothing timed decides a verdict). The Collector's step summaries are comp
   stages (``stage_imbalance``), the data (``data_imbalance``);
 - the flags after each step exactly the oracle's answers passed through the Collector's
   hysteresis (a name in ``flag_k`` of the last ``flag_window`` steps, the latest among
-  them; cleared after ``clear_steps`` steps without it; a job's first ``warmupSteps``
-  steps vote for nothing), with the link's NIC suspected where a link is named. The
+  them; cleared after ``clear_steps`` steps without it, its namings before then forgotten;
+  a job's first ``warmupSteps`` steps vote for nothing), with the link's NIC suspected
+  where a link is named. The
   constants are read from the Collector's Go sources, never copied here.
 """
 
@@ -142,6 +143,7 @@ def expected_flags(answers: list[StepAnswer]) -> dict[int, set[tuple[str, ...]]]
             if key in flagged:
                 if not bits & ((1 << clear) - 1):
                     flagged.discard(key)
+                    history[key] = 0  # a flag that clears forgets the namings before it
             elif bits & 1 and bin(bits).count("1") >= k:
                 flagged.add(key)
         out[answer.step] = set(flagged)

@@ -67,7 +67,8 @@ def expected_flags(named: Mapping[int, Mapping[int, str]], rank: int) -> dict[in
     the steps' root causes, or None where it does not flag it: the first WARMUP_STEPS vote
     for nothing; an unflagged rank is flagged in a step that names it with FLAG_K of the last
     FLAG_WINDOW naming it; a flagged one stays flagged while one of the last CLEAR_STEPS names
-    it (diagnosis.flagRule); the cause is the vote of its last CAUSE_MEMORY namings."""
+    it, and forgets its namings when it clears (diagnosis.flagRule); the cause is the vote of
+    its last CAUSE_MEMORY namings."""
     hist, flagged, namings, out = 0, False, [], {}
     window, clear = (1 << FLAG_WINDOW) - 1, (1 << CLEAR_STEPS) - 1
     for index, step in enumerate(sorted(named)):
@@ -75,8 +76,10 @@ def expected_flags(named: Mapping[int, Mapping[int, str]], rank: int) -> dict[in
         if index >= WARMUP_STEPS and rank in named[step]:
             hist |= 1
             namings = [*namings, named[step][rank]][-CAUSE_MEMORY:]
-        stays = flagged and hist & clear != 0
-        flagged = stays or (hist & 1 != 0 and bin(hist).count("1") >= FLAG_K)
+        if flagged and hist & clear == 0:
+            flagged, hist = False, 0  # a flag that clears forgets the namings before it
+        elif not flagged:
+            flagged = hist & 1 != 0 and bin(hist).count("1") >= FLAG_K
         if not flagged and hist == 0:
             namings = []
         out[step] = _voted(namings) if flagged else None

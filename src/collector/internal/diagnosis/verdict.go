@@ -68,14 +68,19 @@ type suspectTrack struct {
 	cost    float64
 }
 
-// flagRule applies K of W with hysteresis to a history word whose bit 0 is the latest step.
-func flagRule(hist uint64, flagged bool, cfg *Config) bool {
+// flagRule applies K of W with hysteresis to a history word whose bit 0 is the latest step,
+// and returns the history to keep: a flag that clears forgets the namings before it, so that
+// flagging again takes K new ones (the steps of a fault just ended, still in the window,
+// made one naming after it a flag again in make demo).
+func flagRule(hist uint64, flagged bool, cfg *Config) (bool, uint64) {
 	clearMask := uint64(1)<<cfg.ClearSteps - 1
 	switch {
 	case !flagged:
-		return hist&1 != 0 && bits.OnesCount64(hist) >= cfg.FlagK
+		return hist&1 != 0 && bits.OnesCount64(hist) >= cfg.FlagK, hist
+	case hist&clearMask != 0:
+		return true, hist
 	default:
-		return hist&clearMask != 0
+		return false, 0
 	}
 }
 
@@ -193,7 +198,7 @@ func updateFlags(cfg *Config, j *flagState, roots []RootCause, located []Suspect
 	}
 	var flagged []RankFlag
 	for rank, t := range j.ranks {
-		t.flagged = flagRule(t.hist, t.flagged, cfg)
+		t.flagged, t.hist = flagRule(t.hist, t.flagged, cfg)
 		if !t.flagged && t.hist == 0 {
 			delete(j.ranks, rank)
 			continue
@@ -205,7 +210,7 @@ func updateFlags(cfg *Config, j *flagState, roots []RootCause, located []Suspect
 	j.flaggedRanks = len(flagged)
 	var suspects []SuspectFlag
 	for id, s := range j.suspects {
-		s.flagged = flagRule(s.hist, s.flagged, cfg)
+		s.flagged, s.hist = flagRule(s.hist, s.flagged, cfg)
 		if !s.flagged && s.hist == 0 {
 			delete(j.suspects, id)
 			continue
@@ -381,7 +386,7 @@ func updateImbalances(cfg *Config, j *flagState, roots []RootCause, slowest int3
 	}
 	var out []ImbalanceFlag
 	for key, t := range j.imbalances {
-		t.flagged = flagRule(t.hist, t.flagged, cfg)
+		t.flagged, t.hist = flagRule(t.hist, t.flagged, cfg)
 		if t.last.Cause == semconv.CauseDataImbalance && t.persistentRank() {
 			t.flagged = false
 		}
