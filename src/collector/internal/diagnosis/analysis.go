@@ -75,6 +75,12 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	// descheduled sender held up, saves 5-8% of a 150 ms step now and then, and four such
 	// namings in eight steps flagged a healthy rank of the demo for the network.
 	rankThreshold := max(threshold, j.stepJitter())
+	if !j.jitterKnown() {
+		// No measure of the noise yet (a job's first steps after its warm-up): twice the bar.
+		// The demo's 150 ms steps named a healthy rank's link for 6-19 ms in four of its
+		// first seven steps.
+		rankThreshold = 2 * threshold
+	}
 
 	// Candidates: ranks whose own work exceeded their peers' by more than the threshold,
 	// and stand out from the spread every rank's jitter adds up to in this step: beyond
@@ -360,12 +366,18 @@ func (j *jobState) noteDuration(d float64) {
 	j.lastDuration = d
 }
 
+// minJitterSamples is how many step-to-step changes a job's jitter needs to be known.
+const minJitterSamples = 4
+
+// jitterKnown reports whether the job has minJitterSamples changes of its step duration.
+func (j *jobState) jitterKnown() bool { return j.jitterLen >= minJitterSamples }
+
 // stepJitter is the median change of the job's step duration from one analyzed step to the
 // next over its last jitterSteps (0 before it has four): how much a step moves by anyway.
 // Consecutive changes, not the spread of durations: a fault's onset is one large change,
 // and does not make every step after it read as noise.
 func (j *jobState) stepJitter() float64 {
-	if j.jitterLen < 4 {
+	if !j.jitterKnown() {
 		return 0
 	}
 	vals := make([]float64, j.jitterLen)
