@@ -74,7 +74,7 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 	// to the next anyway: on two shared cores a rank descheduled for 10 ms, or a message a
 	// descheduled sender held up, saves 5-8% of a 150 ms step now and then, and four such
 	// namings in eight steps flagged a healthy rank of the demo for the network.
-	rankThreshold := max(threshold, j.stepJitter())
+	rankThreshold := max(threshold, jitterFactor*j.stepJitter())
 	if !j.jitterKnown() {
 		// No measure of the noise yet (a job's first steps after its warm-up): twice the bar.
 		// The demo's 150 ms steps named a healthy rank's link for 6-19 ms in four of its
@@ -365,6 +365,12 @@ func (j *jobState) noteDuration(d float64) {
 	}
 	j.lastDuration = d
 }
+
+// jitterFactor: a rank or a link must save this many times the job's step jitter (the
+// median change of its step time between consecutive steps, about one standard deviation of
+// its noise): at one, the demo's healthy ranks were named for 7-11 ms of 140 ms steps often
+// enough after its fault to be flagged.
+const jitterFactor = 2
 
 // minJitterSamples is how many step-to-step changes a job's jitter needs to be known.
 const minJitterSamples = 4
