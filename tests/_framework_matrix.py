@@ -42,6 +42,7 @@ from verdict_checks import (
     flags_follow_root_causes,
     long_own_time,
     long_work,
+    min_savings,
     root_causes,
     step_variation,
     unexplained_flags,
@@ -243,12 +244,16 @@ def check(case: Case, spans: list[FileSpan], counts: Path, output: str = "") -> 
     # its own work long against its peers', and no peer's own work or time long (in a step of
     # four ranks, one peer the machine descheduled for tens of ms widens the spread the
     # Collector's candidates must stand out from: under CI, beside another worker's job, an
-    # FSDP2 x TP run named the slow rank in 3 of its 11 slow steps). And it was found wherever
-    # those steps alone would have flagged it.
+    # FSDP2 x TP run named the slow rank in 3 of its 11 slow steps), and the slow rank's long
+    # enough to clear the step's bar for naming (``training.step.min_saving``: twice the job's
+    # step jitter where that is more than the root-cause bound; under CI, beside another
+    # worker's job, tensor parallel's steps moved by more than half the 100 ms for the first
+    # six slow steps). And it was found wherever those steps alone would have flagged it.
     work, own = long_work(spans), long_own_time(spans)
+    work_past_bar = long_work(spans, min_savings(spans))
     clean = [
         s for s in judged
-        if case.slow_rank in work.get(s, set())
+        if case.slow_rank in work_past_bar.get(s, set())
         and not (work.get(s, set()) | own.get(s, set())) - {case.slow_rank}
     ]  # fmt: skip
     unnamed = [s for s in clean if case.slow_rank not in named.get(s, {})]

@@ -25,6 +25,7 @@ from verdict_checks import (
     flags_follow_root_causes,
     long_own_time,
     long_work,
+    min_savings,
     root_causes,
     unexplained_flags,
 )
@@ -78,13 +79,16 @@ def test_messages_join_pairwise_and_the_slow_stage_is_blamed(
     # the first slow step named nothing once, and alone or beside a CPU hog it always named it.
     named, flagged = root_causes(spans), flagged_by_step(spans)
     work, own = long_work(spans), long_own_time(spans)
+    work_past_bar = long_work(spans, min_savings(spans))
     peers_long = {step: (work.get(step, set()) | own.get(step, set())) - {1} for step in named}
     judged, unnamed = 0, []
     for step in range(PIPELINE_SLOW_FROM, PIPELINE_STEPS):
         causes = named[step]
         assert set(causes) - {1} <= peers_long[step], (step, causes, peers_long[step])
         assert causes.get(1) in (None, semconv.CAUSE_COMPUTE), (step, causes)
-        if not peers_long[step]:
+        # Judged where the slow stage's work cleared the step's bar for naming (the job's step
+        # jitter in it) and no peer's ran long.
+        if 1 in work_past_bar.get(step, set()) and not peers_long[step]:
             judged += 1
             if 1 not in causes:
                 unnamed.append(step)

@@ -298,3 +298,30 @@ def test_an_unknown_flag_is_explained_by_time_outside_the_ranks_phases() -> None
     assert v.unexplained_flags(quiet, unknown, injected=None) == {7: [2], 8: [2], 9: [2]}
     data = {s: ({2: "data"} if 7 <= s <= 9 else {}) for s in range(12)}
     assert v.unexplained_flags(quiet, data, injected=None) == {}
+
+
+def test_long_work_past_the_steps_bar_for_naming() -> None:
+    """Rank 2's forward runs 30 ms over its peers' in steps 2-5 of 200 ms steps; the summaries
+    of steps 4 and 5 say a rank had to save 40 ms to be named there (the job's step jitter):
+    long against the root-cause bound in all four, past the steps' own bar in 2 and 3 only."""
+    from collector_harness import FileSpan
+    from skewtrace import semconv
+
+    ms = 1_000_000
+    spans = []
+    for step in range(6):
+        t0 = step * 200 * ms
+        for rank in range(4):
+            forward_ms = 40 if rank == 2 and step >= 2 else 10
+            attrs, res = {semconv.STEP: step}, {semconv.RANK: rank}
+            spans.append(FileSpan(semconv.SPAN_STEP, "t", "s", t0, t0 + 190 * ms, attrs, res))
+            spans.append(FileSpan(semconv.SPAN_FORWARD, "t", "s", t0, t0 + forward_ms * ms,
+                                  attrs, res))  # fmt: skip
+        summary = {semconv.STEP: step}
+        if step >= 4:
+            summary[semconv.STEP_MIN_SAVING] = 0.040
+        spans.append(FileSpan(semconv.SPAN_STEP_SUMMARY, "t", "s", t0, t0 + 190 * ms, summary, {}))
+    assert v.min_savings(spans) == {4: 0.040, 5: 0.040}
+    assert {s for s, r in v.long_work(spans).items() if 2 in r} == {2, 3, 4, 5}
+    past_bar = v.long_work(spans, v.min_savings(spans))
+    assert {s for s, r in past_bar.items() if 2 in r} == {2, 3}

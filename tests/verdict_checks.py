@@ -188,12 +188,22 @@ def own_time(spans: Iterable[FileSpan]) -> dict[int, dict[int, float]]:
     return _uncovered(spans, (semconv.SPAN_STEP,), (semconv.SPAN_PACING_DELAY,))
 
 
-def long_work(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
+def long_work(
+    spans: Iterable[FileSpan], min_saving: Mapping[int, float] | None = None
+) -> dict[int, set[int]]:
     """Per step with own work measured, the ranks whose own work was long (none, an empty
     set): their forward, backward and optimizer step ran longer than the step's median rank by
-    the root-cause bound (MIN_COST_S, or MIN_COST_FRACTION of the step's median duration)."""
+    the root-cause bound (MIN_COST_S, or MIN_COST_FRACTION of the step's median duration), and
+    by the step's ``min_saving`` where given (:func:`min_savings`: the Collector's bar with the
+    job's step jitter in it)."""
     spans = list(spans)
-    return _longer_than_peers(own_work(spans), step_durations(spans))
+    return _longer_than_peers(own_work(spans), step_durations(spans), min_saving or {})
+
+
+def min_savings(spans: Iterable[FileSpan]) -> dict[int, float]:
+    """Per analyzed step, the least a rank had to save to be named a root cause
+    (``training.step.min_saving``), where its summary said."""
+    return {s.step: s.min_saving_s for s in _summaries(spans) if s.min_saving_s > 0}
 
 
 def long_own_time(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
@@ -203,7 +213,9 @@ def long_own_time(spans: Iterable[FileSpan]) -> dict[int, set[int]]:
 
 
 def _longer_than_peers(
-    by_step: Mapping[int, Mapping[int, float]], durations: Mapping[int, list[float]]
+    by_step: Mapping[int, Mapping[int, float]],
+    durations: Mapping[int, list[float]],
+    min_saving: Mapping[int, float] | None = None,
 ) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
     for step, ranks in by_step.items():
@@ -213,7 +225,8 @@ def _longer_than_peers(
         step_s = sorted(durations[step])[len(durations[step]) // 2]
         for rank, mine in ranks.items():
             others = sorted(v for r, v in ranks.items() if r != rank)
-            if mine - others[len(others) // 2] >= max(MIN_COST_S, MIN_COST_FRACTION * step_s):
+            bound = max(MIN_COST_S, MIN_COST_FRACTION * step_s, (min_saving or {}).get(step, 0.0))
+            if mine - others[len(others) // 2] >= bound:
                 out[step].add(rank)
     return out
 

@@ -329,6 +329,11 @@ STEP_ABSENT = "training.step.absent"
 #: training.step.absent_ranks (string): with `training.step.absent`: the first 64 of those
 #: ranks, comma separated
 STEP_ABSENT_RANKS = "training.step.absent_ranks"
+#: training.step.min_saving (float s): the least a rank or a link had to save in the step to be
+#: named a root cause: the larger of `min_cost`, `min_cost_fraction` of the step and twice the
+#: job's step jitter (the median change of its step time over its last 16 steps); twice
+#: `min_cost` or the fraction before the jitter is known
+STEP_MIN_SAVING = "training.step.min_saving"
 #: training.step.slow_collectives (int): collectives of the step whose transfer was slow against
 #: their reference
 STEP_SLOW_COLLECTIVES = "training.step.slow_collectives"

@@ -458,6 +458,12 @@ const (
 	// first 64 of those ranks, comma separated
 	attrStepAbsentRanks = "training.step.absent_ranks"
 
+	// attrStepMinSaving is training.step.min_saving (float s): the least a rank or a link had to
+	// save in the step to be named a root cause: the larger of `min_cost`, `min_cost_fraction` of
+	// the step and twice the job's step jitter (the median change of its step time over its last
+	// 16 steps); twice `min_cost` or the fraction before the jitter is known
+	attrStepMinSaving = "training.step.min_saving"
+
 	// attrStepSlowCollectives is training.step.slow_collectives (int): collectives of the step
 	// whose transfer was slow against their reference
 	attrStepSlowCollectives = "training.step.slow_collectives"

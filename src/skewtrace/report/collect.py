@@ -78,6 +78,12 @@ def _float(value: Any, default: float = 0.0) -> float:
     return float(value)
 
 
+def _seconds(value: Any) -> float:
+    """A duration in seconds: 0 where it is missing, mistyped, negative or not finite."""
+    seconds = _float(value)
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
+
+
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -164,6 +170,7 @@ def parse_summary(span: FileSpan) -> StepSummary | None:
         slowdown=_float(a.get(semconv.JOB_SLOWDOWN), 1.0),
         ranks=_int(a.get(semconv.STEP_RANKS)) or 0,
         slow_collectives=_int(a.get(semconv.STEP_SLOW_COLLECTIVES)) or 0,
+        min_saving_s=_seconds(a.get(semconv.STEP_MIN_SAVING)),
     )
     for event in span.events:
         attrs = event.get("attributes") or {}

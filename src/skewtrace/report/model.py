@@ -127,6 +127,9 @@ class StepSummary:
     slowdown: float
     ranks: int
     slow_collectives: int
+    min_saving_s: float = 0.0
+    """The least a rank or a link had to save in the step to be named a root cause
+    (``training.step.min_saving``; 0 where the summary did not say)."""
     root_causes: list[RankVerdict] = field(default_factory=list)
     link_causes: list[FabricSuspect] = field(default_factory=list)
     flags: list[RankVerdict] = field(default_factory=list)

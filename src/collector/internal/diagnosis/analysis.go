@@ -81,6 +81,7 @@ func (m *model) run(a *Analyzer, j *jobState, sd *stepData) StepResult {
 		// first seven steps.
 		rankThreshold = 2 * threshold
 	}
+	res.MinSaving = rankThreshold
 
 	// Candidates: ranks whose own work exceeded their peers' by more than the threshold,
 	// and stand out from the spread every rank's jitter adds up to in this step: beyond

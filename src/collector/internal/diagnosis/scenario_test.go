@@ -2,6 +2,7 @@ package diagnosis_test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"testing"
@@ -530,5 +531,44 @@ func TestStragglerFromTheFirstStepIsFlaggedAfterTheWarmUp(t *testing.T) {
 		if got := flagged(r); len(got) != 1 || got[6] != semconv.CauseCompute {
 			t.Fatalf("step %d: flagged %v, want only rank 6 (compute)", r.Step, got)
 		}
+	}
+}
+
+// The bar a rank or a link must clear to be named (training.step.min_saving): min_cost or
+// min_cost_fraction of the step, twice that before the job's step jitter is known (four
+// step-to-step changes after the warm-up), then twice the median change over the last 16
+// steps where that is more. A loaded machine's 8 ms jitter on 70 ms steps raises it.
+func TestMinSavingFollowsTheJobsStepJitter(t *testing.T) {
+	job := fourRanks(3)
+	job.Jitter = 8 * time.Millisecond
+	cfg := join.DefaultConfig()
+	results := run(t, job, cfg, 40)
+	raised := 0
+	for i, r := range results {
+		threshold := max(cfg.MinCost.Seconds(), cfg.MinCostFraction*r.Duration)
+		var changes []float64
+		for k := max(3, i-16); k < i; k++ {
+			changes = append(changes, math.Abs(results[k].Duration-results[k-1].Duration))
+		}
+		want := 2 * threshold
+		if len(changes) >= 4 {
+			sort.Float64s(changes)
+			n := len(changes)
+			jitter := changes[n/2]
+			if n%2 == 0 {
+				jitter = (changes[n/2-1] + changes[n/2]) / 2
+			}
+			want = max(threshold, 2*jitter)
+			if 2*jitter > threshold {
+				raised++
+			}
+		}
+		if math.Abs(r.MinSaving-want) > 1e-12 {
+			t.Fatalf("step %d: min saving %.6f, want %.6f (changes %v)", r.Step, r.MinSaving, want,
+				changes)
+		}
+	}
+	if raised == 0 {
+		t.Error("the jitter never raised the bar: the test does not test it")
 	}
 }

@@ -238,6 +238,9 @@ type StepResult struct {
 	// had a slow transfer.
 	Collectives     int
 	SlowCollectives int
+	// MinSaving is the least a rank or a link had to save in this step to be named a root
+	// cause (min_cost, min_cost_fraction of the step, twice the job's step jitter).
+	MinSaving float64
 	// RootCauses of this step, most expensive first.
 	RootCauses []RootCause
 	// Flagged ranks and Suspects after this step, with hysteresis.

@@ -90,6 +90,9 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		attrs.PutStr(semconv.AttrStepAbsentRanks, FormatRanks(res.AbsentRanks))
 	}
 	attrs.PutInt(semconv.AttrStepSlowCollectives, int64(res.SlowCollectives))
+	if res.MinSaving > 0 {
+		attrs.PutDouble(semconv.AttrStepMinSaving, res.MinSaving)
+	}
 	for i := range res.RootCauses {
 		rc := &res.RootCauses[i]
 		ev := span.Events().AppendEmpty()
@@ -266,6 +269,7 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 	out.Absent = int(max(0, min(diagnosisMaxRank, integer(attrs, semconv.AttrStepAbsent))))
 	out.AbsentRanks = parseRanks(str(attrs, semconv.AttrStepAbsentRanks))
 	out.SlowCollectives = int(max(0, min(1<<31-1, integer(attrs, semconv.AttrStepSlowCollectives))))
+	out.MinSaving = seconds(attrs, semconv.AttrStepMinSaving)
 	if v, ok := attrs.Get(semconv.AttrVerdictDeferred); ok && v.Type() == pcommon.ValueTypeBool {
 		out.Deferred = v.Bool()
 	}

@@ -19,7 +19,7 @@ func TestStepResultRoundTripsThroughTheSummary(t *testing.T) {
 	topo := diagnosis.Topology{Host: "node4", Switch: "leaf1", NIC: "eth0"}
 	res := diagnosis.StepResult{
 		Job: "job", Step: 7, Duration: 1.2, WhatIf: 0.9, Slowdown: 1.3, EndUnixNano: 5e9,
-		ReplayError: 0.004, ReplayChecked: true, Ranks: 16, SlowCollectives: 3,
+		ReplayError: 0.004, ReplayChecked: true, Ranks: 16, SlowCollectives: 3, MinSaving: 0.021,
 		RootCauses: []diagnosis.RootCause{
 			{Rank: -1, Cause: semconv.CauseStageImbalance, Cost: 0.2, Stage: 3,
 				Ranks: []int{12, 13}, Excess: 0.4, Fix: "move work"},
