@@ -237,3 +237,38 @@ func TestHostWorkIsNamedWithWhereItSat(t *testing.T) {
 		}
 	}
 }
+
+// A 4096-rank pipeline (4 stages x 1024 replicas, 4 microbatches) fed rank by rank, stage 0's
+// ranks first: each step's tens of thousands of point-to-point messages wait for their
+// receivers at once. With the join's default bounds every span is accepted (at max_pending
+// 4096 collectives were released incomplete and their later members rejected as late), all
+// 4096 ranks are counted, and the slow worker alone is named.
+func TestFourThousandRanksOfAPipelineWaitAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4096 ranks")
+	}
+	p := fixture.NewPipeline(4, 1024, 4, 1, 42)
+	p.Jitter = msDur(0.2)
+	slow := p.RankOf(2, 700)
+	p.Work = func(step, stage, replica, _ int) float64 {
+		if stage == 2 && replica == 700 {
+			return 1.5
+		}
+		return 1
+	}
+	results := run(t, p, join.DefaultConfig(), 5)
+	for _, r := range results {
+		if r.Ranks != 4096 || r.Absent != 0 {
+			t.Fatalf("step %d: %d ranks, %d absent, want 4096 and none", r.Step, r.Ranks, r.Absent)
+		}
+		if r.Step < 2 {
+			continue
+		}
+		if len(r.RootCauses) != 1 || r.RootCauses[0].Rank != slow ||
+			r.RootCauses[0].Cause != semconv.CauseCompute {
+			t.Errorf("step %d: root causes %+v, want rank %d for compute alone", r.Step,
+				r.RootCauses, slow)
+		}
+	}
+	checkSlowdown(t, p, results, p.KindIdeal)
+}
