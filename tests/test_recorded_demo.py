@@ -38,14 +38,18 @@ def test_the_demo_names_its_nic_fault_and_nothing_else(
 ) -> None:
     want = MANIFEST["jobs"][job]
     summaries = replay(otelcol_path, read_recording(DEMO / f"{job}.jsonl.gz"), tmp_path)[job]
-    assert sorted(summaries) == list(range(60))
+    steps = want.get("steps", 60)
+    assert sorted(summaries) == list(range(steps))
     assert {s.ranks for s in summaries.values()} == {6}
     k, clear = int(collector_default("FlagK")), int(collector_default("ClearSteps"))
     first, last = want["flagged_from"], want["flagged_until"]
     # The demo switches the link when rank 0 reaches the step; a pipeline's other ranks are
     # a step behind or ahead then, so the fault shows from the step before it on.
     assert want["link_switched_at"] + k - 2 <= first <= want["link_switched_at"] + 2 * k
-    assert want["link_restored_at"] + clear - 2 <= last <= want["link_restored_at"] + clear - 1
+    if want["link_restored_at"] < steps:
+        assert want["link_restored_at"] + clear - 2 <= last <= want["link_restored_at"] + clear - 1
+    else:  # throttled to the run's end
+        assert last == steps - 1
     wrong = []
     for step, summary in sorted(summaries.items()):
         flags = {f.rank: f.cause for f in summary.flags}

@@ -76,8 +76,8 @@ type jobState struct {
 	// steps it was not late in: what its causes are measured against besides its peers.
 	work map[int32]*workHistory
 
-	groupBaselines map[groupKey]*ewma
-	classBaselines map[classKey]*ewma
+	groupBaselines map[groupKey]*transferBaseline
+	classBaselines map[classKey]*transferBaseline
 	groupClasses   map[string]groupClass
 	// refs are the transfer references Slowdown read since the baselines last changed:
 	// each collective released asks, and a pipeline pair's sixteen messages a step ask
@@ -243,8 +243,8 @@ func (a *Analyzer) job(name string, now int64) *jobState {
 		carry:          make(map[int32]carry),
 		history:        make(map[int32][]ewma),
 		work:           make(map[int32]*workHistory),
-		groupBaselines: make(map[groupKey]*ewma),
-		classBaselines: make(map[classKey]*ewma),
+		groupBaselines: make(map[groupKey]*transferBaseline),
+		classBaselines: make(map[classKey]*transferBaseline),
 		groupClasses:   make(map[string]groupClass),
 		flags:          newFlagState(),
 	}

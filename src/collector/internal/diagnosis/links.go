@@ -16,6 +16,60 @@ const minClassSamples = 3
 // baselineAlpha is the EWMA weight of a new transfer sample.
 const baselineAlpha = 0.1
 
+// resetRun is how many samples in a row below a transfer baseline's mean by more than its
+// deviation, and below half of it, start the baseline over at their level.
+const resetRun = 3
+
+// transferBaseline is a transfer's reference: an ewma that starts over once resetRun samples
+// in a row lay below half its mean and below its mean by more than its deviation. The
+// transfers got faster for good: a job's first steps on a loaded host (1.9 s falling to
+// 0.16 s over ten steps) had been learned as a link's usual time, averaged as they are while
+// a baseline is young, and a NIC throttled to a quarter two steps after them read 2.2 times
+// that reference, within four of its inflated deviations: never slow. The fresh baseline
+// keeps the old one's samples (it stands as a reference at once) and its relative deviation
+// (as noisy a transfer, in proportion, as it was: a small message's reference falling to its
+// fastest readings must not make every millisecond of a busy host's jitter read as slow).
+type transferBaseline struct {
+	ewma
+	// low holds the run of samples below the baseline as it stood before the run (before:
+	// the run is judged against it, not against the mean it is pulling down).
+	low    [resetRun]float64
+	nLow   int
+	before ewma
+}
+
+// add learns v. A sample counts toward starting over only if it lies below the baseline by
+// minDrop too (min_transfer_excess: a reference wrong by less cannot turn a transfer slow or
+// healthy; a small message read at its fastest three times in a row must not make its usual
+// readings slow, which, not learned, would keep them slow).
+func (b *transferBaseline) add(v, minDrop float64) {
+	if b.nLow == 0 {
+		b.before = b.ewma
+	}
+	ref := &b.before
+	below := ref.samples >= minBaselineSamples && v < ref.mean-ref.dev && v < ref.mean/2 &&
+		ref.mean-v >= minDrop
+	b.ewma.add(v, baselineAlpha)
+	if !below {
+		b.nLow = 0
+		return
+	}
+	b.low[b.nLow] = v
+	b.nLow++
+	if b.nLow < resetRun {
+		return
+	}
+	var fresh ewma
+	for _, x := range b.low {
+		fresh.add(x, baselineAlpha)
+	}
+	if ref.mean > 0 {
+		fresh.dev = max(fresh.dev, ref.dev/ref.mean*fresh.mean)
+	}
+	fresh.samples = b.samples
+	b.ewma, b.nLow = fresh, 0
+}
+
 // healthyFactor: a transfer at most this many times its reference is healthy evidence.
 const healthyFactor = 1.5
 
@@ -74,7 +128,7 @@ type classStep struct {
 	// or more); baseline its history (read once per step: baselineRead).
 	quartile     float64
 	hasQuartile  bool
-	baseline     *ewma
+	baseline     *transferBaseline
 	baselineRead bool
 }
 
@@ -88,10 +142,10 @@ type groupShape struct {
 	op    string
 	bytes int64
 	class *classStep
-	base  *ewma
+	base  *transferBaseline
 	// learned is the baseline the learning found or made for the shape, while no clear
 	// of the baselines came after it (learnedEpoch).
-	learned      *ewma
+	learned      *transferBaseline
 	learnedEpoch int
 }
 
@@ -101,7 +155,7 @@ type linkScratch struct {
 	healthy []bool
 	// classOf and groupBase are each complete collective's class and group baseline.
 	classOf   []*classStep
-	groupBase []*ewma
+	groupBase []*transferBaseline
 	shapes    []groupShape
 	hasRef    []bool
 	// per group (pg id)
@@ -297,7 +351,7 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 						clear(j.groupBaselines)
 						epoch++
 					}
-					b = &ewma{}
+					b = &transferBaseline{}
 					j.groupBaselines[gk] = b
 				}
 				if same {
@@ -305,7 +359,7 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 				}
 			}
 		}
-		b.add(m.transfer[c], baselineAlpha)
+		b.add(m.transfer[c], minExcess)
 	}
 	for _, cs := range l.byClass {
 		if !cs.hasQuartile {
@@ -317,13 +371,13 @@ func (m *model) transfers(a *Analyzer, j *jobState, sd *stepData) {
 			if len(j.classBaselines) >= maxBaselinesPerJob {
 				clear(j.classBaselines)
 			}
-			b = &ewma{}
+			b = &transferBaseline{}
 			j.classBaselines[cs.key] = b
 		}
 		// The class median is robust to one slow group; it still should not learn a
 		// step where most of the class was slow.
 		if b.samples < minClassSamples || med <= a.cfg.NetworkFactor*b.mean {
-			b.add(med, baselineAlpha)
+			b.add(med, minExcess)
 		}
 	}
 }

@@ -222,3 +222,42 @@ func TestMarkElementsCountsTheGroupsEachElementCarries(t *testing.T) {
 		t.Errorf("elements\n%v\nwant\n%v", got, want)
 	}
 }
+
+// A transfer baseline learned from a slow start (60 ms falling to 25 ms) starts over at the
+// new level once three transfers in a row ran below half its mean and below it by more than
+// its deviation, keeping its relative deviation; a small message read at its fastest four
+// times in a row (less than min_transfer_excess below its mean) does not start it over.
+func TestTransferBaselineForgetsASlowStart(t *testing.T) {
+	var b transferBaseline
+	for _, v := range []float64{0.090, 0.070, 0.060, 0.050, 0.045, 0.040} {
+		b.add(v, 0.001)
+	}
+	slowMean, relDev := b.mean, b.dev/b.mean
+	b.add(0.025, 0.001)
+	b.add(0.024, 0.001)
+	if b.mean < 0.8*slowMean {
+		t.Fatalf("started over after two low transfers: mean %.4f", b.mean)
+	}
+	b.add(0.026, 0.001)
+	if math.Abs(b.mean-0.025) > 1e-9 {
+		t.Fatalf("mean %.4f after three low transfers, want their mean 0.025", b.mean)
+	}
+	if math.Abs(b.dev/b.mean-relDev) > 1e-9 || b.samples != 9 {
+		t.Fatalf("dev %.4f (relative %.3f, want %.3f), samples %d", b.dev, b.dev/b.mean, relDev,
+			b.samples)
+	}
+
+	var small transferBaseline
+	for range 10 {
+		small.add(0.0012, 0.001)
+		small.add(0.0004, 0.001)
+	}
+	before := small.mean
+	for range 4 {
+		small.add(0.0003, 0.001)
+	}
+	if small.mean < 0.5*before {
+		t.Fatalf("a jittering small message's baseline started over: %.5f from %.5f", small.mean,
+			before)
+	}
+}
