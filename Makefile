@@ -7,7 +7,7 @@ OTELCOL := $(BUILD)/otelcol-skewtrace
 JAEGER := $(BUILD)/jaeger
 export SKEWTRACE_OTELCOL := $(OTELCOL)
 export SKEWTRACE_JAEGER := $(JAEGER)
-# pytest-xdist workers for the first part of `make test` (README: timing of the suite): two
+# pytest-xdist workers for the first part of `make test` (docs/testing.md: the two parts): two
 # by default, what CI runs (about 25 minutes beside a CPU hog against 37 serially; both runs
 # of 2026-12-06 beside the hog passed). TEST_WORKERS=0 runs it serially.
 # A test file runs on one worker (--dist loadfile): a module's shared fixtures (a job run

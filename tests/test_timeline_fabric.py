@@ -61,7 +61,7 @@ from skewtrace.cluster.services import Services
 
 # alone: the first-change report reads the hosts' disk and NIC series, which on one kernel are
 # every process's: another test's job reading the root disk 4 s before the fault was named
-# first (README: timing of the suite).
+# first (docs/testing.md: the two parts).
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.collector,
