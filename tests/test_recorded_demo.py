@@ -1,19 +1,20 @@
 """`skewtrace demo`'s recorded runs through the built Collector: no false flag, and the NIC
 fault named exactly where it was (issue 45, "End the demo's false flags").
 
-``tests/data/recorded/demo/`` holds two jobs of one ``skewtrace demo`` run with its defaults
-(``demo.json`` says how they were made): the rank spans of six ranks of
-``examples/train_2d.py`` on the emulated fabric, node2's NIC throttled from the step the
-fault was switched at until it was restored. The Collector of that run flagged healthy rank
-0 for the network in steps 10-12 of the first job: a few milliseconds of transfers and
-compute a descheduled rank lost now and then, named four times in eight steps. Played again
-(``tests/span_replay.py``; nothing timed decides), every step is analysed with its six
-ranks; no rank but 2 is ever flagged and nothing but node2's NIC is suspected; rank 2 is
-flagged for the network with ``nic:node2/eth0`` exactly in the steps ``demo.json`` records,
-which lie where the fault and the Collector's hysteresis put them: from ``flag_k - 1``
-steps after the switch (a step earlier where the pipeline's ranks straddled it, or a few
-later where a noisy step or two did not show it) to ``clear_steps - 1`` steps after the
-restore (or one more).
+``tests/data/recorded/demo/`` holds jobs of ``skewtrace demo`` runs (``demo.json`` says how
+each was made and why it is kept): the rank spans of six ranks of ``examples/train_2d.py`` on
+the emulated fabric, node2's NIC throttled from the step the fault was switched at until it
+was restored (or to the run's end). Six are 60-step runs with the defaults in which the
+Collector of that run flagged a healthy rank (a few milliseconds of transfers and compute a
+descheduled rank lost now and then, named four times in eight steps); one is the main job's
+26-step ``nic:node2:200@8`` scenario whose fault that Collector never named after a slow
+start. Played again (``tests/span_replay.py``; nothing timed decides), every step is
+analysed with its six ranks; no rank but 2 is ever flagged and nothing but node2's NIC is
+suspected; rank 2 is flagged for the network with ``nic:node2/eth0`` exactly in the steps
+``demo.json`` records, which lie where the fault and the Collector's hysteresis put them:
+from ``flag_k - 1`` steps after the switch (a step earlier where the pipeline's ranks
+straddled it, or a few later where a noisy step or two did not show it) to ``clear_steps -
+1`` steps after the restore (or one more), or to the run's end.
 """
 
 from __future__ import annotations

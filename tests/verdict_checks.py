@@ -197,7 +197,7 @@ def long_work(
     by the step's ``min_saving`` where given (:func:`min_savings`: the Collector's bar with the
     job's step jitter in it)."""
     spans = list(spans)
-    return _longer_than_peers(own_work(spans), step_durations(spans), min_saving or {})
+    return _longer_than_peers(own_work(spans), step_durations(spans), min_saving)
 
 
 def min_savings(spans: Iterable[FileSpan]) -> dict[int, float]:
@@ -217,6 +217,7 @@ def _longer_than_peers(
     durations: Mapping[int, list[float]],
     min_saving: Mapping[int, float] | None = None,
 ) -> dict[int, set[int]]:
+    bars = min_saving or {}
     out: dict[int, set[int]] = {}
     for step, ranks in by_step.items():
         out[step] = set()
@@ -225,7 +226,7 @@ def _longer_than_peers(
         step_s = sorted(durations[step])[len(durations[step]) // 2]
         for rank, mine in ranks.items():
             others = sorted(v for r, v in ranks.items() if r != rank)
-            bound = max(MIN_COST_S, MIN_COST_FRACTION * step_s, (min_saving or {}).get(step, 0.0))
+            bound = max(MIN_COST_S, MIN_COST_FRACTION * step_s, bars.get(step, 0.0))
             if mine - others[len(others) // 2] >= bound:
                 out[step].add(rank)
     return out

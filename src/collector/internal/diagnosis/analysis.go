@@ -387,9 +387,8 @@ func (j *jobState) stepJitter() float64 {
 	if !j.jitterKnown() {
 		return 0
 	}
-	vals := make([]float64, j.jitterLen)
-	copy(vals, j.jitter[:j.jitterLen])
-	return median(vals)
+	vals := j.jitter // a copy: median sorts it
+	return median(vals[:j.jitterLen])
 }
 
 // traceWhatIf, when set (tests), is told what whatIf weighed in each step.

@@ -833,17 +833,11 @@ func (l *linkScratch) bestHealthyFree(tied []int32) (float64, []int32) {
 		if l.elemHealthy[e] > 0 || l.elemSlow[e] == 0 {
 			continue
 		}
-		cover, lost := 0, 0.0
-		for _, g := range l.elemGroups[e] {
-			if !l.covered[g] {
-				cover++
-				lost += max(l.groupExcess[g], 1e-12)
-			}
-		}
+		lost := l.uncoveredLost(int32(e)) // 0 only when it covers no uncovered group
 		kind := l.elemName[e].Kind
 		same := math.Abs(lost-best) <= 1e-9*max(lost, best)
 		switch {
-		case cover == 0:
+		case lost == 0:
 		case (lost > best && !same) || (same && kind < bestKind):
 			best, bestKind = lost, kind
 			tied = append(tied[:0], int32(e))
