@@ -222,6 +222,23 @@ def test_verdict_is_the_last_summary_with_first_flag_step(tmp_path: Path) -> Non
 # -- malformed input and errors ----------------------------------------------------------------
 
 
+def test_a_summarys_naming_bar_reads_zero_where_it_is_not_a_duration() -> None:
+    """``training.step.min_saving`` is read as seconds; a string, a bool, a negative or a
+    non-finite value (a forged or damaged summary) reads as 0 (not said), never as a bar."""
+    from collector_harness import FileSpan
+    from skewtrace.report.collect import parse_summary
+
+    def bar(value: object) -> float:
+        attrs = {semconv.STEP: 3, semconv.STEP_MIN_SAVING: value}
+        summary = parse_summary(FileSpan(semconv.SPAN_STEP_SUMMARY, "t", "s", 0, 1, attrs, {}))
+        assert summary is not None
+        return summary.min_saving_s
+
+    assert bar(0.021) == 0.021
+    for forged in ("0.5", True, -0.1, float("nan"), float("inf"), None):
+        assert bar(forged) == 0.0, forged
+
+
 def test_malformed_lines_are_counted_skipped_and_shown(tmp_path: Path) -> None:
     path = tmp_path / "spans.jsonl"
     job = SyntheticJob()
