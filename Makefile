@@ -16,7 +16,7 @@ export SKEWTRACE_JAEGER := $(JAEGER)
 # first (tests/conftest.py orders them by the last run's durations), not by test count.
 TEST_WORKERS ?= 2
 
-.PHONY: all venv collector jaeger generate lint test test-fast test-go test-py demo bench clean
+.PHONY: all venv collector jaeger generate lint test test-fast test-go test-py demo bench eval clean
 
 all: venv collector
 
@@ -54,8 +54,10 @@ lint: venv
 	cd tools/loadgen && go vet ./...
 	@test -z "$$(gofmt -l src/collector tools/loadgen)" || { gofmt -l src/collector tools/loadgen; exit 1; }
 
+# -short leaves out the Go tests of a 4096-rank job's trace shape (a minute and more);
+# tests/test_trace_shape.py plays such a job through the binary, and `make eval` runs them.
 test-go:
-	cd src/collector && go test -count=1 ./...
+	cd src/collector && go test -short -count=1 ./...
 	cd tools/loadgen && go test -count=1 ./...
 
 # Two parts: everything but the tests marked alone, on TEST_WORKERS workers; then those, with
@@ -64,8 +66,8 @@ test-go:
 test-py: venv collector jaeger
 	@status=0; \
 	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		-m "not alone" || status=$$?; \
-	$(PY) -m pytest -q --durations=10 -m alone || status=$$?; \
+		-m "not alone and not eval" || status=$$?; \
+	$(PY) -m pytest -q --durations=10 -m "alone and not eval" || status=$$?; \
 	exit $$status
 
 test: lint test-go test-py
@@ -77,7 +79,7 @@ test: lint test-go test-py
 test-fast: venv collector
 	cd src/collector && go test ./...
 	cd tools/loadgen && go test ./...
-	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -m "not slow and not eval" -n 2 --dist loadfile --no-loadscope-reorder
 
 demo: venv collector
 	$(PY) -m skewtrace.cli demo
@@ -88,6 +90,17 @@ bench: venv collector
 	$(PY) benchmarks/pacing.py
 	$(PY) benchmarks/whatif_corpus.py --large
 	cd src/collector && go test -run '^$$' -bench . -benchmem ./...
+
+# The live per-scenario evaluation, not part of `make test` (hours on two cores): the tests
+# marked eval (every fabric scenario, the whole framework matrix, the demo's defaults), one
+# after another with the machine to themselves, then the benchmarks whose tables
+# docs/evaluation.md holds, each table written back between its markers.
+eval: venv collector jaeger
+	@status=0; \
+	$(PY) -m pytest -q --durations=25 -m eval || status=$$?; \
+	(cd src/collector && go test -count=1 -run 'At4096Ranks' ./...) || status=$$?; \
+	$(PY) tools/eval_tables.py --doc docs/evaluation.md || status=$$?; \
+	exit $$status
 
 clean:
 	rm -rf $(BUILD)

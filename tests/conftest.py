@@ -82,9 +82,9 @@ def _longest_files_first(config: pytest.Config, items: list[pytest.Item]) -> Non
 
 
 _ran: dict[str, float] = {}
-# Selections that run whole files: `make test`'s two parts (test files are marked alone
-# whole).
-_WHOLE_FILES = ("", "alone", "not alone")
+# Selections that run whole files (of what they select): `make test`'s two parts (test files
+# are marked alone whole; eval tests are left out of both).
+_WHOLE_FILES = ("", "alone", "not alone", "not alone and not eval", "alone and not eval")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -21,14 +21,15 @@ import pytest
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess
 from scenario_gen import SCENARIOS
 from scenario_run import Outcome, run_scenarios
+from span_replay import collector_default
 
 pytestmark = [pytest.mark.slow, pytest.mark.collector]
 
-# Steps after the onset by which the verdict must hold (flag_k = 3 root-cause steps, plus
-# the steps a rank's batch may lag).
-SETTLE_STEPS = 6
-# Steps after the end of a fault by which its flags must have cleared (clear_steps = 3).
-CLEAR_STEPS = 5
+# Steps after the onset by which the verdict must hold: flag_k root-cause steps, plus the
+# steps a rank's batch may lag (read from the Collector's Go config, never copied).
+SETTLE_STEPS = int(collector_default("FlagK")) + 2
+# Steps after the end of a fault by which its flags must have cleared: clear_steps, plus two.
+CLEAR_STEPS = int(collector_default("ClearSteps")) + 2
 
 
 @pytest.fixture(scope="module")

@@ -38,9 +38,9 @@ import pytest
 
 import needs
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess, FileSpan
+from live_checks import assert_flagged_at_some_point
 from scenario_run import StepVerdict, read_verdicts
 from skewtrace import semconv
-from verdict_checks import flags_follow_root_causes, root_causes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
@@ -194,28 +194,14 @@ def test_2d_stage_groups_pipeline_messages_and_the_loss_all_reduce_join(run_2d: 
 
 @pytest.mark.slow
 @pytest.mark.collector
-def test_2d_compute_straggler_flagged_alone(run_2d: Run2D) -> None:
-    verdicts = run_2d.verdicts
-    assert sorted(verdicts) == list(range(STEPS_2D)), sorted(verdicts)
-    flags = {step: v.flagged for step, v in sorted(verdicts.items())}
-    for step, flagged in flags.items():
-        allowed = {STRAGGLER_RANK} if step >= STRAGGLER_FROM else set()
-        assert set(flagged) <= allowed, (step, flags)
-    # Per analyzed step, on the job's own evidence rather than the machine's speed (CI once
-    # flagged 3 of 15 settled steps while another CPU-heavy job ran beside it): each step's
-    # replay names its root causes; where rank 4 was one in flag_k of the last flag_window
-    # analyzed steps (after the warm-up), the Collector's hysteresis must flag it, for
-    # compute (its extra 50 ms are inside its forward, whatever else the machine runs).
-    named = root_causes(run_2d.spans)
-    for step in range(STRAGGLER_FROM, STEPS_2D):
-        assert named[step].get(STRAGGLER_RANK) in (None, semconv.CAUSE_COMPUTE), (step, named)
-    missed = flags_follow_root_causes(named, flags, STRAGGLER_RANK, range(STRAGGLER_FROM, STEPS_2D))
-    assert not missed, (missed, flags, named)
-    # And the straggler was found.
-    assert any(
-        flags[step] == {STRAGGLER_RANK: semconv.CAUSE_COMPUTE}
-        for step in range(STRAGGLER_FROM, STEPS_2D)
-    ), (flags, named)
+def test_2d_compute_straggler_flagged(run_2d: Run2D) -> None:
+    """Every step analysed, and the compute straggler flagged for compute at some point after
+    it turned slow (what a live run proves; the 2-D job's verdicts step by step are tested on
+    the main job's recordings, tests/test_recorded_verdicts.py)."""
+    assert sorted(run_2d.verdicts) == list(range(STEPS_2D)), sorted(run_2d.verdicts)
+    assert_flagged_at_some_point(
+        run_2d.spans, STRAGGLER_RANK, semconv.CAUSE_COMPUTE, STRAGGLER_FROM
+    )
 
 
 @pytest.mark.slow

@@ -15,42 +15,15 @@ own work.
 
 from __future__ import annotations
 
-import gzip
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess
-from skewtrace.report.spans import read_file_export
-from verdict_checks import flagged_by_step, root_causes
+from span_replay import read_recording, replay
 
 pytestmark = [pytest.mark.collector]
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
-
-
-def replay_recorded(otelcol_path: Path, recording: Path, workdir: Path, last_step: int) -> list:
-    """Sends the recording's requests in their order to a fresh collector and returns the
-    file export's spans once the summary of ``last_step`` is in it (or 60 s have passed)."""
-    with CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], workdir) as collector:
-        url = f"http://127.0.0.1:{collector.ports.otlp_http}/v1/traces"
-        with gzip.open(recording, "rb") as lines:
-            for body in lines:
-                request = urllib.request.Request(
-                    url, data=body, headers={"Content-Type": "application/json"}
-                )
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    assert response.status == 200
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if collector.file_export_path.exists():
-                spans = read_file_export(collector.file_export_path)
-                if last_step in root_causes(spans):
-                    return spans
-            time.sleep(0.5)
-    return read_file_export(collector.file_export_path)
 
 
 def test_fsdp2_tp_straggler_beside_a_cpu_hog_is_named_in_every_slow_step(
@@ -60,10 +33,11 @@ def test_fsdp2_tp_straggler_beside_a_cpu_hog_is_named_in_every_slow_step(
     the replay names rank 2 for compute, and no other rank; from step 13 (four namings in
     the window) the Collector flags rank 2 for compute and nobody else. Before the slowdown
     nobody is flagged."""
-    spans = replay_recorded(
-        otelcol_path, RECORDED / "fsdp2_tp_cpu_hog.jsonl.gz", tmp_path, last_step=22
-    )
-    named, flags = root_causes(spans), flagged_by_step(spans)
+    (summaries,) = replay(
+        otelcol_path, read_recording(RECORDED / "fsdp2_tp_cpu_hog.jsonl.gz"), tmp_path
+    ).values()
+    named = {step: {r.rank: r.cause for r in s.root_causes} for step, s in summaries.items()}
+    flags = {step: {f.rank: f.cause for f in s.flags} for step, s in summaries.items()}
     assert set(range(1, 23)) <= set(named), sorted(named)
     slow = range(11, 23)
     assert [s for s in slow if named[s] != {2: "compute"}] == [], {s: named[s] for s in slow}
