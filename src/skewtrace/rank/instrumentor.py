@@ -34,7 +34,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Collection, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
     BaseInstrumentor,
@@ -59,6 +59,9 @@ from skewtrace.rank.hooks import Patches
 from skewtrace.rank.hooks._context import HookContext
 from skewtrace.rank.resource import build_resource
 from skewtrace.rank.telemetry import FetchCountingRecorder, NodeTelemetry
+
+if TYPE_CHECKING:
+    from skewtrace.rank.pacing_client import PacingClient, RankPacer
 
 logger = logging.getLogger("skewtrace")
 
@@ -168,9 +171,13 @@ class Session:
         self._log_limit_installed = False
         # Our HTTP pacing client needs the job id, so it starts once the identity is known.
         self._own_pacer = pacing_client is None and settings.pacer_url is not None
-        self.ctx = HookContext(
-            self.recorder, pacer=pacing_client, device=device, cuda_timer=cuda_timer
-        )
+        self._pacer_client: PacingClient | None = None
+        pacer: RankPacer | None = None
+        if pacing_client is not None:
+            from skewtrace.rank.pacing_client import as_rank_pacer
+
+            pacer = as_rank_pacer(pacing_client)
+        self.ctx = HookContext(self.recorder, pacer=pacer, device=device, cuda_timer=cuda_timer)
 
         sink: SpanSink | None
         if self._user_provider is not None:
@@ -247,7 +254,7 @@ class Session:
             )
         return False, None
 
-    def _pacing_client(self, identity: Identity) -> Any | None:
+    def _pacing_client(self, identity: Identity) -> PacingClient | None:
         settings = self.settings
         try:
             from skewtrace.rank.pacing_client import PacingClient
@@ -427,7 +434,8 @@ class Session:
                     self._identity = Identity(job_id=job_id, rank=info.rank, resource=resource)
                     created = True
                     if self._own_pacer and not self._closed:
-                        self.ctx.pacer = self._pacing_client(self._identity)
+                        self._pacer_client = self._pacing_client(self._identity)
+                        self.ctx.pacer = self._pacer_client
                 identity = self._identity
         except Exception:
             # Never identified: the private metrics still report the drops, with the rank.
@@ -497,9 +505,9 @@ class Session:
         self.exporter.shutdown(timeout)
         # Works still unfinished after the final cycle never get their span: counted.
         self.ctx.works.abandon()
-        if self._own_pacer and self.ctx.pacer is not None:
+        if self._pacer_client is not None:
             try:
-                self.ctx.pacer.stop()
+                self._pacer_client.stop()
             except Exception:
                 logger.debug("skewtrace: pacer client stop failed", exc_info=True)
         remaining = max(0, int((deadline - time.monotonic()) * 1000))

@@ -47,9 +47,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from skewtrace.controller.decision import (
@@ -66,6 +66,61 @@ _MAX_RESPONSE_BYTES = 1 << 20
 # torch.cuda._sleep spins one kernel; past this many cycles (~10 ms at 2 GHz) it is split so no
 # single kernel hogs an SM scheduler slot for long.
 _MAX_CYCLES_PER_KERNEL = 20_000_000
+
+
+class RankPacer(Protocol):
+    """What the rank reads from its pacer, once per step on the training thread (the hooks,
+    :class:`~skewtrace.rank.hooks._context.HookContext`) and at the sampler's sync points
+    (:class:`~skewtrace.rank.rebalance_sampler.ShareSampler`). None of these may raise or
+    block. :class:`PacingClient` is one; a user's ``pacing_client`` becomes one with
+    :func:`as_rank_pacer`."""
+
+    def current_delay(self) -> tuple[float, int]:
+        """(seconds to delay this step, decision version)."""
+
+    def current_hold(self, groups: Iterable[str]) -> float:
+        """Seconds to hold before this step's forward for the rank's process ``groups``."""
+
+    def current_shares(self) -> tuple[Mapping[int, float] | None, int]:
+        """({rank: share of the global batch} or None for equal shares, shares version)."""
+
+    def note_step_start(self, monotonic_s: float) -> None:
+        """The latest step started at ``monotonic_s`` (``time.monotonic()``)."""
+
+
+class _UserPacer:
+    """A user's ``pacing_client`` as a :class:`RankPacer`: ``current_delay`` is required;
+    ``current_hold``, ``current_shares`` and a ``step_started_at`` attribute are used where it
+    has them (no hold, equal shares, no step start where not)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self._hold = getattr(source, "current_hold", None)
+        self._shares = getattr(source, "current_shares", None)
+        self._takes_step_start = hasattr(source, "step_started_at")
+
+    def current_delay(self) -> tuple[float, int]:
+        delay, version = self.source.current_delay()
+        return delay, version
+
+    def current_hold(self, groups: Iterable[str]) -> float:
+        return 0.0 if self._hold is None else float(self._hold(groups))
+
+    def current_shares(self) -> tuple[Mapping[int, float] | None, int]:
+        if self._shares is None:
+            return None, 0
+        shares, version = self._shares()
+        return shares, version
+
+    def note_step_start(self, monotonic_s: float) -> None:
+        if self._takes_step_start:
+            self.source.step_started_at = monotonic_s
+
+
+def as_rank_pacer(source: Any) -> RankPacer:
+    """``instrument(pacing_client=...)``: anything with ``current_delay() -> (seconds,
+    version)``, as a :class:`RankPacer` (a :class:`PacingClient` as it is)."""
+    return source if isinstance(source, PacingClient) else _UserPacer(source)
 
 
 class PacingClient:
@@ -177,6 +232,10 @@ class PacingClient:
             return body.hold_for(groups, time.time() + self.clock_offset_s, self.max_delay_s)
         except Exception:  # never raise into training
             return 0.0
+
+    def note_step_start(self, monotonic_s: float) -> None:
+        """Called by the hooks at each step: see :attr:`step_started_at`."""
+        self.step_started_at = monotonic_s
 
     def _note_clock(self, served_unix: float | None, sent: float, received: float) -> None:
         if served_unix is None or received < sent:

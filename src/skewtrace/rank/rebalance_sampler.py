@@ -299,9 +299,9 @@ def _broadcast(values: list[float] | None, length: int, group: Any | None) -> li
 
 
 def _session_source() -> ShareSource | None:
-    """The running ``skewtrace.instrument()`` session's pacing client, if it reads shares."""
+    """The running ``skewtrace.instrument()`` session's pacing client (equal shares from a
+    user's ``pacing_client`` without ``current_shares``)."""
     from skewtrace.rank.instrumentor import SkewtraceInstrumentor
 
     session = SkewtraceInstrumentor().session
-    pacer = session.ctx.pacer if session is not None else None
-    return pacer if hasattr(pacer, "current_shares") else None
+    return session.ctx.pacer if session is not None else None

@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skewtrace import semconv
 from skewtrace.rank._events import PACING
 from skewtrace.rank._recorder import Recorder, now_ns
 from skewtrace.rank.hooks._work import WorkWaits
+
+if TYPE_CHECKING:
+    # Only the type: the client itself (urllib, the decision body) loads when pacing is on.
+    from skewtrace.rank.pacing_client import RankPacer
 
 logger = logging.getLogger("skewtrace")
 
@@ -52,7 +56,7 @@ class HookContext:
     def __init__(
         self,
         recorder: Recorder,
-        pacer: Any | None = None,
+        pacer: RankPacer | None = None,
         device: Any | None = None,
         cuda_timer: Any | None = None,
     ) -> None:
@@ -107,8 +111,9 @@ class HookContext:
         """Once per step, before the model's forward (or, with no model, before the step's
         first collective): apply the pacer's current delay."""
         recorder = self.recorder
+        pacer = self.pacer
         if (
-            self.pacer is None
+            pacer is None
             or at_forward != self.pace_before_forward
             or recorder.paced_step == recorder.step
         ):
@@ -116,18 +121,16 @@ class HookContext:
         recorder.paced_step = recorder.step
         try:
             started_ns = recorder.step_start_ns
-            if started_ns is not None and hasattr(self.pacer, "step_started_at"):
+            if started_ns is not None:
                 # The step's start for the pacer's time line of every job's phases (the
                 # poll thread sends its age); on the monotonic clock, which polls read.
-                self.pacer.step_started_at = time.monotonic() - (now_ns() - started_ns) / 1e9
-            delay, version = self.pacer.current_delay()
-            hold = getattr(self.pacer, "current_hold", None)
-            if hold is not None:
-                # The interleave policy's hold for this rank's process groups: the larger
-                # of the two is applied (a delay already holds the rank that long).
-                with self._groups_lock:
-                    names = [state.name for state in self._groups.values()]
-                delay = max(delay, hold(names))
+                pacer.note_step_start(time.monotonic() - (now_ns() - started_ns) / 1e9)
+            delay, version = pacer.current_delay()
+            # The interleave policy's hold for this rank's process groups: the larger of the
+            # two is applied (a delay already holds the rank that long).
+            with self._groups_lock:
+                names = [state.name for state in self._groups.values()]
+            delay = max(delay, pacer.current_hold(names))
             if delay <= 0:
                 return
             from skewtrace.rank.pacing_client import apply_delay
