@@ -38,8 +38,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from skewtrace import semconv
-from skewtrace.telemetry import FetchCountingRecorder, NodeTelemetry
-from skewtrace.telemetry.qdisc import SUBSAMPLES, BacklogAverager, QdiscReader
+from skewtrace.rank.telemetry import FetchCountingRecorder, NodeTelemetry
+from skewtrace.rank.telemetry.qdisc import SUBSAMPLES, BacklogAverager, QdiscReader
 
 TARGET_SHARE = 0.01
 """At most 1 % of one core at the default 1 s interval."""

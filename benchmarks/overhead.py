@@ -42,8 +42,8 @@ def bench_hot_path(n: int) -> dict[str, float]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     from skewtrace import semconv
-    from skewtrace._events import PHASE, PhaseEvent
-    from skewtrace._recorder import Recorder, now_ns
+    from skewtrace.rank._events import PHASE, PhaseEvent
+    from skewtrace.rank._recorder import Recorder, now_ns
 
     recorder = Recorder(capacity=n + 1)
     record = recorder.record

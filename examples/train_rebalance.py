@@ -4,7 +4,7 @@ Launch with torchrun (``torchrun --nproc-per-node 4 examples/train_rebalance.py 
 or by itself (``python examples/train_rebalance.py --nprocs 4 --slow 0:0.5``: spawns the
 ranks). Spans go to ``OTEL_EXPORTER_OTLP_ENDPOINT`` like any OTel program; with
 ``SKEWTRACE_PACER_URL`` set and ``skewtrace pacer --policy rebalance`` running, rank 0 reads
-the shares and :class:`skewtrace.rebalance.ShareSampler` applies them on every rank.
+the shares and :class:`skewtrace.rank.rebalance_sampler.ShareSampler` applies them on every rank.
 
 The rank's own work per sample is modelled: ``--per-sample-millis`` of device time per
 sample, slept inside the model's forward (a sleep, so that four ranks on a two-core machine
@@ -14,7 +14,8 @@ speed. The model itself is a small MLP that really trains.
 - ``--slow RANK:SPEED`` (repeatable): that rank runs at SPEED (0.5: half speed).
 - ``--jitter RANKS:AMOUNT``: a uniform 0..AMOUNT s sleep per step inside forward on those
   ranks (arrival jitter that pacing acts on).
-- ``--sampler share`` (default): :class:`~skewtrace.rebalance.ShareSampler`, equal shares
+- ``--sampler share`` (default):
+  :class:`~skewtrace.rank.rebalance_sampler.ShareSampler`, equal shares
   without a pacer; ``--sampler distributed``: plain ``DistributedSampler`` (the baseline).
 
 At the end every rank prints one JSON line ``{"event": "rebalance_stats", "rank": ..,
@@ -123,7 +124,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     dataset = SyntheticDataset(args.dataset_size, features, args.seed)
     sampler: Any
     if args.sampler == "share":
-        from skewtrace.rebalance import ShareSampler
+        from skewtrace.rank.rebalance_sampler import ShareSampler
 
         sampler = ShareSampler(
             dataset, args.global_batch, seed=args.seed, sync_every=args.sync_every

@@ -9,7 +9,7 @@ latest rank is done plus a transfer. From these the model derives what the Colle
 export (per-rank step time, wait at the barrier, lateness) and hands the policy object the
 pacer's window of them, ``metrics_lag_s`` late, every ``tick_s``; the decision reaches the
 ranks one poll later, and shares take effect at the next sync point (every ``sync_every``
-steps), as :class:`skewtrace.rebalance.ShareSampler` applies them.
+steps), as :class:`skewtrace.rank.rebalance_sampler.ShareSampler` applies them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
 from skewtrace.controller.window import JobWindow, RankWindow
-from skewtrace.rebalance import batch_sizes
+from skewtrace.rank.rebalance_sampler import batch_sizes
 
 
 @dataclass

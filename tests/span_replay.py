@@ -43,9 +43,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, REPO_ROOT, CollectorProcess
 from skewtrace import semconv
-from skewtrace._export.otlp_wire import FastSpanEncoder
 from skewtrace.importer.model import ImportedJob
 from skewtrace.importer.spans import spans_by_step
+from skewtrace.rank._export.otlp_wire import FastSpanEncoder
 from skewtrace.report.collect import parse_summary
 from skewtrace.report.model import StepSummary
 from skewtrace.report.spans import read_file_export

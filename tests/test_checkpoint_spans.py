@@ -19,17 +19,17 @@ from torch import nn
 
 import skewtrace
 from skewtrace import semconv
-from skewtrace._events import CHECKPOINT, CheckpointEvent, typed
-from skewtrace._export.materialize import Identity, SpanMaterializer
-from skewtrace.hooks import MARKER
-from skewtrace.hooks.checkpoint import (
+from skewtrace.rank._events import CHECKPOINT, CheckpointEvent, typed
+from skewtrace.rank._export.materialize import Identity, SpanMaterializer
+from skewtrace.rank.hooks import MARKER
+from skewtrace.rank.hooks.checkpoint import (
     PATH_KINDS,
     PathKinds,
     fstype_of,
     parse_mountinfo,
     path_kind_of_fstype,
 )
-from skewtrace.resource import RankInfo, build_resource
+from skewtrace.rank.resource import RankInfo, build_resource
 
 ORIGINALS: dict[str, Callable[..., Any]] = {
     "save": torch.serialization.save,

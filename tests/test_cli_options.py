@@ -17,10 +17,10 @@ import pytest
 from skewtrace import _options
 from skewtrace._options import FieldError, HostPort
 from skewtrace.cli import _PACER_OPTIONS, ConsoleOptions, build_pacer_config, build_parser
-from skewtrace.config import Settings, env_var
 from skewtrace.controller.policies import POLICIES
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.service import PacerConfig
+from skewtrace.rank.config import Settings, env_var
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,7 +196,7 @@ def test_rank_and_pacer_variables_do_not_collide() -> None:
 _HEAVY = (
     "rich",
     "prometheus_client",
-    "skewtrace.demo",
+    "skewtrace.cluster.demo",
     "skewtrace.cluster.fabric",
     "skewtrace.cluster.job",
     "skewtrace.cluster.live",

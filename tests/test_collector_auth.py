@@ -426,7 +426,7 @@ def test_rank_exporter_sends_token_from_otel_variables(
     """skewtrace's private exporter is the SDK's: the standard variables carry token and CA."""
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from skewtrace._export.exporters import otlp_span_exporter
+    from skewtrace.rank._export.exporters import otlp_span_exporter
 
     collector, token = secured
     spans = _sdk_spans
@@ -473,7 +473,7 @@ def test_http_exporter_certificate_survives_requests_ca_bundle(
     """Documents a pitfall for ranks on http/protobuf (docs/deployment.md); gRPC is immune."""
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from skewtrace._export.exporters import otlp_span_exporter
+    from skewtrace.rank._export.exporters import otlp_span_exporter
 
     collector, token = secured
     _clear_exporter_env(monkeypatch)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skewtrace.config import ConfigError, Settings, resolve_job_id
+from skewtrace.rank.config import ConfigError, Settings, resolve_job_id
 
 
 def test_defaults() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from skewtrace import _options
-from skewtrace.config import ConfigError, Settings
+from skewtrace.rank.config import ConfigError, Settings
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from skewtrace import _cuda_timing
-from skewtrace._cuda_timing import (
+from skewtrace.rank import _cuda_timing
+from skewtrace.rank._cuda_timing import (
     CudaEventTimer,
     NcclWorkTiming,
     cuda_available_for,
@@ -311,7 +311,7 @@ def test_installed_torch_has_the_hook_api_we_use() -> None:
 GLOO_SCRIPT = """
 import torch.distributed as dist, sys
 dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
-from skewtrace._cuda_timing import register_nccl_completion_hook
+from skewtrace.rank._cuda_timing import register_nccl_completion_hook
 calls = []
 print(register_nccl_completion_hook(dist.group.WORLD, calls.append))
 dist.destroy_process_group()
@@ -474,8 +474,8 @@ def test_real_events_resolve_without_blocking() -> None:
 def test_real_gpu_attributes_match_torch() -> None:
     import torch
 
+    from skewtrace.rank.topology import gpu_attributes
     from skewtrace.semconv import GPU_NAME, GPU_PCI_BUS_ID, GPU_UUID
-    from skewtrace.topology import gpu_attributes
 
     torch.cuda.init()
     props = torch.cuda.get_device_properties(0)
@@ -489,7 +489,7 @@ def test_real_gpu_attributes_match_torch() -> None:
 NCCL_SCRIPT = """
 import os, sys, time
 import torch, torch.distributed as dist
-from skewtrace._cuda_timing import register_nccl_completion_hook
+from skewtrace.rank._cuda_timing import register_nccl_completion_hook
 dist.init_process_group("nccl", init_method=sys.argv[1], rank=0, world_size=1,
                         device_id=torch.device("cuda", 0))
 received = []

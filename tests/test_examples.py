@@ -364,7 +364,7 @@ def test_sbatch_launches_torchrun_per_node_with_the_job_and_topology(tmp_path: P
 
 
 def test_slurm_topology_conf_parses_into_its_switches() -> None:
-    from skewtrace.topology.files import load_topology_file
+    from skewtrace.rank.topology.files import load_topology_file
 
     topology = load_topology_file(EXAMPLES / "slurm" / "topology.conf")
     leaves = {node: entry.switch for node, entry in topology.nodes.items()}

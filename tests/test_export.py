@@ -26,7 +26,8 @@ from opentelemetry.trace import SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 
 from skewtrace import semconv
-from skewtrace._events import (
+from skewtrace._ids import step_trace_id
+from skewtrace.rank._events import (
     COLLECTIVE,
     EVENT_CLASSES,
     PACING,
@@ -39,12 +40,11 @@ from skewtrace._events import (
     StepEvent,
     typed,
 )
-from skewtrace._export import exporters
-from skewtrace._export.materialize import Identity, SpanMaterializer
-from skewtrace._export.otlp_wire import FastSpanEncoder
-from skewtrace._export.sinks import ExporterSink, ProcessorSink
-from skewtrace._ids import step_trace_id
-from skewtrace.resource import RankInfo, build_resource
+from skewtrace.rank._export import exporters
+from skewtrace.rank._export.materialize import Identity, SpanMaterializer
+from skewtrace.rank._export.otlp_wire import FastSpanEncoder
+from skewtrace.rank._export.sinks import ExporterSink, ProcessorSink
+from skewtrace.rank.resource import RankInfo, build_resource
 
 JOB = "job-x"
 

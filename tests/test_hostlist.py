@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from skewtrace._hostlist import MAX_HOSTS, HostlistError, expand_hostlist
+from skewtrace.rank.topology._hostlist import MAX_HOSTS, HostlistError, expand_hostlist
 
 
 @pytest.mark.parametrize(

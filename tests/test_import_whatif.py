@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from skewtrace import semconv
-from skewtrace._events import CollectiveEvent, PhaseEvent
 from skewtrace.cli import main
 from skewtrace.importer.command import CSV, WHATIF, input_files
 from skewtrace.importer.model import SEQ_STRIDE, ImportedJob
 from skewtrace.importer.spans import spans_by_step
 from skewtrace.importer.whatif import OPTYPES, infer_unit, peer_gmc, read_whatif
+from skewtrace.rank._events import CollectiveEvent, PhaseEvent
 
 COLUMNS = ["dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc",
            "mb_id", "gmc"]  # fmt: skip

@@ -25,13 +25,13 @@ from torch.utils.data import DataLoader, TensorDataset
 import skewtrace
 from conftest import free_port
 from skewtrace import semconv
-from skewtrace._events import PHASE, CollectiveEvent, PhaseEvent, StepEvent, typed
-from skewtrace._export.materialize import Identity, SpanMaterializer
 from skewtrace._ids import step_root_span_id, step_trace_id
-from skewtrace._recorder import Recorder
-from skewtrace.hooks import MARKER, process_group
-from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS
-from skewtrace.resource import RankInfo, build_resource
+from skewtrace.rank._events import PHASE, CollectiveEvent, PhaseEvent, StepEvent, typed
+from skewtrace.rank._export.materialize import Identity, SpanMaterializer
+from skewtrace.rank._recorder import Recorder
+from skewtrace.rank.hooks import MARKER, process_group
+from skewtrace.rank.hooks.collectives import COLLECTIVE_FUNCTIONS
+from skewtrace.rank.resource import RankInfo, build_resource
 
 pytestmark = pytest.mark.usefixtures("unit_job")
 
@@ -150,8 +150,8 @@ def test_cuda_result_polled_before_its_event_arrives_is_kept() -> None:
 
 def test_failed_forward_gives_its_cuda_pair_back() -> None:
     """No GPU here: a fake timer stands in for CudaEventTimer (start/stop/discard)."""
-    from skewtrace.hooks._context import HookContext
-    from skewtrace.hooks.module import ModuleHooks
+    from skewtrace.rank.hooks._context import HookContext
+    from skewtrace.rank.hooks.module import ModuleHooks
 
     class _Timer:
         def __init__(self) -> None:
@@ -405,7 +405,7 @@ def test_zero_code_keyword_chooses_the_mode(
 
 
 class _FakePacingClient:
-    """Stands in for skewtrace.pacer.client.PacingClient (no pacer service in a unit test)."""
+    """Stands in for skewtrace.rank.pacing_client.PacingClient (no pacer service in a unit test)."""
 
     def __init__(self, delay: float, version: int) -> None:
         self.delay, self.version, self.calls = delay, version, 0
@@ -670,7 +670,7 @@ def test_default_service_name(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_hot_path_record_is_cheap() -> None:
     """A loose bound that catches gross regressions; benchmarks/overhead.py has the target."""
-    from skewtrace._recorder import now_ns
+    from skewtrace.rank._recorder import now_ns
 
     recorder = Recorder(capacity=1 << 20)
     record = recorder.record
@@ -700,7 +700,7 @@ def test_unreachable_pacer_fails_open(
     )
     session = skewtrace.SkewtraceInstrumentor().session
     assert session is not None
-    from skewtrace.pacer.client import PacingClient
+    from skewtrace.rank.pacing_client import PacingClient
 
     assert isinstance(session.ctx.pacer, PacingClient)
     assert session.ctx.pacer.job_id == "unit-job"
@@ -778,8 +778,8 @@ class _FakeCudaTensor:
 def test_sync_collective_on_cuda_is_timed_with_cuda_events(world_of_one: None) -> None:
     """No GPU here: a fake timer and a fake CUDA tensor drive the CUDA branch of the wrapper;
     the materializer then takes the duration from the (fake) resolved events."""
-    from skewtrace.hooks._context import HookContext
-    from skewtrace.hooks.collectives import COLLECTIVE_FUNCTIONS, _wrap_collective
+    from skewtrace.rank.hooks._context import HookContext
+    from skewtrace.rank.hooks.collectives import COLLECTIVE_FUNCTIONS, _wrap_collective
 
     timer = _RecordingCudaTimer()
     recorder = Recorder(capacity=16)

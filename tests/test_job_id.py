@@ -1,6 +1,6 @@
 """A job id without configuration: the ranks agree on one through the default process group's
-store (``skewtrace._job_id``), and the rank's identity is decided only once it is known
-(``skewtrace._identity``), spans waiting in the buffer until then.
+store (``skewtrace.rank._job_id``), and the rank's identity is decided only once it is known
+(``skewtrace.rank._identity``), spans waiting in the buffer until then.
 
 - the store agreement on a real ``HashStore``: rank 0 writes (a value already there wins),
   the others read without waiting, and give up after the timeout or when the store fails;
@@ -45,20 +45,20 @@ import needs
 import skewtrace
 from conftest import free_port
 from skewtrace import semconv
-from skewtrace._events import STEP
-from skewtrace._export.materialize import Identity
-from skewtrace._export.thread import BackgroundExporter
-from skewtrace._identity import SINGLE_PROCESS_GRACE_S, Group, IdentityResolver
-from skewtrace._job_id import (
+from skewtrace.rank._events import STEP
+from skewtrace.rank._export.materialize import Identity
+from skewtrace.rank._export.thread import BackgroundExporter
+from skewtrace.rank._identity import SINGLE_PROCESS_GRACE_S, Group, IdentityResolver
+from skewtrace.rank._job_id import (
     DROP_REASON_NO_JOB_ID,
     JOB_ID_KEY,
     JobIdError,
     StoreJobId,
     job_id_key,
 )
-from skewtrace._recorder import Recorder
-from skewtrace.config import ConfigError, job_id_from_env
-from skewtrace.resource import RankInfo, build_resource
+from skewtrace.rank._recorder import Recorder
+from skewtrace.rank.config import ConfigError, job_id_from_env
+from skewtrace.rank.resource import RankInfo, build_resource
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB_VARS = ("SKEWTRACE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")

@@ -25,13 +25,13 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import skewtrace
 from skewtrace import semconv
-from skewtrace._events import PHASE, STEP
-from skewtrace.config import ConfigError, Settings
-from skewtrace.instrumentor import SkewtraceInstrumentor
-from skewtrace.telemetry import FetchCountingRecorder, NodeTelemetry
-from skewtrace.telemetry.gpu import GpuSampler
-from skewtrace.telemetry.qdisc import BacklogAverager, QdiscStats
-from skewtrace.telemetry.storage import ProcessTreeIO
+from skewtrace.rank._events import PHASE, STEP
+from skewtrace.rank.config import ConfigError, Settings
+from skewtrace.rank.instrumentor import SkewtraceInstrumentor
+from skewtrace.rank.telemetry import FetchCountingRecorder, NodeTelemetry
+from skewtrace.rank.telemetry.gpu import GpuSampler
+from skewtrace.rank.telemetry.qdisc import BacklogAverager, QdiscStats
+from skewtrace.rank.telemetry.storage import ProcessTreeIO
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -646,7 +646,7 @@ SAMPLE_IN_NAMESPACE = """
 import json
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
-from skewtrace.telemetry import NodeTelemetry
+from skewtrace.rank.telemetry import NodeTelemetry
 
 reader = InMemoryMetricReader()
 telemetry = NodeTelemetry(interval_s=1.0, reader=reader, nvml_loader=lambda: None)

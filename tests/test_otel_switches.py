@@ -31,11 +31,11 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 import skewtrace
 from otlp_sink import OtlpSink
 from skewtrace import _log_limit, semconv
-from skewtrace._events import StepEvent
-from skewtrace._export import exporters
-from skewtrace._export.materialize import Identity, SpanMaterializer
-from skewtrace.config import ConfigError, Settings
-from skewtrace.resource import RankInfo, build_resource
+from skewtrace.rank._events import StepEvent
+from skewtrace.rank._export import exporters
+from skewtrace.rank._export.materialize import Identity, SpanMaterializer
+from skewtrace.rank.config import ConfigError, Settings
+from skewtrace.rank.resource import RankInfo, build_resource
 
 OTEL_VARS = (
     "OTEL_TRACES_EXPORTER",

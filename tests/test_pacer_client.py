@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from conftest import free_port
-from skewtrace.pacer.client import PacingClient, apply_delay, cuda_sleep_cycles, parse_decision
+from skewtrace.rank.pacing_client import (
+    PacingClient,
+    apply_delay,
+    cuda_sleep_cycles,
+    parse_decision,
+)
 
 POLL_S = 0.05
 
@@ -181,7 +186,7 @@ def test_bad_answers_fail_open(
 def test_unreachable_pacer_logs_once_backs_off_and_recovers(
     caplog: pytest.LogCaptureFixture, started: list[PacingClient]
 ) -> None:
-    caplog.set_level(logging.INFO, logger="skewtrace.pacer.client")
+    caplog.set_level(logging.INFO, logger="skewtrace.rank.pacing_client")
     srv = ScriptedServer(answer(500, b"{}"))
     try:
         client = start(started, make_client(srv.url, max_backoff_s=0.4))
@@ -198,7 +203,7 @@ def test_unreachable_pacer_logs_once_backs_off_and_recovers(
         warnings = [
             r
             for r in caplog.records
-            if r.levelno == logging.WARNING and r.name.startswith("skewtrace.pacer")
+            if r.levelno == logging.WARNING and r.name == "skewtrace.rank.pacing_client"
         ]
         assert len(warnings) == 1 and "unusable" in warnings[0].getMessage()
         assert client.current_delay() == (0.0, 0)

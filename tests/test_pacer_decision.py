@@ -24,14 +24,15 @@ from skewtrace.controller.decision import (
 )
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.policies.rebalance import RebalanceParams
-from skewtrace.pacer.client import PacingClient, parse_decision, parse_shares
+from skewtrace.rank.pacing_client import PacingClient, parse_decision, parse_shares
 from test_pacer_client import ScriptedServer, answer, make_client, wait_for
 from test_pacer_rebalance import _export
 from test_pacer_service import CUMULATIVE, FakeClock, SimulatedJob, _start, get
 
 # ------------------------------------------------------------------ the deployed client
 # A frozen copy of the rank client's parse code before the typed body (parse_decision and
-# parse_shares of src/skewtrace/pacer/client.py): what ranks already running read answers with.
+# parse_shares of src/skewtrace/rank/pacing_client.py): what ranks already running read
+# answers with.
 # Do not update it with the client.
 
 

@@ -41,7 +41,7 @@ from skewtrace.controller.policies.rebalance import (
     floored_shares,
 )
 from skewtrace.controller.window import JobWindow, RankWindow
-from skewtrace.pacer.client import parse_decision, parse_shares
+from skewtrace.rank.pacing_client import parse_decision, parse_shares
 from test_pacer_service import CUMULATIVE, FakeClock, _points, _start, get, histogram, request
 
 PARAMS = RebalanceParams()

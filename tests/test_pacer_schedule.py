@@ -1,6 +1,6 @@
 """The interleave policy's loop through the pacer service: the Collector's group-phase gauges
 in over OTLP/gRPC, a schedule both jobs agree on out over HTTP, and each rank's hold from it
-(skewtrace.controller.state, .service, .decision; skewtrace.pacer.client)."""
+(skewtrace.controller.state, .service, .decision; skewtrace.rank.pacing_client)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.policies.interleave import InterleaveParams
 from skewtrace.controller.service import PacerService
 from skewtrace.controller.state import JobWindows
-from skewtrace.pacer.client import PacingClient
+from skewtrace.rank.pacing_client import PacingClient
 from test_pacer_service import CUMULATIVE, FakeClock, _start, get, histogram, request
 
 SWITCHES = "leaf-00,leaf-01"

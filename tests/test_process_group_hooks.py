@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import skewtrace
 from skewtrace import semconv
-from skewtrace.hooks import process_group
+from skewtrace.rank.hooks import process_group
 
 pytestmark = [
     pytest.mark.usefixtures("unit_job"),

@@ -1,8 +1,8 @@
 """Rebalancing does not change what the model learns.
 
 With unequal local batches and the loss scaled by ``N * b / B``
-(:meth:`skewtrace.rebalance.ShareSampler.loss_scale`), DDP's averaged gradient is the mean
-over the global batch, as with equal shares. Shown twice: in one process, computing each
+(:meth:`skewtrace.rank.rebalance_sampler.ShareSampler.loss_scale`), DDP's averaged gradient is
+the mean over the global batch, as with equal shares. Shown twice: in one process, computing each
 rank's gradient by hand and averaging as DDP does; and with a real 4-rank gloo DDP job, whose
 parameters and loss curve under changing shares match the equal-share run step for step.
 """
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from conftest import free_port
-from skewtrace.rebalance import ShareSampler, batch_sizes, loss_scale
+from skewtrace.rank.rebalance_sampler import ShareSampler, batch_sizes, loss_scale
 
 WORLD = 4
 GLOBAL_BATCH = 64

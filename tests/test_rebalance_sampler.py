@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from skewtrace.rebalance import ShareSampler, batch_sizes, loss_scale
+from skewtrace.rank.rebalance_sampler import ShareSampler, batch_sizes, loss_scale
 
 
 class Scripted:
@@ -150,7 +150,7 @@ def test_shares_change_only_at_sync_points() -> None:
 
 
 def test_fail_open_equal_shares(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="skewtrace.rebalance")
+    caplog.set_level(logging.WARNING, logger="skewtrace.rank.rebalance_sampler")
     for source in (
         Broken(),
         Scripted([({0: 0.5, 1: 0.5}, 3)]),  # not this group's ranks

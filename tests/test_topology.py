@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from skewtrace import topology
-from skewtrace.semconv import GPU_NAME, GPU_NUMA_NODE, GPU_PCI_BUS_ID, GPU_UUID, UNKNOWN
-from skewtrace.topology import (
+from skewtrace.rank import topology
+from skewtrace.rank.topology import (
     TopologyError,
     TopologyInfo,
     discover_nic,
     discover_topology,
     gpu_attributes,
 )
-from skewtrace.topology import gpu as topology_gpu
-from skewtrace.topology import nic as topology_nic
+from skewtrace.rank.topology import gpu as topology_gpu
+from skewtrace.rank.topology import nic as topology_nic
+from skewtrace.semconv import GPU_NAME, GPU_NUMA_NODE, GPU_PCI_BUS_ID, GPU_UUID, UNKNOWN
 
 DATA = Path(__file__).parent / "data" / "topology"
 
@@ -261,7 +261,7 @@ def test_unknown_node_warns_exactly_once(caplog: pytest.LogCaptureFixture, tmp_p
     conf = tmp_path / "topology.conf"
     conf.write_text("SwitchName=leaf1 Nodes=node01\n")
     host = f"stranger-{uuid.uuid4().hex[:8]}"
-    with caplog.at_level(logging.WARNING, logger="skewtrace.topology"):
+    with caplog.at_level(logging.WARNING, logger="skewtrace.rank.topology"):
         for _ in range(3):
             assert discover_topology(host, env_with(conf)).switch == UNKNOWN
         assert discover_topology("node01", env_with(conf)).switch == "leaf1"
@@ -341,7 +341,7 @@ def test_nic_from_route_table_parsing(tmp_path: Path) -> None:
 
 NETNS_SCRIPT = """
 import json, sys
-from skewtrace.topology import discover_nic
+from skewtrace.rank.topology import discover_nic
 print(json.dumps([discover_nic(dict(pair.split("=", 1) for pair in case)) for case in
       json.loads(sys.argv[1])]))
 """
@@ -503,6 +503,6 @@ def test_gpu_numa_left_out_when_unknown(monkeypatch: pytest.MonkeyPatch, sysfs: 
 def test_gpu_attributes_bad_mapping_is_empty_not_an_error(
     fake_nvml: FakeNvml, visible: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="skewtrace.topology"):
+    with caplog.at_level(logging.WARNING, logger="skewtrace.rank.topology"):
         assert gpu_attributes(1, env={"CUDA_VISIBLE_DEVICES": visible}) == {}
     assert len(caplog.records) == 1

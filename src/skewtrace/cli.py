@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from skewtrace import demo_command
 from skewtrace._options import (
     FieldError,
     Given,
@@ -346,11 +345,26 @@ def _run_import(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The console script's parser. ``command``: the subcommand about to run, when known.
+
+    The demo's flags come from the fabric emulator's package (:mod:`skewtrace.cluster.command`,
+    whose help names the fault presets): they are added only when ``command`` is ``demo`` or
+    None (every subcommand complete), so ``skewtrace pacer`` or ``skewtrace --help`` loads
+    nothing of :mod:`skewtrace.cluster`; ``demo`` is listed with its one-line help either way.
+    """
     parser = argparse.ArgumentParser(prog="skewtrace", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_pacer(subparsers)
-    demo_command.add_parser(subparsers)
+    demo = subparsers.add_parser(
+        "demo",
+        help="the main job: a multi-node job on an emulated leaf/spine fabric with faults, "
+        "diagnosed and paced live by the real collector and pacer",
+    )
+    if command is None or command == "demo":
+        from skewtrace.cluster import command as demo_command
+
+        demo_command.add_arguments(demo)
     report_command.add_parser(subparsers)
     timeline_command.add_parser(subparsers)
     _add_import(subparsers)
@@ -358,7 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The top-level parser has no option but --help: its first other word is the command.
+    command = next((word for word in argv if not word.startswith("-")), "")
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if getattr(args, "run", None) is None:
         parser.print_help()

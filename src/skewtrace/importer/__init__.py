@@ -4,7 +4,7 @@ A job that ran without skewtrace still has timings: a team's own per-rank timers
 a table (:mod:`.columnar`), the sample traces of ByteDance's what-if analysis of stragglers
 (:mod:`.whatif`, parquet or CSV), or PyTorch profiler traces, one Chrome-trace JSON per rank
 (:mod:`.kineto`). Every reader produces the same thing (:mod:`.model`): per rank, the events
-the live hooks would have recorded (:mod:`skewtrace._events`). From there the live path takes
+the live hooks would have recorded (:mod:`skewtrace.rank._events`). From there the live path takes
 over: :mod:`.spans` builds the spans with the materializer the ranks use (same IDs, parents,
 resource keys and attributes) and :mod:`.send` writes them with the ranks' OTLP encoder to a
 Collector. With ``--report`` :mod:`.collector` runs a private Collector for the analysis and

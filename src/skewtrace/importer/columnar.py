@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._events import CollectiveEvent, PhaseEvent, StepEvent
 from skewtrace.importer.model import (
     COLLECTIVE_OPS,
     P2P_OPS,
@@ -47,6 +46,7 @@ from skewtrace.importer.model import (
     add_missing_steps,
     derived_seq,
 )
+from skewtrace.rank._events import CollectiveEvent, PhaseEvent, StepEvent
 
 TIME_UNITS: dict[str, int] = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 """``--time-unit`` choices: nanoseconds per unit."""

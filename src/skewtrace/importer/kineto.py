@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 from skewtrace import semconv
-from skewtrace._events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from skewtrace.importer.model import (
     COLLECTIVE_OPS,
     P2P_OPS,
@@ -58,6 +57,7 @@ from skewtrace.importer.model import (
     RankInput,
     derived_seq,
 )
+from skewtrace.rank._events import CollectiveEvent, Event, PhaseEvent, StepEvent
 
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _FETCH_PREFIX = "enumerate(DataLoader)#"

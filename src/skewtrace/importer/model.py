@@ -1,7 +1,7 @@
 """What both readers produce: each rank's identity and the events its hooks would have recorded.
 
 An :class:`ImportedJob` holds one :class:`RankInput` per (job, rank): the resource keys and
-the rank's :mod:`skewtrace._events` (phases, steps, collectives) with epoch-nanosecond times.
+the rank's :mod:`skewtrace.rank._events` (phases, steps, collectives) with epoch-nanosecond times.
 The rules both readers share live here too: the op names (from :mod:`skewtrace.semconv`),
 derived sequence numbers, a ``train.step`` for a step that has none, and placing traces
 recorded on a clock of their own on the epoch.
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from skewtrace import semconv
-from skewtrace._events import CollectiveEvent, Event, PhaseEvent, StepEvent
+from skewtrace.rank._events import CollectiveEvent, Event, PhaseEvent, StepEvent
 
 PHASES: tuple[str, ...] = (
     semconv.SPAN_DATALOADER_FETCH,

@@ -1,6 +1,6 @@
 """Sending imported spans to a Collector over OTLP, encoded by the ranks' own encoder.
 
-The request bytes are :class:`~skewtrace._export.otlp_wire.FastSpanEncoder`'s, the encoder
+The request bytes are :class:`~skewtrace.rank._export.otlp_wire.FastSpanEncoder`'s, the encoder
 a rank's exporter uses, so the Collector reads what it reads from live ranks. They go over
 OTLP/gRPC (``TraceService/Export``) or OTLP/HTTP (``POST .../v1/traces``,
 ``application/x-protobuf``), where the instrumentation would send them
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from skewtrace._export.otlp_wire import FastSpanEncoder
+from skewtrace.rank._export.otlp_wire import FastSpanEncoder
 
 GRPC, HTTP = "grpc", "http/protobuf"
 PROTOCOLS = (GRPC, HTTP)

@@ -1,12 +1,12 @@
 """Imported events -> the spans a live rank would have sent, built by the live path's code.
 
-Each (job, rank) gets the resource keys a rank process has (:mod:`skewtrace.resource`'s
+Each (job, rank) gets the resource keys a rank process has (:mod:`skewtrace.rank.resource`'s
 keys: ``service.name``, ``service.instance.id``, ``training.job.id``, ``training.rank``,
 ``training.local_rank``, ``training.world_size``, ``host.name``, ``training.switch``,
 ``training.nic``; an imported what-if worker also ``training.worker.first_gpu``,
 ``training.worker.gpus``, ``training.pipeline.stage`` and ``training.dp_rank``), with the
 values the input gave instead of the local machine's, and its events go through the ranks'
-own :class:`~skewtrace._export.materialize.SpanMaterializer`: trace ID and step root from
+own :class:`~skewtrace.rank._export.materialize.SpanMaterializer`: trace ID and step root from
 (job, step), each rank's ``train.step`` ID from (job, step, rank), the step's other spans its
 children, rank 0 emitting ``train.step.root``. Times are already epoch nanoseconds, so the
 materializer's anchor is 0.
@@ -20,12 +20,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
 from skewtrace import semconv
-from skewtrace._export.materialize import Identity, SpanMaterializer
 from skewtrace.importer.model import ImportedJob, RankInput, local_ranks
+from skewtrace.rank._export.materialize import Identity, SpanMaterializer
 
 
 def rank_resource(rank: RankInput, local_rank: int) -> Resource:
-    """The rank's resource, as :func:`skewtrace.resource.build_resource` makes it
+    """The rank's resource, as :func:`skewtrace.rank.resource.build_resource` makes it
     (``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` honored; the training keys win)."""
     attributes: dict[str, str | int] = {
         **rank.attributes,

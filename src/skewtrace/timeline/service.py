@@ -211,7 +211,7 @@ def timeline_tracer_provider(endpoint: str | None) -> TracerProvider:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-    from skewtrace._export.exporters import (
+    from skewtrace.rank._export.exporters import (
         OTEL_EXPORTER_OTLP_PROTOCOL,
         OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
     )
