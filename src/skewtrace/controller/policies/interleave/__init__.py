@@ -125,9 +125,13 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from skewtrace._options import at_least, check_fields, integer, non_negative, option, positive
 from skewtrace.controller.policies import effect
 from skewtrace.controller.policies.base import Outcome
+from skewtrace.controller.policies.interleave.params import (
+    RESOLUTION_S,
+    InterleaveParams,
+    round_period,
+)
 from skewtrace.controller.window import GroupPhases, JobWindow
 
 REASON_NO_PHASES = "no_phases"
@@ -142,84 +146,6 @@ REASON_INTERLEAVING = "interleaving"
 
 SCHEDULE = effect.SCHEDULE
 """The body's field for a schedule (:class:`Schedule`)."""
-
-# Offsets are published to the millisecond: a sleep's own jitter is about that.
-_RESOLUTION_S = 0.001
-
-
-def below_one(value: object) -> str | None:
-    """A fraction in [0, 1)."""
-    if non_negative(value) is None and isinstance(value, (int, float)) and value < 1:
-        return None
-    return "must be a number in [0, 1)"
-
-
-@dataclass(frozen=True)
-class InterleaveParams:
-    """How the interleave policy places groups; the defaults are the ``skewtrace pacer``
-    defaults. Every field is a ``skewtrace pacer`` flag; the docstrings are its help."""
-
-    interleave_max_offset_s: float = option(0.15, check=non_negative, seconds=True)
-    """Upper bound on a group's offset (ranks also cap it, with their own maximum delay)."""
-
-    interleave_min_overlap_s: float = option(0.005, check=non_negative, seconds=True)
-    """An offset is given only where it takes at least this much phase overlap per step away."""
-
-    interleave_period_margin: float = option(0.05, check=non_negative)
-    """A schedule's period starts this fraction above the slowest job's step time (and is
-    set this much above a job's steps that outgrew it): a slot comes round before its next
-    step."""
-
-    interleave_period_step: float = option(0.04, check=below_one)
-    """While every job's steps wait for their slots, the period is shortened by this fraction
-    once per ``interleave_settle_s`` (down to the slowest job's step without the collision);
-    each trial that fails halves the step of the next, down to 1%."""
-
-    interleave_settle_s: float = option(6.0, check=positive, seconds=True)
-    """How long a new period runs before the steps under it are judged (keep it above
-    window_s)."""
-
-    interleave_collision_dilation: float = option(0.1, check=non_negative)
-    """Once a schedule has held the jobs in their turns, a window without it is a collision
-    only where some group's phases last at least this fraction longer than they did in
-    their turns (jobs that stayed in their turns are left alone); before that, steps this
-    fraction below those that asked for the schedule (it withheld) are jobs that left the
-    collision, and a collision is then steps this fraction longer than the shortest seen
-    since."""
-
-    interleave_effect_pairs: int = option(3, parse=integer, check=at_least(0))
-    """Offsets stay only when this many phases with and without them show a real gain in step
-    time (the effect guard, as for pacing: docs/pacing.md, 'Its own effect'); 0: no
-    measurement."""
-
-    interleave_effect_phase_s: float = option(10.0, check=positive, seconds=True)
-    """Length of each phase with or without the offsets (keep it above window_s + 3 s)."""
-
-    interleave_effect_backoff_s: float = option(600.0, check=positive, seconds=True)
-    """After a measurement without a real gain, no offsets for this long (reason no_gain)."""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-    @property
-    def effect_pairs(self) -> int:
-        return self.interleave_effect_pairs
-
-    @property
-    def effect_phase_s(self) -> float:
-        return self.interleave_effect_phase_s
-
-    @property
-    def effect_min_gain(self) -> float:
-        return 0.0
-
-    @property
-    def effect_backoff_s(self) -> float:
-        return self.interleave_effect_backoff_s
-
-    @property
-    def effect_recheck_s(self) -> float:
-        return self.interleave_effect_backoff_s / 2
 
 
 @dataclass(frozen=True)
@@ -355,7 +281,7 @@ def _merged(tied: Sequence[GroupPhases]) -> tuple[tuple[float, float], ...]:
 def _ms(seconds: float) -> int:
     """A time to the resolution, for ordering units (ties broken by name, not by float
     noise in a start minus its offset)."""
-    return round(seconds / _RESOLUTION_S)
+    return round(seconds / RESOLUTION_S)
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
@@ -422,7 +348,7 @@ def place(
     )
     bound = params.interleave_max_offset_s
     if period > 0:
-        bound = min(bound, period - _RESOLUTION_S)
+        bound = min(bound, period - RESOLUTION_S)
     offsets: dict[tuple[str, str], float] = {}
     placed: list[tuple[Unit, list[tuple[float, float]]]] = []
     before = after = 0.0
@@ -446,7 +372,7 @@ def place(
         if unshifted - _total_overlap(mine, best, theirs, period) < params.interleave_min_overlap_s:
             best = 0.0
         # Up to the resolution: rounded down, a shift would leave a sliver of the overlap.
-        best = round(math.ceil(best / _RESOLUTION_S - 1e-6) * _RESOLUTION_S, 6)
+        best = round(math.ceil(best / RESOLUTION_S - 1e-6) * RESOLUTION_S, 6)
         before += unshifted
         after += _total_overlap(mine, best, theirs, period)
         for pg in unit.pgs:
@@ -697,10 +623,6 @@ def _trial_hold(failed_trials: int) -> int:
     return min(2**failed_trials, _FLOOR_SETTLES)
 
 
-def _round_period(seconds: float) -> float:
-    return round(round(seconds / _RESOLUTION_S) * _RESOLUTION_S, 6)
-
-
 def _unscheduled(
     reason: str, state: InterleaveState, crossing: Sequence[Unit], **figures: float
 ) -> Outcome:
@@ -737,7 +659,7 @@ class InterleavePolicy:
             for u in crossing
             if u.job == window.job
             and any(
-                abs(u.applied_offset_s - previous.offsets.get(pg, 0.0)) > _RESOLUTION_S
+                abs(u.applied_offset_s - previous.offsets.get(pg, 0.0)) > RESOLUTION_S
                 for pg in u.pgs
             )
         ]
@@ -858,7 +780,7 @@ class InterleavePolicy:
                             kept.period_s / (1 - params.interleave_period_step),
                             slowest * margin if slowest > kept.period_s * margin else 0.0,
                         )
-                        raised = kept.period_s + _RESOLUTION_S
+                        raised = kept.period_s + RESOLUTION_S
                         # Just after a failed trial's hold, it is the trial's collision that
                         # outlasted it: the period comes back fast to the shortest one kept up
                         # with. Otherwise the jobs or the machine slowed: a new search.
@@ -873,7 +795,7 @@ class InterleavePolicy:
                     if halvings and _search_done(params, halvings):
                         until = max(until, kept.floor_until)  # a done search's hold stays
                     schedule = replace(
-                        kept.rescaled(_round_period(longer), window.now),
+                        kept.rescaled(round_period(longer), window.now),
                         floor_s=raised,
                         floor_until=until,
                         failed_trials=failed,
@@ -896,7 +818,7 @@ class InterleavePolicy:
                         # Back toward the shortest period kept up with, halfway (at least a
                         # full step) each settle time: a collision that outlasted a failed
                         # trial's hold had the period lengthened to the collided steps.
-                        shorter = _round_period(
+                        shorter = round_period(
                             max(
                                 best,
                                 min(
@@ -906,7 +828,7 @@ class InterleavePolicy:
                             )
                         )
                     else:
-                        shorter = _round_period(
+                        shorter = round_period(
                             kept.period_s * (1 - _trial_step(params, kept.halvings))
                         )
                     # A done search tries nothing below the shortest period kept up with, but
@@ -983,7 +905,7 @@ class InterleavePolicy:
         natural = max(natural_step(u, a) for u, a in zip(crossing, alone, strict=True))
         # Start from the steps as they are (a job loses at most the margin while the period
         # comes down) and search down toward the estimate without the collision.
-        period = _round_period(slowest * margin)
+        period = round_period(slowest * margin)
         _, before, after = place(crossing, params, period)
         if before - after < params.interleave_min_overlap_s:
             return _unscheduled(
@@ -996,9 +918,9 @@ class InterleavePolicy:
         schedule = Schedule(
             period,
             spread(crossing, alone),
-            floor_s=_round_period(natural),
+            floor_s=round_period(natural),
             since=window.now,
-            natural_s=_round_period(natural),
+            natural_s=round_period(natural),
             busy_s=sum(max(duration for _, duration in phases) for phases in alone),
             asked_s=slowest,
         )
@@ -1013,7 +935,7 @@ class InterleavePolicy:
             # searched down for two minutes.)
             # The search's state carries over; what is new is the turns, their start and
             # busy time, and no failure or outgrowing measured yet.
-            current = _round_period(max(period, kept.floor_s))
+            current = round_period(max(period, kept.floor_s))
             restart = current < kept.period_s
             schedule = replace(
                 kept,
