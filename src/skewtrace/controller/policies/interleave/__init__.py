@@ -121,21 +121,26 @@ way down to it.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from skewtrace.controller.policies import effect
 from skewtrace.controller.policies.base import Outcome
+from skewtrace.controller.policies.interleave.collision import aligned_overlap, busy, dilation
 from skewtrace.controller.policies.interleave.params import (
     RESOLUTION_S,
     InterleaveParams,
     round_period,
 )
+from skewtrace.controller.policies.interleave.placement import (
+    alone_durations,
+    natural_step,
+    place,
+    spread,
+)
 from skewtrace.controller.policies.interleave.units import (
     Unit,
     colliding_with,
-    share_uplink,
     units,
 )
 from skewtrace.controller.window import JobWindow
@@ -152,192 +157,6 @@ REASON_INTERLEAVING = "interleaving"
 
 SCHEDULE = effect.SCHEDULE
 """The body's field for a schedule (:class:`Schedule`)."""
-
-
-def _ms(seconds: float) -> int:
-    """A time to the resolution, for ordering units (ties broken by name, not by float
-    noise in a start minus its offset)."""
-    return round(seconds / RESOLUTION_S)
-
-
-def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
-    return max(0.0, min(a[0] + a[1], b[0] + b[1]) - max(a[0], b[0]))
-
-
-def alone_durations(placed: Sequence[Unit]) -> list[tuple[tuple[float, float], ...]]:
-    """Each unit's phases as (natural start, duration alone): see the module docstring."""
-    out = []
-    for unit in placed:
-        phases = []
-        for phase in unit.observed:
-            sharing = 1 + sum(
-                1
-                for other in placed
-                if other is not unit
-                and other.switches & unit.switches
-                and any(
-                    _overlap(phase, theirs) >= 0.5 * min(phase[1], theirs[1])
-                    for theirs in other.observed
-                )
-            )
-            phases.append((phase[0] - unit.applied_offset_s, phase[1] / sharing))
-        out.append(tuple(phases))
-    return out
-
-
-def _total_overlap(
-    mine: Sequence[tuple[float, float]],
-    offset: float,
-    theirs: Sequence[tuple[float, float]],
-    period: float = 0.0,
-) -> float:
-    """Overlap of ``mine`` shifted by ``offset`` with ``theirs``; with a ``period`` (a
-    schedule) also with their phases one period before and after."""
-    shifts = (0.0,) if period <= 0 else (-period, 0.0, period)
-    return sum(
-        _overlap((start + offset, duration), (other[0] + shift, other[1]))
-        for start, duration in mine
-        for other in theirs
-        for shift in shifts
-    )
-
-
-def place(
-    all_units: Sequence[Unit], params: InterleaveParams, period: float = 0.0
-) -> tuple[dict[tuple[str, str], float], float, float]:
-    """Offsets by (job, group name) for units that cross the spine, and the phase overlap per step
-    (seconds, summed over pairs of phases on a shared switch) without and with them; with a
-    ``period`` the phases repeat every period (a schedule) and offsets stay below it."""
-    crossing = [u for u in all_units if u.crosses]
-    phases = alone_durations(crossing)
-    # In order of where their first phases start now (natural start plus the offset given):
-    # units whose natural starts are equal but for noise keep their order, and the one
-    # holding keeps its offset (ordered by natural start alone, a millisecond of noise
-    # handed the offset from one set of a job to the other every few seconds).
-    order = sorted(
-        range(len(crossing)),
-        key=lambda i: (
-            _ms(min(p[0] for p in phases[i]) + crossing[i].applied_offset_s),
-            crossing[i].job,
-            crossing[i].pgs,
-        ),
-    )
-    bound = params.interleave_max_offset_s
-    if period > 0:
-        bound = min(bound, period - RESOLUTION_S)
-    offsets: dict[tuple[str, str], float] = {}
-    placed: list[tuple[Unit, list[tuple[float, float]]]] = []
-    before = after = 0.0
-    for i in order:
-        unit, mine = crossing[i], phases[i]
-        theirs = [p for other, shifted in placed if other.switches & unit.switches for p in shifted]
-        candidates = {0.0, bound}
-        for end in (start + duration for start, duration in theirs):
-            for start, _ in mine:
-                if 0 < end - start <= bound:
-                    candidates.add(round(end - start, 6))
-        unshifted = _total_overlap(mine, 0.0, theirs, period)
-        least = min(_total_overlap(mine, c, theirs, period) for c in candidates)
-        # The smallest offset within the threshold of the least overlap (an offset costs the
-        # unit its own time), and none unless it takes at least the threshold away.
-        best = min(
-            c
-            for c in candidates
-            if _total_overlap(mine, c, theirs, period) <= least + params.interleave_min_overlap_s
-        )
-        if unshifted - _total_overlap(mine, best, theirs, period) < params.interleave_min_overlap_s:
-            best = 0.0
-        # Up to the resolution: rounded down, a shift would leave a sliver of the overlap.
-        best = round(math.ceil(best / RESOLUTION_S - 1e-6) * RESOLUTION_S, 6)
-        before += unshifted
-        after += _total_overlap(mine, best, theirs, period)
-        for pg in unit.pgs:
-            offsets[(unit.job, pg)] = best
-        placed.append((unit, [(start + best, duration) for start, duration in mine]))
-    return offsets, before, after
-
-
-def spread(
-    crossing: Sequence[Unit], alone: Sequence[Sequence[tuple[float, float]]]
-) -> dict[tuple[str, str], tuple[float, float]]:
-    """Turns that make the units take turns around the period: in order of natural start
-    (then job and name), each unit's longest phase starts where the one before's share of
-    the period ends, a share in proportion to its phase (alone) over all of theirs."""
-    mains = [max(phases, key=lambda p: p[1]) for phases in alone]
-    order = sorted(
-        range(len(crossing)),
-        key=lambda i: (_ms(min(p[0] for p in alone[i])), crossing[i].job, crossing[i].pgs),
-    )
-    total = sum(mains[i][1] for i in order) or 1.0
-    turns: dict[tuple[str, str], tuple[float, float]] = {}
-    turn = 0.0
-    for i in order:
-        for pg in crossing[i].pgs:
-            turns[(crossing[i].job, pg)] = (round(turn, 6), mains[i][0])
-        turn += mains[i][1] / total
-    return dict(sorted(turns.items()))
-
-
-# Jobs whose step times differ by more than this fraction drift through each other's phases:
-# where their phases lie relative to each other now says nothing about the next steps.
-_SAME_STEP = 0.05
-
-
-def aligned_overlap(crossing: Sequence[Unit]) -> float | None:
-    """The phase overlap per step, in seconds, of units of different jobs that share an
-    uplink, with each job's phases placed on the controller's clock by its reported step
-    start (its steps repeating every step time): what collides now, as opposed to what would
-    if the jobs' steps started together (:func:`place`). None when it cannot be told: a job
-    that has not reported a step start or a step time, or jobs whose step times differ by
-    more than 5% (their phases drift through each other)."""
-    if len({u.job for u in crossing}) < 2:
-        return None
-    if any(u.step_start <= 0 or u.step_s <= 0 for u in crossing):
-        return None
-    steps = [u.step_s for u in crossing]
-    if max(steps) > min(steps) * (1 + _SAME_STEP):
-        return None
-    period = statistics.median(steps)
-    reference = max(u.step_start for u in crossing)
-    # Each unit's step start as an offset into the common period.
-    at = [(u.step_start - reference) % period for u in crossing]
-    total = 0.0
-    for i, a in enumerate(crossing):
-        for j in range(i):
-            b = crossing[j]
-            if a.job == b.job or not share_uplink(a, b):
-                continue
-            theirs = [(start + at[j], duration) for start, duration in b.observed]
-            total += _total_overlap(a.observed, at[i], theirs, period)
-    return total
-
-
-def _busy(unit: Unit) -> float:
-    """The unit's phases as observed, summed."""
-    return sum(duration for _, duration in unit.observed)
-
-
-def dilation(
-    crossing: Sequence[Unit], turn_busy: Mapping[tuple[str, tuple[str, ...]], float]
-) -> float | None:
-    """How much longer the units' phases last now than in their turns under a schedule (the
-    largest ratio over the units); None when a unit's phases in its turns were not seen."""
-    ratios = []
-    for unit in crossing:
-        reference = turn_busy.get((unit.job, unit.pgs), 0.0)
-        if reference <= 0:
-            return None
-        ratios.append(_busy(unit) / reference)
-    return max(ratios, default=None)
-
-
-def natural_step(unit: Unit, alone: Sequence[tuple[float, float]]) -> float:
-    """The unit's step time without the collision: its job's step time minus what sharing
-    the uplink added to its phases (0 when the step time is not known)."""
-    if unit.step_s <= 0:
-        return 0.0
-    added = sum(observed[1] - mine[1] for observed, mine in zip(unit.observed, alone, strict=True))
-    return max(unit.step_s - added, 0.0)
 
 
 @dataclass(frozen=True)
@@ -703,7 +522,7 @@ class InterleavePolicy:
                     # A whole window of steps that kept up with the period: the phases as
                     # long as they last in their turns.
                     schedule = replace(
-                        schedule, turn_busy={(u.job, u.pgs): _busy(u) for u in crossing}
+                        schedule, turn_busy={(u.job, u.pgs): busy(u) for u in crossing}
                     )
             return self._scheduled(window, schedule, len(crossing), None, slowest)
         if min(u.step_s for u in crossing) <= 0:
