@@ -18,8 +18,11 @@ The model is pure (no I/O, no clock, no randomness), from the window's
 - :mod:`~.placement`: each phase's duration alone, one job's offsets, a schedule's turns;
 - :mod:`~.collision`: whether units of several jobs collide now (their phases on the
   controller's clock; how long they last against their turns under a schedule);
-- :mod:`~.policy`: the decision itself, the schedule published for groups of several jobs
-  and the search of its period;
+- :mod:`~.period_search`: the state machine that searches a schedule's period down from the
+  collided step time while the jobs' steps keep up with it;
+- :mod:`~.schedule`: the schedule published for groups of several jobs (period, slots,
+  ``late_s``) and the state one decision hands to the next;
+- :mod:`~.policy`: the decision itself, its reasons and its figures;
 - :mod:`~.params`: the settings (``skewtrace pacer`` flags).
 
 Why each rule is there, and the runs that showed it: docs/pacing.md, "Interleaving: why the
@@ -41,9 +44,8 @@ from skewtrace.controller.policies.interleave.policy import (
     REASON_REGROUPING,
     SCHEDULE,
     InterleavePolicy,
-    InterleaveState,
-    Schedule,
 )
+from skewtrace.controller.policies.interleave.schedule import InterleaveState, Schedule
 from skewtrace.controller.policies.interleave.units import Unit, colliding_with, units
 
 __all__ = [
