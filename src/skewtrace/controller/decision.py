@@ -8,7 +8,7 @@
 
 The service (:mod:`skewtrace.controller.service`) builds a :class:`DecisionBody` per job from
 its policy's outcome and serves :meth:`DecisionBody.to_json`; the rank client
-(:mod:`skewtrace.pacer.client`) reads an answer with :meth:`DecisionBody.from_json`.
+(:mod:`skewtrace.rank.pacing_client`) reads an answer with :meth:`DecisionBody.from_json`.
 
 The interleave policy (``--policy interleave``) adds ``offsets`` (``{pg: seconds}``: a rank
 holds the largest of its groups' before every forward) or, for groups of several jobs, a
@@ -89,7 +89,7 @@ def read_shares(raw: Any) -> dict[int, float] | None:
 
     Usable: an object of non-negative rank numbers to finite non-negative numbers with a
     positive sum. Whether they cover the ranks of the job is the rank side's check
-    (:mod:`skewtrace.rebalance`), which knows the world size.
+    (:mod:`skewtrace.rank.rebalance_sampler`), which knows the world size.
     """
     if not isinstance(raw, dict) or not raw:
         return None

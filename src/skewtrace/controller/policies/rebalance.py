@@ -23,8 +23,8 @@ above the floor; and after a change nothing moves for ``rebalance_settle_s``, un
 window holds only steps run with the new shares. A per-step cost that does not grow with the
 batch (the optimizer, a fixed collective) makes a speed estimate err toward equal; the loop
 then converges in more than one change, to shares where the computes are equal. The global
-batch size is the rank side's business (:mod:`skewtrace.rebalance`): it turns shares into
-integer batch sizes summing to it. See ``docs/rebalancing.md``.
+batch size is the rank side's business (:mod:`skewtrace.rank.rebalance_sampler`): it turns
+shares into integer batch sizes summing to it. See ``docs/rebalancing.md``.
 """
 
 from __future__ import annotations
