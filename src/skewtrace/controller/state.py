@@ -34,15 +34,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
 from skewtrace.controller._limits import MAX_VALUE_LENGTH
+from skewtrace.controller.otlp_points import (
+    AGGREGATION_TEMPORALITY_CUMULATIVE,
+    AGGREGATION_TEMPORALITY_DELTA,
+    attributes,
+    parse_rank,
+    point_count,
+)
 from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
-
-AGGREGATION_TEMPORALITY_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
-AGGREGATION_TEMPORALITY_CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
 
 # The metrics the policy reads, by the field of RankSample they fill.
 _RANK_METRICS = {
@@ -98,7 +101,7 @@ def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, 
     if metric == semconv.METRIC_STRAGGLER:
         rank = attrs.get(semconv.RANK, "")
         cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
-        if _parse_rank(rank) is None or not cause or len(cause) > MAX_VALUE_LENGTH:
+        if parse_rank(rank) is None or not cause or len(cause) > MAX_VALUE_LENGTH:
             return None
         reason = DECLINE_FABRIC if cause == semconv.CAUSE_NETWORK else ""
         return reason, (metric, rank, cause)
@@ -313,7 +316,7 @@ class JobWindows:
         self._groups_cache = None
         rejected = 0
         for rm in resource_metrics:
-            resource_attrs = _attributes(rm.resource.attributes)
+            resource_attrs = attributes(rm.resource.attributes)
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
                     rejected += self._ingest_metric(metric, resource_attrs, now)
@@ -329,7 +332,7 @@ class JobWindows:
         if metric.name in PHASE_METRICS:
             return self._ingest_phases(metric, data_field, resource_attrs, now)
         if kind is None:
-            points = _point_count(metric, data_field)
+            points = point_count(metric, data_field)
             if metric.name in _KNOWN_UNUSED:
                 self.counters.points_unused += points
             else:
@@ -337,7 +340,7 @@ class JobWindows:
             return 0
         if data_field != "histogram":
             # The contract makes these histograms; anything else is a producer bug.
-            points = _point_count(metric, data_field)
+            points = point_count(metric, data_field)
             self.counters.points_invalid += points
             return points
         temporality = metric.histogram.aggregation_temporality
@@ -355,13 +358,13 @@ class JobWindows:
         resource_attrs: Mapping[str, str],
         now: float,
     ) -> bool:
-        attrs = {**resource_attrs, **_attributes(point.attributes)}
+        attrs = {**resource_attrs, **attributes(point.attributes)}
         job_id = attrs.get(semconv.JOB_ID, "")
         rank_text = attrs.get(semconv.RANK)
         if len(job_id) > MAX_VALUE_LENGTH or len(rank_text or "") > MAX_VALUE_LENGTH:
             self.counters.points_too_long += 1
             return False
-        rank = _parse_rank(rank_text)
+        rank = parse_rank(rank_text)
         total = point.sum if point.HasField("sum") else 0.0
         if (
             not job_id
@@ -456,12 +459,12 @@ class JobWindows:
         :data:`DECLINE_METRICS`): whether each flagged thing of a job is flagged now. Returns
         how many points were rejected."""
         if data_field != "gauge":
-            points = _point_count(metric, data_field)
+            points = point_count(metric, data_field)
             self.counters.points_invalid += points
             return points
         rejected = 0
         for point in metric.gauge.data_points:
-            attrs = {**resource_attrs, **_attributes(point.attributes)}
+            attrs = {**resource_attrs, **attributes(point.attributes)}
             job_id = attrs.get(semconv.JOB_ID, "")
             which = point.WhichOneof("value")
             value = point.as_double if which == "as_double" else float(point.as_int)
@@ -507,13 +510,13 @@ class JobWindows:
         points were rejected. A point needs a job, a process group, an op and a finite value
         of at least 0; the switches and hosts are kept as sent (the latest point's)."""
         if data_field != "gauge":
-            points = _point_count(metric, data_field)
+            points = point_count(metric, data_field)
             self.counters.points_invalid += points
             return points
         which_value = PHASE_METRICS[metric.name]
         rejected = 0
         for point in metric.gauge.data_points:
-            attrs = {**resource_attrs, **_attributes(point.attributes)}
+            attrs = {**resource_attrs, **attributes(point.attributes)}
             job_id = attrs.get(semconv.JOB_ID, "")
             pg = attrs.get(semconv.COLLECTIVE_PG, "")
             op = attrs.get(semconv.COLLECTIVE_OP, "")
@@ -970,45 +973,3 @@ def _job_step(job: _JobState, start: float) -> float:
 def _split(text: str) -> tuple[str, ...]:
     """A comma-separated attribute (``training.group.switches`` / ``.hosts``) as a tuple."""
     return tuple(part for part in text.split(",") if part)
-
-
-def _attributes(pairs: Iterable[KeyValue]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        text = _any_value_text(pair.value)
-        if text is not None:
-            out[pair.key] = text
-    return out
-
-
-def _any_value_text(value: AnyValue) -> str | None:
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "int_value":
-        return str(value.int_value)
-    if which == "double_value":
-        return repr(value.double_value)
-    if which == "bool_value":
-        return "true" if value.bool_value else "false"
-    return None
-
-
-def _parse_rank(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        value = float(raw) if "." in raw else int(raw)
-    except ValueError:
-        return None
-    if isinstance(value, float):
-        if not value.is_integer():
-            return None
-        value = int(value)
-    return value if value >= 0 else None
-
-
-def _point_count(metric: metrics_pb2.Metric, data_field: str | None) -> int:
-    if data_field is None:
-        return 1
-    return max(1, len(getattr(metric, data_field).data_points))
