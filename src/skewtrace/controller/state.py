@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
-from skewtrace.controller._limits import MAX_VALUE_LENGTH
+from skewtrace.controller._limits import MAX_VALUE_LENGTH, IngestCounters
 from skewtrace.controller.otlp_points import (
     AGGREGATION_TEMPORALITY_CUMULATIVE,
     AGGREGATION_TEMPORALITY_DELTA,
@@ -111,51 +111,6 @@ def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, 
     if not name or not kind or max(len(name), len(kind), len(host)) > MAX_VALUE_LENGTH:
         return None
     return DECLINE_FABRIC, (metric, kind, name, host)
-
-
-@dataclass
-class IngestCounters:
-    """What happened to the data points received; exposed at ``/healthz`` and in logs."""
-
-    points_accepted: int = 0
-    points_unused: int = 0
-    """Known metrics the policy does not read (skew, straggler, clock offset, ...)."""
-    points_unknown_metric: int = 0
-    points_invalid: int = 0
-    """Missing job or rank, wrong type, NaN or negative sums, unsupported temporality."""
-    points_too_long: int = 0
-    """A job id or rank longer than ``MAX_VALUE_LENGTH`` characters."""
-    points_over_job_limit: int = 0
-    """Points of jobs beyond ``max_jobs``."""
-    points_over_rank_limit: int = 0
-    """Points of ranks beyond ``max_ranks_per_job``."""
-    points_over_series_limit: int = 0
-    """Points of series beyond ``max_series_per_job`` (or ``max_series`` in all)."""
-    resets: int = 0
-    """Cumulative series that restarted (start time changed or count went down)."""
-    step_starts_invalid: int = 0
-    """Step ages reported by ranks with their polls that were not a finite number of seconds
-    in [0, ``MAX_STEP_AGE_S``] (ignored; the poll is answered)."""
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-    def rejected(self) -> dict[str, int]:
-        """Points dropped (and reported back as rejected), by reason."""
-        return {
-            REJECTED_INVALID: self.points_invalid,
-            REJECTED_TOO_LONG: self.points_too_long,
-            REJECTED_JOB_LIMIT: self.points_over_job_limit,
-            REJECTED_RANK_LIMIT: self.points_over_rank_limit,
-            REJECTED_SERIES_LIMIT: self.points_over_series_limit,
-        }
-
-
-REJECTED_INVALID = "invalid"
-REJECTED_TOO_LONG = "too_long"
-REJECTED_JOB_LIMIT = "job_limit"
-REJECTED_RANK_LIMIT = "rank_limit"
-REJECTED_SERIES_LIMIT = "series_limit"
 
 
 @dataclass(slots=True)
