@@ -31,13 +31,14 @@ import math
 import statistics
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
 from skewtrace.controller._limits import MAX_VALUE_LENGTH, IngestCounters
+from skewtrace.controller.decision_record import DecisionRecord
 from skewtrace.controller.otlp_points import (
     AGGREGATION_TEMPORALITY_CUMULATIVE,
     AGGREGATION_TEMPORALITY_DELTA,
@@ -141,19 +142,13 @@ class _Delta:
     bounds: tuple[float, ...] | None = None
 
 
-_Decision = tuple[float, Mapping[int, float], bool, Mapping[str, float]]
-"""A published decision as the window remembers it: (time, delays, whether a schedule was
-published, offsets by group)."""
-
-
 @dataclass
 class _JobState:
     last_seen: float
     deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
     rank_last_seen: dict[int, float] = field(default_factory=dict)
-    decisions: deque[_Decision] = field(default_factory=deque)
-    """(time, delays, whether a schedule was published, offsets by group) of every published
-    decision still relevant to the window."""
+    decisions: DecisionRecord = field(default_factory=DecisionRecord)
+    """Every published decision still relevant to the window."""
     step_s: float = 0.0
     """The job's step duration, smoothed from its ranks' step-duration deltas (0: none yet)."""
     step_gap_s: float = 0.0
@@ -537,7 +532,7 @@ class JobWindows:
                 phases=tuple(sorted(phases)),
                 switches=_split(meta[pg][0]),
                 hosts=_split(meta[pg][1]),
-                applied_offset_s=self._mean_offset(job, pg, start, now),
+                applied_offset_s=job.decisions.mean_offset(pg, start, now),
                 job=name,
                 step_s=step_s,
                 step_start_unix=step_start,
@@ -689,7 +684,7 @@ class JobWindows:
                 lateness_sum_s=_once_per_step(
                     sums["lateness"], counts["lateness"] - idle["lateness"], steps
                 ),
-                applied_delay_s=self._mean_delay(job, rank, start, now),
+                applied_delay_s=job.decisions.mean_delay(rank, start, now),
                 wait_top_sum_s=top,
                 wait_typical_s=_typical_wait(parts),
             )
@@ -705,7 +700,7 @@ class JobWindows:
             fabric=tuple(
                 g for other, groups in every_group.items() if other != job_id for g in groups
             ),
-            scheduled=self._scheduled(job, start, now),
+            scheduled=job.decisions.scheduled(start, now),
         )
 
     def _all_groups(self, now: float) -> dict[str, tuple[GroupPhases, ...]]:
@@ -731,11 +726,6 @@ class JobWindows:
         self._groups_cache = (now, found)
         return found
 
-    @staticmethod
-    def _scheduled(job: _JobState, start: float, now: float) -> float:
-        """Fraction of [start, now] during which a schedule was published for the job."""
-        return _time_weighted(job, start, now, lambda entry: 1.0 if entry[2] else 0.0)
-
     def record_decision(
         self,
         job_id: str,
@@ -749,17 +739,7 @@ class JobWindows:
         and the groups' offsets (:attr:`GroupPhases.applied_offset_s`)."""
         job = self._jobs.get(job_id)
         if job is not None:
-            job.decisions.append((now, dict(delays), scheduled, dict(offsets or {})))
-
-    @staticmethod
-    def _mean_offset(job: _JobState, pg: str, start: float, now: float) -> float:
-        """Time-weighted mean of the offset published for the group over [start, now]."""
-        return _time_weighted(job, start, now, lambda entry: entry[3].get(pg, 0.0))
-
-    @staticmethod
-    def _mean_delay(job: _JobState, rank: int, start: float, now: float) -> float:
-        """Time-weighted mean of the delay published for ``rank`` over [start, now]."""
-        return _time_weighted(job, start, now, lambda entry: entry[1].get(rank, 0.0))
+            job.decisions.record(now, delays, scheduled, offsets)
 
     # ----------------------------------------------------------------- expiry
 
@@ -792,9 +772,7 @@ class JobWindows:
             for phase in silent:
                 del job.phases[phase]
             self._series -= len(silent)
-            # Keep the last decision before the window start: it was in force at the start.
-            while len(job.decisions) > 1 and job.decisions[1][0] <= start:
-                job.decisions.popleft()
+            job.decisions.forget_before(start)
         return forgotten
 
 
@@ -893,23 +871,6 @@ def _once_per_step(total: float, nonzero: int, steps: int) -> float:
     if nonzero <= 0 or steps <= 0:
         return total
     return min(total, total * steps / nonzero)
-
-
-def _time_weighted(
-    job: _JobState, start: float, now: float, value: Callable[[_Decision], float]
-) -> float:
-    """The time-weighted mean over [start, now] of ``value`` of the decision in force (each
-    published decision holds until the next)."""
-    if not job.decisions or now <= start:
-        return 0.0
-    weighted = 0.0
-    entries = list(job.decisions)
-    for index, entry in enumerate(entries):
-        until = entries[index + 1][0] if index + 1 < len(entries) else now
-        lo, hi = max(entry[0], start), min(until, now)
-        if hi > lo:
-            weighted += value(entry) * (hi - lo)
-    return weighted / (now - start)
 
 
 def _job_step(job: _JobState, start: float) -> float:
