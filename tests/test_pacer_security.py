@@ -463,7 +463,7 @@ def test_deltas_per_rank_are_bounded_however_often_points_arrive() -> None:
             histogram(semconv.METRIC_RANK_WAIT, DELTA, [(attrs, 1, 0.01)]),
         )
         windows.ingest_request(req.resource_metrics, now)
-    held = len(windows._jobs["j"].deltas[0])
+    held = len(windows._table.jobs["j"].deltas[0])
     assert held <= 2 * 17, held  # per kind at most window / (window / 16) + 1
     rank = windows.window("j", now + 0.01).ranks[0]
     # Merged, not lost: only the oldest merged delta (window / 16 wide) may straddle the

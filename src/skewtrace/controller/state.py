@@ -1,13 +1,6 @@
 """Per-job windows of barrier observations (:mod:`skewtrace.controller.window`), built from OTLP
-histogram data points.
-
-The Collector's connector sends cumulative histograms by default (delta when configured).
-Every series (metric name + job + the data point's attributes) keeps its last cumulative
-point; each new point becomes a delta of ``count`` and ``sum``. A point whose start time
-changed, or whose count went down, is a reset (the Collector restarted, the series was
-evicted): the new point is taken as the delta since its own start. Deltas are stamped with the
-time the pacer received them, not with the producer's timestamps, because window arithmetic
-against another host's clock would inherit its offset.
+histogram data points (made deltas, cumulative or not, by :mod:`~skewtrace.controller.deltas`)
+and kept per job (:mod:`~skewtrace.controller.jobs`).
 
 Memory is bounded, whatever clients send: observations older than the window are dropped at
 every tick, series and jobs that stop reporting are forgotten after ``job_timeout_s``, and
@@ -26,10 +19,8 @@ it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import statistics
-from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,25 +29,18 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
 from skewtrace.controller._limits import MAX_VALUE_LENGTH, IngestCounters
-from skewtrace.controller.decision_record import DecisionRecord
+from skewtrace.controller.deltas import RANK_METRICS, HistogramDeltas
+from skewtrace.controller.jobs import JobState, JobTable
 from skewtrace.controller.otlp_points import (
-    AGGREGATION_TEMPORALITY_CUMULATIVE,
-    AGGREGATION_TEMPORALITY_DELTA,
     attributes,
     parse_rank,
     point_count,
 )
 from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
 
-# The metrics the policy reads, by the field of RankSample they fill.
-_RANK_METRICS = {
-    semconv.METRIC_RANK_WAIT: "wait",
-    semconv.METRIC_RANK_LATENESS: "lateness",
-    semconv.METRIC_STEP_DURATION: "step",
-}
 # Known metrics the policy does not need: accepted quietly (not counted as unknown). Every
 # connector metric is known (the registry's list, so a new one needs no change here).
-_KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(_RANK_METRICS)
+_KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(RANK_METRICS)
 
 IMBALANCE_CAUSES = (semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE)
 
@@ -114,65 +98,6 @@ def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, 
     return DECLINE_FABRIC, (metric, kind, name, host)
 
 
-@dataclass(slots=True)
-class _Series:
-    """One series' last point (cumulative temporality; zeros for delta) and when it came."""
-
-    seen_at: float
-    start_time_unix_nano: int = 0
-    count: int = 0
-    total: float = 0.0
-    near_zero: int = 0
-    buckets: array[int] | None = None
-    """Bucket counts (the wait histogram only), 8 bytes each."""
-    bounds: tuple[float, ...] | None = None
-    """Their bounds: one shared tuple per layout (``JobWindows._layouts``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Delta:
-    received_at: float
-    kind: str
-    count: int
-    total: float
-    near_zero: int
-    """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
-    buckets: array[int] | None = None
-    """The delta's bucket counts (the wait histogram only, for :func:`top_sum`)."""
-    bounds: tuple[float, ...] | None = None
-
-
-@dataclass
-class _JobState:
-    last_seen: float
-    deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
-    rank_last_seen: dict[int, float] = field(default_factory=dict)
-    decisions: DecisionRecord = field(default_factory=DecisionRecord)
-    """Every published decision still relevant to the window."""
-    step_s: float = 0.0
-    """The job's step duration, smoothed from its ranks' step-duration deltas (0: none yet)."""
-    step_gap_s: float = 0.0
-    """The job's time between steps as they arrive here, smoothed: a rank's seconds since its
-    previous step delta, per step counted (0: none yet)."""
-    step_last_at: dict[int, float] = field(default_factory=dict)
-    """When each rank's last step-duration delta arrived."""
-    stepped_at: float = -math.inf
-    """When a rank's step count last went up between two points of one series (not the first
-    point of a cumulative series, which carries a history that may be long over: the
-    Collector re-sends an ended job's series until ``series_idle_timeout``)."""
-    series: dict[_SeriesKey, _Series] = field(default_factory=dict)
-    flags: dict[tuple[str, ...], tuple[str, bool]] = field(default_factory=dict)
-    """The Collector's flags the policies decline for (:data:`DECLINE_METRICS`): series key ->
-    (reason, flagged now), from the latest point of each. The connector sends 1 while flagged
-    and 0 once cleared, but an unchanged series only every ``metrics_resend_interval``: the
-    last value holds until the next (or the job is forgotten)."""
-    phases: dict[tuple[str, str], _PhaseSeries] = field(default_factory=dict)
-    """(process group, op) -> its phase's recent values (:data:`PHASE_METRICS`)."""
-    step_start: tuple[float, float] = (0.0, -math.inf)
-    """(a step's start on the controller's wall clock, as a rank last reported it; when it
-    arrived)."""
-
-
 @dataclass
 class _PhaseSeries:
     """One group's phase of one op: its latest starts and durations, stamped on receipt."""
@@ -187,26 +112,9 @@ class _PhaseSeries:
     )
 
 
-_SeriesKey = tuple[str, int, bytes]
-"""(kind, rank, digest of all the point's and resource's attributes)."""
-
-# Deltas of one rank and kind received closer together than window_s / this are merged.
-_DELTAS_PER_WINDOW = 16
-
-# Weight of a new step-duration delta in a job's smoothed step duration and time between steps.
-_STEP_SMOOTHING = 0.2
-
 # The window is cut into this many parts for a rank's typical wait per step (the median over
 # the parts): one part that held another rank's random stall does not make it.
 _WAIT_PARTS = 4
-
-# Wait histograms keep their buckets (for the rebalancing policy's estimate) up to this many
-# buckets, in at most this many distinct layouts (one per Collector configuration, normally).
-_MAX_BUCKETS = 64
-_MAX_LAYOUTS = 64
-
-NEAR_ZERO_S = 0.001
-"""A first histogram bucket bounded at or below this counts collectives that did not wait."""
 
 MAX_STEP_AGE_S = 60.0
 """A step start reported as older than this (seconds before the poll) is refused."""
@@ -241,21 +149,24 @@ class JobWindows:
         self.max_window_s = window_s if max_window_s is None else max_window_s
         self.job_timeout_s = job_timeout_s
         self.rank_timeout_s = window_s if rank_timeout_s is None else rank_timeout_s
-        self.max_jobs = max_jobs
-        self.max_ranks_per_job = max_ranks_per_job
-        self.max_series_per_job = max_series_per_job
-        self.max_series = max_series
-        self.counters = IngestCounters()
-        self._jobs: dict[str, _JobState] = {}
-        self._series = 0
-        self._merge_s = window_s / _DELTAS_PER_WINDOW
-        self._layouts: dict[tuple[float, ...], tuple[float, ...]] = {}
+        self._table = JobTable(
+            max_jobs=max_jobs,
+            max_ranks_per_job=max_ranks_per_job,
+            max_series_per_job=max_series_per_job,
+            max_series=max_series,
+        )
+        self._histograms = HistogramDeltas(self._table, window_s)
         self._groups_cache: tuple[float, dict[str, tuple[GroupPhases, ...]]] | None = None
+
+    @property
+    def counters(self) -> IngestCounters:
+        """What happened to the data points received."""
+        return self._table.counters
 
     @property
     def series(self) -> int:
         """Series tracked now, in all jobs."""
-        return self._series
+        return self._table.series
 
     # ----------------------------------------------------------------- ingest
 
@@ -275,7 +186,7 @@ class JobWindows:
     def _ingest_metric(
         self, metric: metrics_pb2.Metric, resource_attrs: Mapping[str, str], now: float
     ) -> int:
-        kind = _RANK_METRICS.get(metric.name)
+        kind = RANK_METRICS.get(metric.name)
         data_field = metric.WhichOneof("data")
         if metric.name in DECLINE_METRICS:
             return self._ingest_flags(metric, data_field, resource_attrs, now)
@@ -288,115 +199,7 @@ class JobWindows:
             else:
                 self.counters.points_unknown_metric += points
             return 0
-        if data_field != "histogram":
-            # The contract makes these histograms; anything else is a producer bug.
-            points = point_count(metric, data_field)
-            self.counters.points_invalid += points
-            return points
-        temporality = metric.histogram.aggregation_temporality
-        rejected = 0
-        for point in metric.histogram.data_points:
-            if not self._ingest_point(kind, temporality, point, resource_attrs, now):
-                rejected += 1
-        return rejected
-
-    def _ingest_point(
-        self,
-        kind: str,
-        temporality: int,
-        point: metrics_pb2.HistogramDataPoint,
-        resource_attrs: Mapping[str, str],
-        now: float,
-    ) -> bool:
-        attrs = {**resource_attrs, **attributes(point.attributes)}
-        job_id = attrs.get(semconv.JOB_ID, "")
-        rank_text = attrs.get(semconv.RANK)
-        if len(job_id) > MAX_VALUE_LENGTH or len(rank_text or "") > MAX_VALUE_LENGTH:
-            self.counters.points_too_long += 1
-            return False
-        rank = parse_rank(rank_text)
-        total = point.sum if point.HasField("sum") else 0.0
-        if (
-            not job_id
-            or rank is None
-            or not math.isfinite(total)
-            or total < 0
-            or temporality
-            not in (AGGREGATION_TEMPORALITY_CUMULATIVE, AGGREGATION_TEMPORALITY_DELTA)
-        ):
-            self.counters.points_invalid += 1
-            return False
-        job = self._jobs.get(job_id)
-        if job is None and len(self._jobs) >= self.max_jobs:
-            self.counters.points_over_job_limit += 1
-            return False
-        if job is not None and rank not in job.deltas and len(job.deltas) >= self.max_ranks_per_job:
-            self.counters.points_over_rank_limit += 1
-            return False
-        key: _SeriesKey = (kind, rank, _digest(attrs))
-        series = job.series.get(key) if job is not None else None
-        if series is None and (
-            self._series >= self.max_series
-            or (job is not None and len(job.series) >= self.max_series_per_job)
-        ):
-            self.counters.points_over_series_limit += 1
-            return False
-        if job is None:
-            job = self._jobs[job_id] = _JobState(last_seen=now)
-        known = series is not None
-        if series is None:
-            series = job.series[key] = _Series(seen_at=now)
-            self._series += 1
-        series.seen_at = now
-
-        count, delta_total = int(point.count), float(total)
-        near_zero = _near_zero_count(point)
-        bounds, buckets = self._kept_buckets(kind, point)
-        bucket_delta = buckets
-        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
-            known_buckets = series.buckets
-            if (
-                buckets is not None
-                and known_buckets is not None
-                and series.bounds is bounds
-                and series.start_time_unix_nano == point.start_time_unix_nano
-            ):
-                diff = array("q", (b - a for a, b in zip(known_buckets, buckets, strict=True)))
-                bucket_delta = diff if min(diff, default=0) >= 0 else buckets
-            series.buckets, series.bounds = buckets, bounds
-        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
-            if known and series.start_time_unix_nano == point.start_time_unix_nano:
-                if (
-                    count < series.count
-                    or total < series.total - 1e-12
-                    or near_zero < series.near_zero
-                ):
-                    self.counters.resets += 1
-                    count, delta_total, near_zero = _reset(series, point, total, near_zero)
-                else:
-                    delta = count - series.count, total - series.total, near_zero - series.near_zero
-                    _reset(series, point, total, near_zero)
-                    count, delta_total, near_zero = delta
-            else:
-                if known:
-                    self.counters.resets += 1
-                count, delta_total, near_zero = _reset(series, point, total, near_zero)
-        job.last_seen = now
-        self.counters.points_accepted += 1
-        if count == 0:
-            # An unchanged cumulative point says the rank stopped producing spans; it must
-            # not count as "still reporting".
-            return True
-        job.rank_last_seen[rank] = now
-        if kind == "step":
-            _note_step(job, rank, count, delta_total, now)
-            if known or temporality != AGGREGATION_TEMPORALITY_CUMULATIVE:
-                job.stepped_at = now
-        self._add_delta(
-            job.deltas.setdefault(rank, deque()),
-            _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
-        )
-        return True
+        return self._histograms.ingest(metric, kind, data_field, resource_attrs, now)
 
     def _ingest_flags(
         self,
@@ -433,13 +236,13 @@ class JobWindows:
                 # the policies act on it from the waits.
                 self.counters.points_unused += 1
                 continue
-            job = self._jobs.get(job_id)
+            job = self._table.jobs.get(job_id)
             if job is None:
-                if len(self._jobs) >= self.max_jobs:
+                if len(self._table.jobs) >= self._table.max_jobs:
                     self.counters.points_over_job_limit += 1
                     rejected += 1
                     continue
-                job = self._jobs[job_id] = _JobState(last_seen=now)
+                job = self._table.jobs[job_id] = JobState(last_seen=now)
             if key not in job.flags and len(job.flags) >= _MAX_FLAGS_PER_JOB:
                 self.counters.points_over_series_limit += 1
                 rejected += 1
@@ -486,21 +289,24 @@ class JobWindows:
                 self.counters.points_invalid += 1
                 rejected += 1
                 continue
-            job = self._jobs.get(job_id)
+            job = self._table.jobs.get(job_id)
             if job is None:
-                if len(self._jobs) >= self.max_jobs:
+                if len(self._table.jobs) >= self._table.max_jobs:
                     self.counters.points_over_job_limit += 1
                     rejected += 1
                     continue
-                job = self._jobs[job_id] = _JobState(last_seen=now)
+                job = self._table.jobs[job_id] = JobState(last_seen=now)
             series = job.phases.get((pg, op))
             if series is None:
-                if len(job.phases) >= _MAX_PHASES_PER_JOB or self._series >= self.max_series:
+                if (
+                    len(job.phases) >= _MAX_PHASES_PER_JOB
+                    or self._table.series >= self._table.max_series
+                ):
                     self.counters.points_over_series_limit += 1
                     rejected += 1
                     continue
                 series = job.phases[(pg, op)] = _PhaseSeries(switches, hosts)
-                self._series += 1
+                self._table.series += 1
             series.switches, series.hosts = switches, hosts
             getattr(series, which_value).append((now, value))
             job.last_seen = now
@@ -508,7 +314,7 @@ class JobWindows:
         return rejected
 
     def _groups(
-        self, job: _JobState, start: float, now: float, name: str
+        self, job: JobState, start: float, now: float, name: str
     ) -> tuple[GroupPhases, ...]:
         """The job's groups with phases received since ``start``: per op, the median start
         and duration, in order of start (see :class:`GroupPhases`)."""
@@ -540,55 +346,10 @@ class JobWindows:
             for pg, phases in sorted(by_pg.items())
         )
 
-    def _kept_buckets(
-        self, kind: str, point: metrics_pb2.HistogramDataPoint
-    ) -> tuple[tuple[float, ...] | None, array[int] | None]:
-        """(bounds, bucket counts) kept for the wait histogram; (None, None) for the others,
-        for points whose buckets do not match their bounds, for more than
-        ``_MAX_BUCKETS`` buckets, or beyond ``_MAX_LAYOUTS`` distinct bounds (memory stays
-        bounded whatever clients send; the estimate then falls back to ``wait_sum_s``)."""
-        count = len(point.bucket_counts)
-        if kind != "wait" or count != len(point.explicit_bounds) + 1 or count > _MAX_BUCKETS:
-            return None, None
-        key = tuple(point.explicit_bounds)
-        bounds = self._layouts.get(key)
-        if bounds is None:
-            if len(self._layouts) >= _MAX_LAYOUTS:
-                return None, None
-            bounds = self._layouts[key] = key
-        return bounds, array("q", point.bucket_counts)
-
-    def _add_delta(self, deltas: deque[_Delta], delta: _Delta) -> None:
-        """Append, or merge into the same kind's latest delta when it is that recent."""
-        for index in range(len(deltas) - 1, max(-1, len(deltas) - 1 - len(_RANK_METRICS)), -1):
-            previous = deltas[index]
-            if previous.kind != delta.kind:
-                continue
-            if delta.received_at - previous.received_at < self._merge_s and (
-                previous.bounds is delta.bounds
-            ):
-                buckets = None
-                if previous.buckets is not None and delta.buckets is not None:
-                    buckets = array(
-                        "q", (a + b for a, b in zip(previous.buckets, delta.buckets, strict=True))
-                    )
-                deltas[index] = _Delta(
-                    previous.received_at,
-                    delta.kind,
-                    previous.count + delta.count,
-                    previous.total + delta.total,
-                    previous.near_zero + delta.near_zero,
-                    buckets,
-                    previous.bounds,
-                )
-                return
-            break
-        deltas.append(delta)
-
     # ----------------------------------------------------------------- windows
 
     def job_ids(self) -> list[str]:
-        return list(self._jobs)
+        return list(self._table.jobs)
 
     def note_step_start(self, job_id: str, raw_age: str, wall_now: float, now: float) -> bool:
         """A rank of the job said with its poll that one of its steps started ``raw_age``
@@ -604,7 +365,7 @@ class JobWindows:
         if not (math.isfinite(age) and 0.0 <= age <= MAX_STEP_AGE_S):
             self.counters.step_starts_invalid += 1
             return False
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is not None:
             job.step_start = (wall_now - age, now)
             self._groups_cache = None
@@ -618,7 +379,7 @@ class JobWindows:
         timeout stretches by the same amount. The step period is the larger of the job's
         smoothed step duration and the smoothed time between its steps' arrivals (a job that
         pauses between short steps has a long period all the same)."""
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is None:
             return 0.0
         period = max(job.step_s, job.step_gap_s)
@@ -629,7 +390,7 @@ class JobWindows:
 
     def window(self, job_id: str, now: float) -> JobWindow:
         """The job's window ending at ``now``; ranks silent for ``rank_timeout_s`` are left out."""
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is None:
             return JobWindow(now=now, ranks={})
         stretch = self.stretch_s(job_id)
@@ -711,7 +472,7 @@ class JobWindows:
         if cached is not None and cached[0] == now:
             return cached[1]
         found: dict[str, tuple[GroupPhases, ...]] = {}
-        for job_id, job in sorted(self._jobs.items()):
+        for job_id, job in sorted(self._table.jobs.items()):
             if job.phases:
                 start = now - self.window_s - self.stretch_s(job_id)
                 if job.stepped_at < start:
@@ -737,7 +498,7 @@ class JobWindows:
         """Remember what ranks were told, to add it back when estimating natural waits and
         phases: the delays, whether a schedule was in force (:attr:`JobWindow.scheduled`)
         and the groups' offsets (:attr:`GroupPhases.applied_offset_s`)."""
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is not None:
             job.decisions.record(now, delays, scheduled, offsets)
 
@@ -745,16 +506,18 @@ class JobWindows:
 
     def expire(self, now: float) -> list[str]:
         """Drop old observations, and forget jobs silent for ``job_timeout_s``; returns them."""
-        forgotten = [j for j, s in self._jobs.items() if now - s.last_seen > self.job_timeout_s]
+        forgotten = [
+            j for j, s in self._table.jobs.items() if now - s.last_seen > self.job_timeout_s
+        ]
         for job_id in forgotten:
-            job = self._jobs.pop(job_id)
-            self._series -= len(job.series) + len(job.phases)
-        for job_id, job in self._jobs.items():
+            job = self._table.jobs.pop(job_id)
+            self._table.series -= len(job.series) + len(job.phases)
+        for job_id, job in self._table.jobs.items():
             start = now - self.window_s - self.stretch_s(job_id)
             stale = [k for k, c in job.series.items() if now - c.seen_at > self.job_timeout_s]
             for key in stale:
                 del job.series[key]
-            self._series -= len(stale)
+            self._table.series -= len(stale)
             for rank in list(job.deltas):
                 deltas = job.deltas[rank]
                 while deltas and deltas[0].received_at < start:
@@ -771,40 +534,9 @@ class JobWindows:
             ]
             for phase in silent:
                 del job.phases[phase]
-            self._series -= len(silent)
+            self._table.series -= len(silent)
             job.decisions.forget_before(start)
         return forgotten
-
-
-def _smooth(average: float, value: float) -> float:
-    return value if average <= 0 else average + _STEP_SMOOTHING * (value - average)
-
-
-def _note_step(job: _JobState, rank: int, count: int, total: float, now: float) -> None:
-    """Update the job's step duration and time between steps from one rank's step delta."""
-    if total > 0:
-        job.step_s = _smooth(job.step_s, total / count)
-    last = job.step_last_at.get(rank)
-    if last is not None and now > last:
-        job.step_gap_s = _smooth(job.step_gap_s, (now - last) / count)
-    job.step_last_at[rank] = now
-
-
-def _reset(
-    series: _Series, point: metrics_pb2.HistogramDataPoint, total: float, near_zero: int
-) -> tuple[int, float, int]:
-    """Make ``point`` the series' last cumulative point; returns it as (count, sum, near zero)."""
-    series.start_time_unix_nano = point.start_time_unix_nano
-    series.count, series.total, series.near_zero = int(point.count), total, near_zero
-    return series.count, total, near_zero
-
-
-def _digest(attrs: Mapping[str, str]) -> bytes:
-    """A fixed-size identity of an attribute set (length-prefixed, so it is unambiguous)."""
-    h = hashlib.blake2b(digest_size=16)
-    for key, value in sorted(attrs.items()):
-        h.update(f"{len(key)}:{key}{len(value)}:{value}".encode("utf-8", "surrogateescape"))
-    return h.digest()
 
 
 def top_sum(bounds: Sequence[float], counts: Sequence[int], total: float, take: int) -> float:
@@ -841,12 +573,6 @@ def top_sum(bounds: Sequence[float], counts: Sequence[int], total: float, take: 
     return upper * (whole + partial_fraction * partial) / estimated
 
 
-def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:
-    if point.explicit_bounds and point.bucket_counts and point.explicit_bounds[0] <= NEAR_ZERO_S:
-        return int(point.bucket_counts[0])
-    return 0
-
-
 def _typical_wait(parts: Sequence[Sequence[float]]) -> float | None:
     """The median over the window's parts of each part's barrier wait per step; None when
     fewer than 3 parts saw steps (too few to outvote one)."""
@@ -873,7 +599,7 @@ def _once_per_step(total: float, nonzero: int, steps: int) -> float:
     return min(total, total * steps / nonzero)
 
 
-def _job_step(job: _JobState, start: float) -> float:
+def _job_step(job: JobState, start: float) -> float:
     """The job's mean step time over the step-duration deltas received since ``start`` (0
     without any): the same figure for the job's own window and for the other jobs'."""
     count = 0
