@@ -52,10 +52,10 @@ class JobState:
     series: dict[SeriesKey, Series] = field(default_factory=dict)
     flags: dict[tuple[str, ...], tuple[str, bool]] = field(default_factory=dict)
     """The Collector's flags the policies decline for
-    (:data:`~skewtrace.controller.state.DECLINE_METRICS`): series key -> (reason, flagged now),
-    from the latest point of each. The connector sends 1 while flagged and 0 once cleared,
-    but an unchanged series only every ``metrics_resend_interval``: the last value holds
-    until the next (or the job is forgotten)."""
+    (:data:`~skewtrace.controller.collector_flags.DECLINE_METRICS`): series key -> (reason,
+    flagged now), from the latest point of each. The connector sends 1 while flagged and 0
+    once cleared, but an unchanged series only every ``metrics_resend_interval``: the last
+    value holds until the next (or the job is forgotten)."""
     phases: dict[tuple[str, str], _PhaseSeries] = field(default_factory=dict)
     """(process group, op) -> its phase's recent values
     (:data:`~skewtrace.controller.state.PHASE_METRICS`)."""

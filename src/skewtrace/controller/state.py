@@ -29,11 +29,11 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
 from skewtrace.controller._limits import MAX_VALUE_LENGTH, IngestCounters
+from skewtrace.controller.collector_flags import DECLINE_METRICS, declines, ingest_flags
 from skewtrace.controller.deltas import RANK_METRICS, HistogramDeltas
 from skewtrace.controller.jobs import JobState, JobTable
 from skewtrace.controller.otlp_points import (
     attributes,
-    parse_rank,
     point_count,
 )
 from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
@@ -41,23 +41,6 @@ from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
 # Known metrics the policy does not need: accepted quietly (not counted as unknown). Every
 # connector metric is known (the registry's list, so a new one needs no change here).
 _KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(RANK_METRICS)
-
-IMBALANCE_CAUSES = (semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE)
-
-DECLINE_FABRIC = "fabric_fault"
-"""The reason a policy declines a job while the Collector flags one of its ranks for its
-network or suspects a part of the fabric: a delay on the other ranks does not make a link
-faster."""
-
-DECLINE_METRICS = frozenset(
-    {semconv.METRIC_IMBALANCE, semconv.METRIC_STRAGGLER, semconv.METRIC_FABRIC_SUSPECT}
-)
-"""The Collector's flag gauges the policies read to decline a job (1 while flagged, 0 once
-cleared): an imbalance (``stage_imbalance``, ``data_imbalance``), a rank flagged for its
-network, a suspected part of the fabric."""
-
-# Flag series kept per job (one per stage, per rank flagged for its network, per suspect).
-_MAX_FLAGS_PER_JOB = 256
 
 PHASE_METRICS = {
     semconv.METRIC_GROUP_PHASE_START: "start",
@@ -71,31 +54,6 @@ reads as :class:`~skewtrace.controller.window.GroupPhases`."""
 # median is taken over them).
 _MAX_PHASES_PER_JOB = 256
 _MAX_PHASE_VALUES = 32
-
-
-def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
-    """(reason, key) of one flag gauge point: the reason the policies decline for ("" for a
-    flag they do not decline for), and the key of its series in the job; None when the point
-    lacks what its metric must carry."""
-    if metric == semconv.METRIC_IMBALANCE:
-        cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
-        stage = attrs.get(semconv.PIPELINE_STAGE, "")
-        if cause not in IMBALANCE_CAUSES or len(stage) > MAX_VALUE_LENGTH:
-            return None
-        return cause, (metric, cause, stage)
-    if metric == semconv.METRIC_STRAGGLER:
-        rank = attrs.get(semconv.RANK, "")
-        cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
-        if parse_rank(rank) is None or not cause or len(cause) > MAX_VALUE_LENGTH:
-            return None
-        reason = DECLINE_FABRIC if cause == semconv.CAUSE_NETWORK else ""
-        return reason, (metric, rank, cause)
-    name = attrs.get(semconv.SUSPECT_NAME, "")
-    kind = attrs.get(semconv.SUSPECT_KIND, "")
-    host = attrs.get(semconv.HOST_NAME, "")
-    if not name or not kind or max(len(name), len(kind), len(host)) > MAX_VALUE_LENGTH:
-        return None
-    return DECLINE_FABRIC, (metric, kind, name, host)
 
 
 @dataclass
@@ -189,7 +147,7 @@ class JobWindows:
         kind = RANK_METRICS.get(metric.name)
         data_field = metric.WhichOneof("data")
         if metric.name in DECLINE_METRICS:
-            return self._ingest_flags(metric, data_field, resource_attrs, now)
+            return ingest_flags(self._table, metric, data_field, resource_attrs, now)
         if metric.name in PHASE_METRICS:
             return self._ingest_phases(metric, data_field, resource_attrs, now)
         if kind is None:
@@ -200,57 +158,6 @@ class JobWindows:
                 self.counters.points_unknown_metric += points
             return 0
         return self._histograms.ingest(metric, kind, data_field, resource_attrs, now)
-
-    def _ingest_flags(
-        self,
-        metric: metrics_pb2.Metric,
-        data_field: str | None,
-        resource_attrs: Mapping[str, str],
-        now: float,
-    ) -> int:
-        """Take the Collector's flag gauges that make the policies decline a job (see
-        :data:`DECLINE_METRICS`): whether each flagged thing of a job is flagged now. Returns
-        how many points were rejected."""
-        if data_field != "gauge":
-            points = point_count(metric, data_field)
-            self.counters.points_invalid += points
-            return points
-        rejected = 0
-        for point in metric.gauge.data_points:
-            attrs = {**resource_attrs, **attributes(point.attributes)}
-            job_id = attrs.get(semconv.JOB_ID, "")
-            which = point.WhichOneof("value")
-            value = point.as_double if which == "as_double" else float(point.as_int)
-            if len(job_id) > MAX_VALUE_LENGTH:
-                self.counters.points_too_long += 1
-                rejected += 1
-                continue
-            found = _decline_of(metric.name, attrs)
-            if not job_id or found is None or which is None or not math.isfinite(value):
-                self.counters.points_invalid += 1
-                rejected += 1
-                continue
-            reason, key = found
-            if not reason:
-                # A flag of a kind no policy declines for (a rank late for its compute):
-                # the policies act on it from the waits.
-                self.counters.points_unused += 1
-                continue
-            job = self._table.jobs.get(job_id)
-            if job is None:
-                if len(self._table.jobs) >= self._table.max_jobs:
-                    self.counters.points_over_job_limit += 1
-                    rejected += 1
-                    continue
-                job = self._table.jobs[job_id] = JobState(last_seen=now)
-            if key not in job.flags and len(job.flags) >= _MAX_FLAGS_PER_JOB:
-                self.counters.points_over_series_limit += 1
-                rejected += 1
-                continue
-            job.flags[key] = (reason, value >= 1)
-            job.last_seen = now
-            self.counters.points_accepted += 1
-        return rejected
 
     def _ingest_phases(
         self,
@@ -449,13 +356,12 @@ class JobWindows:
                 wait_top_sum_s=top,
                 wait_typical_s=_typical_wait(parts),
             )
-        declines = tuple(sorted({reason for reason, on in job.flags.values() if on}))
         every_group = self._all_groups(now)
         return JobWindow(
             now=now,
             ranks=ranks,
             stretch_s=stretch,
-            declines=declines,
+            declines=declines(job.flags),
             job=job_id,
             groups=every_group.get(job_id, ()),
             fabric=tuple(
