@@ -459,7 +459,7 @@ def _histogram_of(values: list[float]) -> list[int]:
     ],
 )
 def test_top_sum_finds_the_wait_a_step_idled(waits_per_step: list[float], expected: float) -> None:
-    from skewtrace.controller.state import top_sum
+    from skewtrace.controller.window_stats import top_sum
 
     steps = 40
     values = waits_per_step * steps

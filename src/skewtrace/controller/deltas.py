@@ -83,7 +83,7 @@ class Delta:
     """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
     buckets: array[int] | None = None
     """The delta's bucket counts (the wait histogram only, for
-    :func:`~skewtrace.controller.state.top_sum`)."""
+    :func:`~skewtrace.controller.window_stats.top_sum`)."""
     bounds: tuple[float, ...] | None = None
 
 
