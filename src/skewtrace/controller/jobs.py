@@ -23,7 +23,7 @@ from skewtrace.controller.decision_record import DecisionRecord
 if TYPE_CHECKING:
     # The modules that fill a job's records import this one; here their types are only named.
     from skewtrace.controller.deltas import Delta, Series, SeriesKey
-    from skewtrace.controller.state import _PhaseSeries
+    from skewtrace.controller.group_phases import PhaseSeries
 
 # Weight of a new step-duration delta in a job's smoothed step duration and time between steps.
 _STEP_SMOOTHING = 0.2
@@ -56,9 +56,9 @@ class JobState:
     flagged now), from the latest point of each. The connector sends 1 while flagged and 0
     once cleared, but an unchanged series only every ``metrics_resend_interval``: the last
     value holds until the next (or the job is forgotten)."""
-    phases: dict[tuple[str, str], _PhaseSeries] = field(default_factory=dict)
+    phases: dict[tuple[str, str], PhaseSeries] = field(default_factory=dict)
     """(process group, op) -> its phase's recent values
-    (:data:`~skewtrace.controller.state.PHASE_METRICS`)."""
+    (:data:`~skewtrace.controller.group_phases.PHASE_METRICS`)."""
     step_start: tuple[float, float] = (0.0, -math.inf)
     """(a step's start on the controller's wall clock, as a rank last reported it; when it
     arrived)."""

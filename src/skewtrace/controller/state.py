@@ -1,6 +1,18 @@
 """Per-job windows of barrier observations (:mod:`skewtrace.controller.window`), built from OTLP
-histogram data points (made deltas, cumulative or not, by :mod:`~skewtrace.controller.deltas`)
-and kept per job (:mod:`~skewtrace.controller.jobs`).
+metric points: :class:`JobWindows` takes export requests in, hands each metric to the module
+that reads it, and builds a job's :class:`~skewtrace.controller.window.JobWindow` on every
+tick from what they keep.
+
+- :mod:`~skewtrace.controller.otlp_points`: the points' attribute values, ranks and
+  temporalities.
+- :mod:`~skewtrace.controller.deltas`: the ranks' wait, lateness and step-duration histograms
+  (cumulative or delta) as deltas, stamped on receipt.
+- :mod:`~skewtrace.controller.collector_flags`: the Collector's flags a policy declines a job
+  for.
+- :mod:`~skewtrace.controller.group_phases`: process groups' communication phases.
+- :mod:`~skewtrace.controller.jobs`: what is kept per job, and the bounds on it.
+- :mod:`~skewtrace.controller.window_stats`: a rank's window from its deltas.
+- :mod:`~skewtrace.controller.decision_record`: what the ranks were told, time-weighted.
 
 Memory is bounded, whatever clients send: observations older than the window are dropped at
 every tick, series and jobs that stop reporting are forgotten after ``job_timeout_s``, and
@@ -9,9 +21,10 @@ in a job, or ``max_series`` series in all, are counted and dropped. A histogram 
 a fixed size whatever its attributes (it is keyed by a digest of them), and deltas of one rank
 received within ``window_s / 16`` of each other are merged, so a rank holds a bounded number of
 them however often points arrive. The client text kept is the job id and, for the group-phase
-gauges (:data:`PHASE_METRICS`), each group's name, op, switches and hosts: every value at most
-:data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH` characters (longer ones are refused, as
-over HTTP), at most 256 phase series a job (counted in ``max_series``) of 32 values each.
+gauges (:data:`~skewtrace.controller.group_phases.PHASE_METRICS`), each group's name, op,
+switches and hosts: every value at most :data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH`
+characters (longer ones are refused, as over HTTP), at most 256 phase series a job (counted in
+``max_series``) of 32 values each.
 
 Not thread-safe by itself; :class:`skewtrace.controller.service.PacerService` holds a lock around
 it.
@@ -20,56 +33,23 @@ it.
 from __future__ import annotations
 
 import math
-import statistics
-from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
-from skewtrace.controller._limits import MAX_VALUE_LENGTH, IngestCounters
+from skewtrace.controller._limits import IngestCounters
 from skewtrace.controller.collector_flags import DECLINE_METRICS, declines, ingest_flags
 from skewtrace.controller.deltas import RANK_METRICS, HistogramDeltas
-from skewtrace.controller.jobs import JobState, JobTable
-from skewtrace.controller.otlp_points import (
-    attributes,
-    point_count,
-)
+from skewtrace.controller.group_phases import PHASE_METRICS, groups_of, ingest_phases
+from skewtrace.controller.jobs import JobTable
+from skewtrace.controller.otlp_points import attributes, point_count
 from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
-from skewtrace.controller.window_stats import job_step, rank_window
+from skewtrace.controller.window_stats import rank_window
 
 # Known metrics the policy does not need: accepted quietly (not counted as unknown). Every
 # connector metric is known (the registry's list, so a new one needs no change here).
 _KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(RANK_METRICS)
-
-PHASE_METRICS = {
-    semconv.METRIC_GROUP_PHASE_START: "start",
-    semconv.METRIC_GROUP_PHASE_DURATION: "duration",
-}
-"""The Collector's group-phase gauges (``training.group.phase.start`` / ``.duration``, one point
-per job, process group and collective op each analysed step), which the interleave policy
-reads as :class:`~skewtrace.controller.window.GroupPhases`."""
-
-# Phase series kept per job ((group, op) pairs), and values kept per series (the window's
-# median is taken over them).
-_MAX_PHASES_PER_JOB = 256
-_MAX_PHASE_VALUES = 32
-
-
-@dataclass
-class _PhaseSeries:
-    """One group's phase of one op: its latest starts and durations, stamped on receipt."""
-
-    switches: str
-    hosts: str
-    start: deque[tuple[float, float]] = field(
-        default_factory=lambda: deque(maxlen=_MAX_PHASE_VALUES)
-    )
-    duration: deque[tuple[float, float]] = field(
-        default_factory=lambda: deque(maxlen=_MAX_PHASE_VALUES)
-    )
-
 
 MAX_STEP_AGE_S = 60.0
 """A step start reported as older than this (seconds before the poll) is refused."""
@@ -146,7 +126,7 @@ class JobWindows:
         if metric.name in DECLINE_METRICS:
             return ingest_flags(self._table, metric, data_field, resource_attrs, now)
         if metric.name in PHASE_METRICS:
-            return self._ingest_phases(metric, data_field, resource_attrs, now)
+            return ingest_phases(self._table, metric, data_field, resource_attrs, now)
         if kind is None:
             points = point_count(metric, data_field)
             if metric.name in _KNOWN_UNUSED:
@@ -155,100 +135,6 @@ class JobWindows:
                 self.counters.points_unknown_metric += points
             return 0
         return self._histograms.ingest(metric, kind, data_field, resource_attrs, now)
-
-    def _ingest_phases(
-        self,
-        metric: metrics_pb2.Metric,
-        data_field: str | None,
-        resource_attrs: Mapping[str, str],
-        now: float,
-    ) -> int:
-        """Take the Collector's group-phase gauges (:data:`PHASE_METRICS`); returns how many
-        points were rejected. A point needs a job, a process group, an op and a finite value
-        of at least 0; the switches and hosts are kept as sent (the latest point's)."""
-        if data_field != "gauge":
-            points = point_count(metric, data_field)
-            self.counters.points_invalid += points
-            return points
-        which_value = PHASE_METRICS[metric.name]
-        rejected = 0
-        for point in metric.gauge.data_points:
-            attrs = {**resource_attrs, **attributes(point.attributes)}
-            job_id = attrs.get(semconv.JOB_ID, "")
-            pg = attrs.get(semconv.COLLECTIVE_PG, "")
-            op = attrs.get(semconv.COLLECTIVE_OP, "")
-            switches = attrs.get(semconv.GROUP_SWITCHES, "")
-            hosts = attrs.get(semconv.GROUP_HOSTS, "")
-            if max(len(job_id), len(pg), len(op), len(switches), len(hosts)) > MAX_VALUE_LENGTH:
-                self.counters.points_too_long += 1
-                rejected += 1
-                continue
-            which = point.WhichOneof("value")
-            value = point.as_double if which == "as_double" else float(point.as_int)
-            if not job_id or not pg or not op or which is None or not math.isfinite(value):
-                self.counters.points_invalid += 1
-                rejected += 1
-                continue
-            if value < 0:
-                self.counters.points_invalid += 1
-                rejected += 1
-                continue
-            job = self._table.jobs.get(job_id)
-            if job is None:
-                if len(self._table.jobs) >= self._table.max_jobs:
-                    self.counters.points_over_job_limit += 1
-                    rejected += 1
-                    continue
-                job = self._table.jobs[job_id] = JobState(last_seen=now)
-            series = job.phases.get((pg, op))
-            if series is None:
-                if (
-                    len(job.phases) >= _MAX_PHASES_PER_JOB
-                    or self._table.series >= self._table.max_series
-                ):
-                    self.counters.points_over_series_limit += 1
-                    rejected += 1
-                    continue
-                series = job.phases[(pg, op)] = _PhaseSeries(switches, hosts)
-                self._table.series += 1
-            series.switches, series.hosts = switches, hosts
-            getattr(series, which_value).append((now, value))
-            job.last_seen = now
-            self.counters.points_accepted += 1
-        return rejected
-
-    def _groups(
-        self, job: JobState, start: float, now: float, name: str
-    ) -> tuple[GroupPhases, ...]:
-        """The job's groups with phases received since ``start``: per op, the median start
-        and duration, in order of start (see :class:`GroupPhases`)."""
-        by_pg: dict[str, list[tuple[float, float]]] = {}
-        meta: dict[str, tuple[str, str]] = {}
-        for (pg, _op), series in sorted(job.phases.items()):
-            starts = [v for at, v in series.start if at >= start]
-            durations = [v for at, v in series.duration if at >= start]
-            if not starts or not durations:
-                continue
-            by_pg.setdefault(pg, []).append(
-                (statistics.median(starts), statistics.median(durations))
-            )
-            meta[pg] = (series.switches, series.hosts)
-        step_s = job_step(job, start)
-        reported, at = job.step_start
-        step_start = reported if at >= start else 0.0
-        return tuple(
-            GroupPhases(
-                pg=pg,
-                phases=tuple(sorted(phases)),
-                switches=_split(meta[pg][0]),
-                hosts=_split(meta[pg][1]),
-                applied_offset_s=job.decisions.mean_offset(pg, start, now),
-                job=name,
-                step_s=step_s,
-                step_start_unix=step_start,
-            )
-            for pg, phases in sorted(by_pg.items())
-        )
 
     # ----------------------------------------------------------------- windows
 
@@ -338,7 +224,7 @@ class JobWindows:
                     # now and then (metrics_resend_interval, until series_idle_timeout), but
                     # only a job that steps is on the fabric.
                     continue
-                groups = self._groups(job, start, now, job_id)
+                groups = groups_of(job, start, now, job_id)
                 if groups:
                     found[job_id] = groups
         self._groups_cache = (now, found)
@@ -394,8 +280,3 @@ class JobWindows:
             self._table.series -= len(silent)
             job.decisions.forget_before(start)
         return forgotten
-
-
-def _split(text: str) -> tuple[str, ...]:
-    """A comma-separated attribute (``training.group.switches`` / ``.hosts``) as a tuple."""
-    return tuple(part for part in text.split(",") if part)
