@@ -37,7 +37,8 @@ from skewtrace._options import FieldError
 from skewtrace.cli import build_pacer_config, build_parser
 from skewtrace.controller._auth import BearerToken, bearer_credentials
 from skewtrace.controller._limits import LogBudget, loggable
-from skewtrace.controller.service import PacerConfig, PacerService
+from skewtrace.controller.config import PacerConfig
+from skewtrace.controller.service import PacerService
 from skewtrace.controller.state import JobWindows
 from test_pacer_service import (
     CUMULATIVE,
