@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -44,10 +43,6 @@ from skewtrace.controller._limits import LogBudget, loggable
 from skewtrace.controller.config import PacerConfig
 from skewtrace.controller.decision import (
     DecisionBody,
-    Effect,
-    RebalanceStatus,
-    Schedule,
-    read_offsets,
 )
 from skewtrace.controller.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.controller.http_api import PacingHttpServer
@@ -62,24 +57,10 @@ from skewtrace.controller.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_R
 from skewtrace.controller.policies import build_policy, job_policy_entries
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
 from skewtrace.controller.policies.pacing import PacingPolicy
+from skewtrace.controller.publish import PublishedDecision, publish
 from skewtrace.controller.state import JobWindows
 
 _log = logging.getLogger(__name__)
-
-# Two decisions whose delays differ by less than this are the same decision (no new version).
-_DELAY_RESOLUTION_S = 1e-4
-# Shares are published with 6 decimals; smaller moves are not changes.
-_SHARE_RESOLUTION = 1e-6
-
-
-@dataclass
-class _JobDecision:
-    state: Any
-    version: int
-    body: DecisionBody
-    json: dict[str, Any]
-    """``body.to_json()``, made once per decision: what every poll is served."""
-    shares_version: int = 0
 
 
 class PacerService:
@@ -115,7 +96,7 @@ class PacerService:
             for pattern, names in job_policy_entries(config.job_policies)
         ]
         self._policy_of: dict[str, ControllerPolicy] = {}
-        self._decisions: dict[str, _JobDecision] = {}
+        self._decisions: dict[str, PublishedDecision] = {}
         self._requests = 0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -240,14 +221,15 @@ class PacerService:
                 policy = self._policy_for(job_id)
                 state = previous.state if previous else policy.initial_state()
                 decision = policy.decide(window, state)
-                self._publish(job_id, policy.name, decision, previous, now)
-                published = self._decisions[job_id].body
+                published = publish(job_id, policy.name, decision, previous, self._wall_clock)
+                self._decisions[job_id] = published
+                self._log_published(job_id, decision, previous, published)
                 self._windows.record_decision(
                     job_id,
                     now,
                     decision.delays,
-                    scheduled=published.active and published.schedule is not None,
-                    offsets=published.offsets if published.active else None,
+                    scheduled=published.body.active and published.body.schedule is not None,
+                    offsets=published.body.offsets if published.body.active else None,
                 )
                 decided.append(job_id)
         for job_id in decided:
@@ -265,93 +247,38 @@ class PacerService:
             self._policy_of[job_id] = found
         return found
 
-    def _publish(
+    def _log_published(
         self,
         job_id: str,
-        policy_name: str,
         decision: Outcome,
-        previous: _JobDecision | None,
-        now: float,
+        previous: PublishedDecision | None,
+        published: PublishedDecision,
     ) -> None:
-        delays = {r: round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
-        shares = (
-            None
-            if decision.shares is None
-            else {r: round(s, 6) for r, s in sorted(decision.shares.items())}
-        )
-        version = previous.version if previous else 0
-        changed = previous is None or previous.body.active != decision.active
-        if previous is not None and not changed:
-            old = previous.body.delays
-            changed = old.keys() != delays.keys() or any(
-                abs(old[k] - delays[k]) >= _DELAY_RESOLUTION_S for k in delays
+        """Log a job's pacing turned on or off, and its new shares."""
+        if previous is None or previous.body.active != decision.active:
+            self._log_budget.log(
+                _log,
+                logging.INFO,
+                "job %s: pacing %s (%s; spread %.3f of step time)",
+                loggable(job_id),
+                "on" if decision.active else "off",
+                decision.reason,
+                decision.spread or 0.0,
             )
-        shares_version = previous.shares_version if previous else 0
-        old_shares = previous.body.shares if previous else None
-        if shares and (
-            old_shares is None
-            or old_shares.keys() != shares.keys()
-            or any(abs(old_shares[k] - shares[k]) >= _SHARE_RESOLUTION for k in shares)
+        shares = published.body.shares or {}
+        if decision.shares is not None and published.shares_version != (
+            previous.shares_version if previous else 0
         ):
-            shares_version += 1
-        elif not shares and old_shares:
-            shares_version += 1  # back to equal shares
-        changed = changed or shares_version != (previous.shares_version if previous else 0)
-        info = dict(decision.info)
-        offsets = read_offsets(info.pop("offsets", None))
-        schedule = Schedule.from_json(info.pop("schedule", None))
-        if previous is not None and (
-            previous.body.offsets != offsets or previous.body.schedule != schedule
-        ):
-            changed = True
-        if changed:
-            version += 1
-            if previous is None or previous.body.active != decision.active:
-                self._log_budget.log(
-                    _log,
-                    logging.INFO,
-                    "job %s: pacing %s (%s; spread %.3f of step time)",
-                    loggable(job_id),
-                    "on" if decision.active else "off",
-                    decision.reason,
-                    decision.spread or 0.0,
-                )
-        if shares is not None and shares_version != (previous.shares_version if previous else 0):
             self._log_budget.log(
                 _log,
                 logging.INFO,
                 "job %s: shares version %d over %d ranks, %.4f..%.4f",
                 loggable(job_id),
-                shares_version,
+                published.shares_version,
                 len(shares),
                 min(shares.values(), default=0.0),
                 max(shares.values(), default=0.0),
             )
-        effect = info.pop("effect", None)
-        rebalance = info.pop("rebalance", None)
-        body = DecisionBody(
-            job=job_id,
-            version=version,
-            active=decision.active,
-            delays=delays if changed or previous is None else previous.body.delays,
-            spread=None if decision.spread is None else round(decision.spread, 6),
-            reason=decision.reason,
-            ranks=decision.ranks,
-            policy=policy_name,
-            updated_unix=self._wall_clock(),
-            # Absent while every rank has an equal share (nothing decided yet, or back to
-            # equal): a rank that reads no shares uses equal ones.
-            shares=shares or None,
-            shares_version=None if shares is None else shares_version,
-            effect=None if effect is None else Effect(**effect),
-            rebalance=None if rebalance is None else RebalanceStatus(**rebalance),
-            offsets=offsets,
-            schedule=schedule,
-            extra=info,
-        )
-        self._decisions[job_id] = _JobDecision(
-            decision.state, version, body, body.to_json(), shares_version
-        )
 
     # ------------------------------------------------------------------ read side
 
