@@ -22,6 +22,12 @@ Both inputs are authenticated with the same ``token`` when one is set (``docs/se
 what either server refuses, and every data point dropped, is counted by reason at ``/healthz``
 and in the pacer's own metrics. Log lines that carry client-supplied text (job ids) go
 through one :class:`~skewtrace.controller._limits.LogBudget`.
+
+This module is the wiring; what it wires is elsewhere: the settings
+(:class:`~skewtrace.controller.config.PacerConfig`, importable from here too), the windows
+(:mod:`~skewtrace.controller.state`), the body a decision is published as
+(:mod:`~skewtrace.controller.publish`), the pacer's own metrics
+(:mod:`~skewtrace.controller.own_metrics`).
 """
 
 from __future__ import annotations
@@ -30,20 +36,17 @@ import fnmatch
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.metrics import MeterProvider
 
 from skewtrace import semconv
 from skewtrace._options import HostPort
-from skewtrace._registry_instruments import counter, observable
 from skewtrace.controller._auth import grpc_server_credentials
 from skewtrace.controller._limits import LogBudget, loggable
 from skewtrace.controller.config import PacerConfig
-from skewtrace.controller.decision import (
-    DecisionBody,
-)
+from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.controller.http_api import PacingHttpServer
 from skewtrace.controller.otlp_receiver import (
@@ -54,9 +57,9 @@ from skewtrace.controller.otlp_receiver import (
     OtlpMetricsServer,
 )
 from skewtrace.controller.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
+from skewtrace.controller.own_metrics import build_meter_provider, register_instruments
 from skewtrace.controller.policies import build_policy, job_policy_entries
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
-from skewtrace.controller.policies.pacing import PacingPolicy
 from skewtrace.controller.publish import PublishedDecision, publish
 from skewtrace.controller.state import JobWindows
 
@@ -351,74 +354,14 @@ class PacerService:
 
     def _setup_metrics(self, meter_provider: MeterProvider | None) -> None:
         if meter_provider is None:
-            meter_provider = self._owned_meter_provider = _build_meter_provider(self.config)
-        meter = meter_provider.get_meter("skewtrace.pacer")
-        observable(meter, semconv.METRIC_PACING_ACTIVE, [self._observe_active])
-        observable(meter, semconv.METRIC_PACING_DELAY, [self._observe_delays])
-        observable(meter, semconv.METRIC_REBALANCE_SHARE, [self._observe_shares])
-        observable(meter, semconv.METRIC_CONTROLLER_EFFECT, [self._observe_effect])
-        self._decisions_counter = counter(meter, semconv.METRIC_PACING_DECISIONS)
-        # The same numbers as /healthz, read when the metrics are collected.
-        for name, read in (
-            (semconv.METRIC_PACER_OTLP_REFUSED, self.otlp_refused),
-            (semconv.METRIC_PACER_POINTS_REJECTED, self.points_rejected),
-            (semconv.METRIC_PACER_HTTP_REFUSED, self.http_refused),
-        ):
-            observable(meter, name, [lambda options, read=read: _by_reason(read())])
-
-    def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(1 if body.active else 0, {semconv.JOB_ID: job})
-            for job, body in self._decisions_snapshot().items()
-        ]
-
-    def _observe_delays(self, options: CallbackOptions) -> Iterable[Observation]:
-        observations = []
-        for job, body in self._decisions_snapshot().items():
-            for rank, delay in body.delays.items():
-                observations.append(Observation(delay, {semconv.JOB_ID: job, semconv.RANK: rank}))
-        return observations
-
-    def _observe_effect(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(
-                body.effect.gain,
-                {semconv.JOB_ID: job, semconv.CONTROLLER_POLICY: PacingPolicy.name},
-            )
-            for job, body in self._decisions_snapshot().items()
-            if body.effect is not None and body.effect.pairs
-        ]
-
-    def _observe_shares(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(share, {semconv.JOB_ID: job, semconv.RANK: rank})
-            for job, body in self._decisions_snapshot().items()
-            for rank, share in (body.shares or {}).items()
-        ]
-
-
-def _by_reason(counts: Mapping[str, int]) -> list[Observation]:
-    return [Observation(n, {semconv.REASON: reason}) for reason, n in counts.items()]
-
-
-def _build_meter_provider(config: PacerConfig) -> Any:
-    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import Resource
-
-    resource = Resource.create({semconv.SERVICE_NAME: "skewtrace-pacer"})
-    if not config.metrics_endpoint:
-        return SdkMeterProvider(resource=resource)
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-    # The exporter retries and logs on its own thread; an unreachable endpoint costs log lines,
-    # never the service. It reads OTEL_EXPORTER_OTLP_(METRICS_)HEADERS (an authorization header
-    # for a Collector that requires one) and, for an https:// endpoint, ..._CERTIFICATE.
-    insecure = not config.metrics_endpoint.startswith("https://")
-    exporter = OTLPMetricExporter(endpoint=config.metrics_endpoint, insecure=insecure, timeout=5)
-    reader = PeriodicExportingMetricReader(
-        exporter,
-        export_interval_millis=config.metrics_interval_s * 1000,
-        export_timeout_millis=5000,
-    )
-    return SdkMeterProvider(resource=resource, metric_readers=[reader])
+            meter_provider = self._owned_meter_provider = build_meter_provider(self.config)
+        self._decisions_counter = register_instruments(
+            meter_provider.get_meter("skewtrace.pacer"),
+            self._decisions_snapshot,
+            # The same numbers as /healthz, read when the metrics are collected.
+            (
+                (semconv.METRIC_PACER_OTLP_REFUSED, self.otlp_refused),
+                (semconv.METRIC_PACER_POINTS_REJECTED, self.points_rejected),
+                (semconv.METRIC_PACER_HTTP_REFUSED, self.http_refused),
+            ),
+        )
