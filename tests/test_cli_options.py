@@ -17,9 +17,9 @@ import pytest
 from skewtrace import _options
 from skewtrace._options import FieldError, HostPort
 from skewtrace.cli import _PACER_OPTIONS, ConsoleOptions, build_pacer_config, build_parser
+from skewtrace.controller.config import PacerConfig
 from skewtrace.controller.policies import POLICIES
 from skewtrace.controller.policies.pacing import PolicyParams
-from skewtrace.controller.service import PacerConfig
 from skewtrace.rank.config import Settings, env_var
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -133,7 +133,8 @@ def test_inactive_decision_means_no_delay(
 
 def test_against_the_real_pacer_with_token() -> None:
     from skewtrace._options import HostPort
-    from skewtrace.controller.service import PacerConfig, PacerService
+    from skewtrace.controller.config import PacerConfig
+    from skewtrace.controller.service import PacerService
 
     any_port = HostPort("127.0.0.1", 0)
     svc = PacerService(PacerConfig(otlp_grpc=any_port, http=any_port, token="tok"))

@@ -459,7 +459,7 @@ def _histogram_of(values: list[float]) -> list[int]:
     ],
 )
 def test_top_sum_finds_the_wait_a_step_idled(waits_per_step: list[float], expected: float) -> None:
-    from skewtrace.controller.state import top_sum
+    from skewtrace.controller.window_stats import top_sum
 
     steps = 40
     values = waits_per_step * steps
@@ -501,11 +501,12 @@ def test_window_gives_rebalancing_the_top_waits_and_pacing_its_conservative_sum(
 def test_bucket_layouts_are_bounded() -> None:
     """Clients cannot grow the pacer's memory with new bucket layouts or huge bucket lists:
     past the caps a wait series keeps no buckets and the estimate falls back."""
-    from skewtrace.controller import state
+    from skewtrace.controller import deltas
+    from skewtrace.controller.state import JobWindows
     from test_pacer_service import DELTA
 
-    windows = state.JobWindows(window_s=4.0, job_timeout_s=60.0)
-    for i in range(state._MAX_LAYOUTS + 10):
+    windows = JobWindows(window_s=4.0, job_timeout_s=60.0)
+    for i in range(deltas._MAX_LAYOUTS + 10):
         attrs: dict[str, str | int] = {semconv.JOB_ID: "j", semconv.RANK: i}
         metric = histogram(semconv.METRIC_RANK_WAIT, DELTA, [(attrs, 4, 0.04)])
         point = metric.histogram.data_points[0]
@@ -514,9 +515,9 @@ def test_bucket_layouts_are_bounded() -> None:
         del point.bucket_counts[:]
         point.bucket_counts.extend([0, 4, 0])
         windows.ingest_request(request(metric).resource_metrics, now=1.0)
-    assert len(windows._layouts) == state._MAX_LAYOUTS
-    kept = [d.buckets is not None for ds in windows._jobs["j"].deltas.values() for d in ds]
-    assert kept.count(True) == state._MAX_LAYOUTS and kept.count(False) == 10
+    assert len(windows._histograms._layouts) == deltas._MAX_LAYOUTS
+    kept = [d.buckets is not None for ds in windows._table.jobs["j"].deltas.values() for d in ds]
+    assert kept.count(True) == deltas._MAX_LAYOUTS and kept.count(False) == 10
 
 
 def test_a_composition_publishes_every_policys_blocks() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from skewtrace.cli import _PACER_OPTIONS, build_parser
+from skewtrace.controller.config import PacerConfig
 from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.policies import (
     POLICIES,
@@ -27,7 +28,6 @@ from skewtrace.controller.policies import (
 )
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.policies.rebalance import RebalanceParams
-from skewtrace.controller.service import PacerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACING_DOC = REPO_ROOT / "docs" / "pacing.md"

@@ -37,7 +37,8 @@ from skewtrace._options import FieldError
 from skewtrace.cli import build_pacer_config, build_parser
 from skewtrace.controller._auth import BearerToken, bearer_credentials
 from skewtrace.controller._limits import LogBudget, loggable
-from skewtrace.controller.service import PacerConfig, PacerService
+from skewtrace.controller.config import PacerConfig
+from skewtrace.controller.service import PacerService
 from skewtrace.controller.state import JobWindows
 from test_pacer_service import (
     CUMULATIVE,
@@ -463,7 +464,7 @@ def test_deltas_per_rank_are_bounded_however_often_points_arrive() -> None:
             histogram(semconv.METRIC_RANK_WAIT, DELTA, [(attrs, 1, 0.01)]),
         )
         windows.ingest_request(req.resource_metrics, now)
-    held = len(windows._jobs["j"].deltas[0])
+    held = len(windows._table.jobs["j"].deltas[0])
     assert held <= 2 * 17, held  # per kind at most window / (window / 16) + 1
     rank = windows.window("j", now + 0.01).ranks[0]
     # Merged, not lost: only the oldest merged delta (window / 16 wide) may straddle the

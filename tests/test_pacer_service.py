@@ -33,10 +33,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from conftest import free_port
 from skewtrace import semconv
 from skewtrace._options import FieldError, HostPort
+from skewtrace.controller.config import PacerConfig
 from skewtrace.controller.decision import BODY_VERSION
 from skewtrace.controller.policies import job_policies, job_policy_entries
 from skewtrace.controller.policies.pacing import PolicyParams
-from skewtrace.controller.service import PacerConfig, PacerService
+from skewtrace.controller.service import PacerService
 from skewtrace.controller.state import JobWindows
 
 ANY_PORT = HostPort("127.0.0.1", 0)

@@ -12,7 +12,7 @@ Subcommands:
   traces) sent as the instrumentation's spans to a Collector, or analysed locally into the
   HTML report (:mod:`skewtrace.importer`, ``docs/import.md``).
 
-The ``pacer`` flags are the fields of :class:`~skewtrace.controller.service.PacerConfig` and
+The ``pacer`` flags are the fields of :class:`~skewtrace.controller.config.PacerConfig` and
 of every registered policy's parameters (:data:`skewtrace.controller.policies.POLICIES`, one
 section of ``--help`` each), with the docstring under each field as its help
 (see :mod:`skewtrace._options`): a field ``window_s`` holding seconds is ``--window-millis``,
@@ -50,8 +50,8 @@ from skewtrace._options import (
     warn_deprecated,
     word,
 )
+from skewtrace.controller.config import PacerConfig
 from skewtrace.controller.policies import POLICIES, job_policies, policy_names
-from skewtrace.controller.service import PacerConfig
 from skewtrace.report import command as report_command
 from skewtrace.timeline import command as timeline_command
 

@@ -6,6 +6,8 @@
   how many were held back, so a client cannot make the log grow faster than that.
 - :class:`ReasonCounts`: thread-safe counters by reason, read by ``/healthz`` and the
   pacer's own metrics alike.
+- :class:`IngestCounters`: what happened to the data points received (taken, not read,
+  dropped by reason: over a bound among them); kept in the windows, under their lock.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 MAX_VALUE_LENGTH = 256
 """Characters in a job id (or a rank's text); longer ones are refused over HTTP and OTLP."""
@@ -105,3 +108,48 @@ class ReasonCounts:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+
+@dataclass
+class IngestCounters:
+    """What happened to the data points received; exposed at ``/healthz`` and in logs."""
+
+    points_accepted: int = 0
+    points_unused: int = 0
+    """Known metrics the policy does not read (skew, straggler, clock offset, ...)."""
+    points_unknown_metric: int = 0
+    points_invalid: int = 0
+    """Missing job or rank, wrong type, NaN or negative sums, unsupported temporality."""
+    points_too_long: int = 0
+    """A job id or rank longer than ``MAX_VALUE_LENGTH`` characters."""
+    points_over_job_limit: int = 0
+    """Points of jobs beyond ``max_jobs``."""
+    points_over_rank_limit: int = 0
+    """Points of ranks beyond ``max_ranks_per_job``."""
+    points_over_series_limit: int = 0
+    """Points of series beyond ``max_series_per_job`` (or ``max_series`` in all)."""
+    resets: int = 0
+    """Cumulative series that restarted (start time changed or count went down)."""
+    step_starts_invalid: int = 0
+    """Step ages reported by ranks with their polls that were not a finite number of seconds
+    in [0, ``MAX_STEP_AGE_S``] (ignored; the poll is answered)."""
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+    def rejected(self) -> dict[str, int]:
+        """Points dropped (and reported back as rejected), by reason."""
+        return {
+            REJECTED_INVALID: self.points_invalid,
+            REJECTED_TOO_LONG: self.points_too_long,
+            REJECTED_JOB_LIMIT: self.points_over_job_limit,
+            REJECTED_RANK_LIMIT: self.points_over_rank_limit,
+            REJECTED_SERIES_LIMIT: self.points_over_series_limit,
+        }
+
+
+REJECTED_INVALID = "invalid"
+REJECTED_TOO_LONG = "too_long"
+REJECTED_JOB_LIMIT = "job_limit"
+REJECTED_RANK_LIMIT = "rank_limit"
+REJECTED_SERIES_LIMIT = "series_limit"

@@ -22,6 +22,12 @@ Both inputs are authenticated with the same ``token`` when one is set (``docs/se
 what either server refuses, and every data point dropped, is counted by reason at ``/healthz``
 and in the pacer's own metrics. Log lines that carry client-supplied text (job ids) go
 through one :class:`~skewtrace.controller._limits.LogBudget`.
+
+This module is the wiring; what it wires is elsewhere: the settings
+(:class:`~skewtrace.controller.config.PacerConfig`, importable from here too), the windows
+(:mod:`~skewtrace.controller.state`), the body a decision is published as
+(:mod:`~skewtrace.controller.publish`), the pacer's own metrics
+(:mod:`~skewtrace.controller.own_metrics`).
 """
 
 from __future__ import annotations
@@ -30,35 +36,17 @@ import fnmatch
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.metrics import MeterProvider
 
 from skewtrace import semconv
-from skewtrace._options import (
-    FieldError,
-    HostPort,
-    address,
-    at_least,
-    check_fields,
-    integer,
-    not_blank,
-    option,
-    positive,
-    text,
-)
-from skewtrace._registry_instruments import counter, observable
+from skewtrace._options import HostPort
 from skewtrace.controller._auth import grpc_server_credentials
 from skewtrace.controller._limits import LogBudget, loggable
-from skewtrace.controller.decision import (
-    DecisionBody,
-    Effect,
-    RebalanceStatus,
-    Schedule,
-    read_offsets,
-)
+from skewtrace.controller.config import PacerConfig
+from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.controller.http_api import PacingHttpServer
 from skewtrace.controller.otlp_receiver import (
@@ -69,164 +57,13 @@ from skewtrace.controller.otlp_receiver import (
     OtlpMetricsServer,
 )
 from skewtrace.controller.otlp_receiver import REFUSED_REASONS as OTLP_REFUSED_REASONS
-from skewtrace.controller.policies import (
-    build_policy,
-    check_params,
-    complete_params,
-    job_policies,
-    job_policy_entries,
-    known_job_policies,
-    known_policies,
-    policy_names,
-)
+from skewtrace.controller.own_metrics import build_meter_provider, register_instruments
+from skewtrace.controller.policies import build_policy, job_policy_entries
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
-from skewtrace.controller.policies.pacing import PacingPolicy
+from skewtrace.controller.publish import PublishedDecision, publish
 from skewtrace.controller.state import JobWindows
 
 _log = logging.getLogger(__name__)
-
-# Two decisions whose delays differ by less than this are the same decision (no new version).
-_DELAY_RESOLUTION_S = 1e-4
-# Shares are published with 6 decimals; smaller moves are not changes.
-_SHARE_RESOLUTION = 1e-6
-
-P = TypeVar("P")
-
-
-@dataclass(frozen=True)
-class PacerConfig:
-    """Everything ``skewtrace pacer`` can be told; see ``docs/pacing.md``.
-
-    Every field but ``policy_params`` is a ``skewtrace pacer`` flag (``skewtrace.cli``), and
-    so is every field of each registered policy's parameters
-    (:data:`~skewtrace.controller.policies.POLICIES`); the docstrings are their help.
-    """
-
-    policy_names: str = option("pacing", parse=policy_names, check=known_policies, name="policy")
-    """Controller policies for every job, comma-separated; several are composed (see
-    docs/pacing.md, 'Policies')."""
-
-    job_policies: str | None = option(
-        None, parse=job_policies, check=known_job_policies, name="job_policy"
-    )
-    """Other policies for the jobs whose ids match a pattern: PATTERN=NAME[,NAME]
-    entries separated by ';' (shell-style patterns, the first match wins; a job no pattern
-    matches gets ``policy_names``), e.g. one pacer for several arms of an experiment."""
-
-    otlp_grpc: HostPort = option(HostPort("127.0.0.1", 4321), parse=HostPort.parse, check=address)
-    """Where the Collector pushes OTLP/gRPC metrics (port 0: any free port)."""
-
-    http: HostPort = option(HostPort("127.0.0.1", 4320), parse=HostPort.parse, check=address)
-    """Where ranks GET /v1/pacing?job=ID (port 0: any free port)."""
-
-    token: str | None = option(None, parse=text, check=not_blank, secret=True)
-    """Bearer token required on /v1/* (/healthz stays open) and on OTLP/gRPC (the
-    authorization metadata); none serves both without one."""
-
-    otlp_tls_cert_file: str | None = option(None, parse=text, check=not_blank)
-    """PEM certificate (chain) the OTLP/gRPC receiver serves TLS with; none: plaintext."""
-
-    otlp_tls_key_file: str | None = option(None, parse=text, check=not_blank)
-    """PEM private key of ``otlp_tls_cert_file``."""
-
-    otlp_tls_client_ca_file: str | None = option(None, parse=text, check=not_blank)
-    """PEM CA bundle: OTLP/gRPC clients must present a certificate it signed (mTLS)."""
-
-    http_read_timeout_s: float = option(10.0, check=positive, seconds=True)
-    """An HTTP connection that has not sent a whole request this long after it opened (or
-    after its previous answer) is closed."""
-
-    http_max_connections: int = option(256, parse=integer, check=at_least(1))
-    """HTTP connections served at once (a thread each); more are answered 503 and closed."""
-
-    window_s: float = option(4.0, check=positive, seconds=True, deprecated=["window_s"])
-    """How far back each decision looks at the metrics received."""
-
-    window_steps: int = option(4, parse=integer, check=at_least(1))
-    """A job's window (and rank timeout) stretches past ``window_s`` to hold at least this
-    many of its steps (its period: the larger of its step duration and the time between its
-    steps' arrivals): a job whose steps take longer than ``window_s / min_steps`` would
-    otherwise never be judged."""
-
-    max_window_s: float = option(60.0, check=positive, seconds=True)
-    """The longest a stretched window gets (jobs with longer steps are judged on fewer)."""
-
-    decision_interval_s: float = option(
-        0.5, check=positive, seconds=True, deprecated=["decision_interval_s"]
-    )
-    """How often every job's decision is recomputed."""
-
-    rank_timeout_s: float = option(4.0, check=positive, seconds=True, deprecated=["rank_timeout_s"])
-    """A rank with no new steps for this long is left out of its job's decisions."""
-
-    job_timeout_s: float = option(60.0, check=positive, seconds=True, deprecated=["job_timeout_s"])
-    """A job with no data points for this long is forgotten."""
-
-    max_jobs: int = option(1024, parse=integer, check=at_least(1))
-    """Jobs tracked at once; data points of further jobs are dropped and counted."""
-
-    max_ranks_per_job: int = option(65536, parse=integer, check=at_least(2))
-    """Ranks tracked per job; data points of further ranks are dropped and counted."""
-
-    max_series_per_job: int = option(262144, parse=integer, check=at_least(3))
-    """Series (metric, rank and attribute set) tracked per job; data points of further series
-    are dropped and counted."""
-
-    max_series: int = option(1048576, parse=integer, check=at_least(3))
-    """Series tracked in all jobs together; likewise."""
-
-    policy_params: tuple[Any, ...] = ()
-    """Every registered policy's parameters, in registry order (an instance of each one's
-    ``params_type``); those not given are completed with their defaults."""
-
-    metrics_endpoint: str | None = option(None, parse=text, check=not_blank)
-    """OTLP/gRPC endpoint for the pacer's own metrics; none keeps them in the process."""
-
-    metrics_interval_s: float = option(
-        5.0, check=positive, seconds=True, deprecated=["metrics_interval_s"]
-    )
-    """Export period of the pacer's own metrics."""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        object.__setattr__(self, "policy_params", complete_params(self.policy_params))
-        check_params(self.policy_names, self.policy_params, self)
-        for _, names in job_policy_entries(self.job_policies):
-            check_params(names, self.policy_params, self)
-        if not self.max_window_s >= self.window_s:
-            raise FieldError("max_window_s", "must be at least {0}", "window_s")
-        if (self.otlp_tls_cert_file is None) != (self.otlp_tls_key_file is None):
-            missing, given = (
-                ("otlp_tls_key_file", "otlp_tls_cert_file")
-                if self.otlp_tls_key_file is None
-                else ("otlp_tls_cert_file", "otlp_tls_key_file")
-            )
-            raise FieldError(missing, "must be set with {0}", given)
-        if self.otlp_tls_client_ca_file is not None and self.otlp_tls_cert_file is None:
-            raise FieldError(
-                "otlp_tls_client_ca_file",
-                "needs {0} and {1}",
-                "otlp_tls_cert_file",
-                "otlp_tls_key_file",
-            )
-
-    def params_for(self, params_type: type[P]) -> P:
-        """The parameters of the registered policy whose ``params_type`` this is."""
-        for params in self.policy_params:
-            if type(params) is params_type:
-                found: P = params
-                return found
-        raise KeyError(params_type.__name__)
-
-
-@dataclass
-class _JobDecision:
-    state: Any
-    version: int
-    body: DecisionBody
-    json: dict[str, Any]
-    """``body.to_json()``, made once per decision: what every poll is served."""
-    shares_version: int = 0
 
 
 class PacerService:
@@ -262,7 +99,7 @@ class PacerService:
             for pattern, names in job_policy_entries(config.job_policies)
         ]
         self._policy_of: dict[str, ControllerPolicy] = {}
-        self._decisions: dict[str, _JobDecision] = {}
+        self._decisions: dict[str, PublishedDecision] = {}
         self._requests = 0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -387,14 +224,15 @@ class PacerService:
                 policy = self._policy_for(job_id)
                 state = previous.state if previous else policy.initial_state()
                 decision = policy.decide(window, state)
-                self._publish(job_id, policy.name, decision, previous, now)
-                published = self._decisions[job_id].body
+                published = publish(job_id, policy.name, decision, previous, self._wall_clock)
+                self._decisions[job_id] = published
+                self._log_published(job_id, decision, previous, published)
                 self._windows.record_decision(
                     job_id,
                     now,
                     decision.delays,
-                    scheduled=published.active and published.schedule is not None,
-                    offsets=published.offsets if published.active else None,
+                    scheduled=published.body.active and published.body.schedule is not None,
+                    offsets=published.body.offsets if published.body.active else None,
                 )
                 decided.append(job_id)
         for job_id in decided:
@@ -412,93 +250,38 @@ class PacerService:
             self._policy_of[job_id] = found
         return found
 
-    def _publish(
+    def _log_published(
         self,
         job_id: str,
-        policy_name: str,
         decision: Outcome,
-        previous: _JobDecision | None,
-        now: float,
+        previous: PublishedDecision | None,
+        published: PublishedDecision,
     ) -> None:
-        delays = {r: round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
-        shares = (
-            None
-            if decision.shares is None
-            else {r: round(s, 6) for r, s in sorted(decision.shares.items())}
-        )
-        version = previous.version if previous else 0
-        changed = previous is None or previous.body.active != decision.active
-        if previous is not None and not changed:
-            old = previous.body.delays
-            changed = old.keys() != delays.keys() or any(
-                abs(old[k] - delays[k]) >= _DELAY_RESOLUTION_S for k in delays
+        """Log a job's pacing turned on or off, and its new shares."""
+        if previous is None or previous.body.active != decision.active:
+            self._log_budget.log(
+                _log,
+                logging.INFO,
+                "job %s: pacing %s (%s; spread %.3f of step time)",
+                loggable(job_id),
+                "on" if decision.active else "off",
+                decision.reason,
+                decision.spread or 0.0,
             )
-        shares_version = previous.shares_version if previous else 0
-        old_shares = previous.body.shares if previous else None
-        if shares and (
-            old_shares is None
-            or old_shares.keys() != shares.keys()
-            or any(abs(old_shares[k] - shares[k]) >= _SHARE_RESOLUTION for k in shares)
+        shares = published.body.shares or {}
+        if decision.shares is not None and published.shares_version != (
+            previous.shares_version if previous else 0
         ):
-            shares_version += 1
-        elif not shares and old_shares:
-            shares_version += 1  # back to equal shares
-        changed = changed or shares_version != (previous.shares_version if previous else 0)
-        info = dict(decision.info)
-        offsets = read_offsets(info.pop("offsets", None))
-        schedule = Schedule.from_json(info.pop("schedule", None))
-        if previous is not None and (
-            previous.body.offsets != offsets or previous.body.schedule != schedule
-        ):
-            changed = True
-        if changed:
-            version += 1
-            if previous is None or previous.body.active != decision.active:
-                self._log_budget.log(
-                    _log,
-                    logging.INFO,
-                    "job %s: pacing %s (%s; spread %.3f of step time)",
-                    loggable(job_id),
-                    "on" if decision.active else "off",
-                    decision.reason,
-                    decision.spread or 0.0,
-                )
-        if shares is not None and shares_version != (previous.shares_version if previous else 0):
             self._log_budget.log(
                 _log,
                 logging.INFO,
                 "job %s: shares version %d over %d ranks, %.4f..%.4f",
                 loggable(job_id),
-                shares_version,
+                published.shares_version,
                 len(shares),
                 min(shares.values(), default=0.0),
                 max(shares.values(), default=0.0),
             )
-        effect = info.pop("effect", None)
-        rebalance = info.pop("rebalance", None)
-        body = DecisionBody(
-            job=job_id,
-            version=version,
-            active=decision.active,
-            delays=delays if changed or previous is None else previous.body.delays,
-            spread=None if decision.spread is None else round(decision.spread, 6),
-            reason=decision.reason,
-            ranks=decision.ranks,
-            policy=policy_name,
-            updated_unix=self._wall_clock(),
-            # Absent while every rank has an equal share (nothing decided yet, or back to
-            # equal): a rank that reads no shares uses equal ones.
-            shares=shares or None,
-            shares_version=None if shares is None else shares_version,
-            effect=None if effect is None else Effect(**effect),
-            rebalance=None if rebalance is None else RebalanceStatus(**rebalance),
-            offsets=offsets,
-            schedule=schedule,
-            extra=info,
-        )
-        self._decisions[job_id] = _JobDecision(
-            decision.state, version, body, body.to_json(), shares_version
-        )
 
     # ------------------------------------------------------------------ read side
 
@@ -571,74 +354,14 @@ class PacerService:
 
     def _setup_metrics(self, meter_provider: MeterProvider | None) -> None:
         if meter_provider is None:
-            meter_provider = self._owned_meter_provider = _build_meter_provider(self.config)
-        meter = meter_provider.get_meter("skewtrace.pacer")
-        observable(meter, semconv.METRIC_PACING_ACTIVE, [self._observe_active])
-        observable(meter, semconv.METRIC_PACING_DELAY, [self._observe_delays])
-        observable(meter, semconv.METRIC_REBALANCE_SHARE, [self._observe_shares])
-        observable(meter, semconv.METRIC_CONTROLLER_EFFECT, [self._observe_effect])
-        self._decisions_counter = counter(meter, semconv.METRIC_PACING_DECISIONS)
-        # The same numbers as /healthz, read when the metrics are collected.
-        for name, read in (
-            (semconv.METRIC_PACER_OTLP_REFUSED, self.otlp_refused),
-            (semconv.METRIC_PACER_POINTS_REJECTED, self.points_rejected),
-            (semconv.METRIC_PACER_HTTP_REFUSED, self.http_refused),
-        ):
-            observable(meter, name, [lambda options, read=read: _by_reason(read())])
-
-    def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(1 if body.active else 0, {semconv.JOB_ID: job})
-            for job, body in self._decisions_snapshot().items()
-        ]
-
-    def _observe_delays(self, options: CallbackOptions) -> Iterable[Observation]:
-        observations = []
-        for job, body in self._decisions_snapshot().items():
-            for rank, delay in body.delays.items():
-                observations.append(Observation(delay, {semconv.JOB_ID: job, semconv.RANK: rank}))
-        return observations
-
-    def _observe_effect(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(
-                body.effect.gain,
-                {semconv.JOB_ID: job, semconv.CONTROLLER_POLICY: PacingPolicy.name},
-            )
-            for job, body in self._decisions_snapshot().items()
-            if body.effect is not None and body.effect.pairs
-        ]
-
-    def _observe_shares(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(share, {semconv.JOB_ID: job, semconv.RANK: rank})
-            for job, body in self._decisions_snapshot().items()
-            for rank, share in (body.shares or {}).items()
-        ]
-
-
-def _by_reason(counts: Mapping[str, int]) -> list[Observation]:
-    return [Observation(n, {semconv.REASON: reason}) for reason, n in counts.items()]
-
-
-def _build_meter_provider(config: PacerConfig) -> Any:
-    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import Resource
-
-    resource = Resource.create({semconv.SERVICE_NAME: "skewtrace-pacer"})
-    if not config.metrics_endpoint:
-        return SdkMeterProvider(resource=resource)
-    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-    # The exporter retries and logs on its own thread; an unreachable endpoint costs log lines,
-    # never the service. It reads OTEL_EXPORTER_OTLP_(METRICS_)HEADERS (an authorization header
-    # for a Collector that requires one) and, for an https:// endpoint, ..._CERTIFICATE.
-    insecure = not config.metrics_endpoint.startswith("https://")
-    exporter = OTLPMetricExporter(endpoint=config.metrics_endpoint, insecure=insecure, timeout=5)
-    reader = PeriodicExportingMetricReader(
-        exporter,
-        export_interval_millis=config.metrics_interval_s * 1000,
-        export_timeout_millis=5000,
-    )
-    return SdkMeterProvider(resource=resource, metric_readers=[reader])
+            meter_provider = self._owned_meter_provider = build_meter_provider(self.config)
+        self._decisions_counter = register_instruments(
+            meter_provider.get_meter("skewtrace.pacer"),
+            self._decisions_snapshot,
+            # The same numbers as /healthz, read when the metrics are collected.
+            (
+                (semconv.METRIC_PACER_OTLP_REFUSED, self.otlp_refused),
+                (semconv.METRIC_PACER_POINTS_REJECTED, self.points_rejected),
+                (semconv.METRIC_PACER_HTTP_REFUSED, self.http_refused),
+            ),
+        )

@@ -1,13 +1,18 @@
 """Per-job windows of barrier observations (:mod:`skewtrace.controller.window`), built from OTLP
-histogram data points.
+metric points: :class:`JobWindows` takes export requests in, hands each metric to the module
+that reads it, and builds a job's :class:`~skewtrace.controller.window.JobWindow` on every
+tick from what they keep.
 
-The Collector's connector sends cumulative histograms by default (delta when configured).
-Every series (metric name + job + the data point's attributes) keeps its last cumulative
-point; each new point becomes a delta of ``count`` and ``sum``. A point whose start time
-changed, or whose count went down, is a reset (the Collector restarted, the series was
-evicted): the new point is taken as the delta since its own start. Deltas are stamped with the
-time the pacer received them, not with the producer's timestamps, because window arithmetic
-against another host's clock would inherit its offset.
+- :mod:`~skewtrace.controller.otlp_points`: the points' attribute values, ranks and
+  temporalities.
+- :mod:`~skewtrace.controller.deltas`: the ranks' wait, lateness and step-duration histograms
+  (cumulative or delta) as deltas, stamped on receipt.
+- :mod:`~skewtrace.controller.collector_flags`: the Collector's flags a policy declines a job
+  for.
+- :mod:`~skewtrace.controller.group_phases`: process groups' communication phases.
+- :mod:`~skewtrace.controller.jobs`: what is kept per job, and the bounds on it.
+- :mod:`~skewtrace.controller.window_stats`: a rank's window from its deltas.
+- :mod:`~skewtrace.controller.decision_record`: what the ranks were told, time-weighted.
 
 Memory is bounded, whatever clients send: observations older than the window are dropped at
 every tick, series and jobs that stop reporting are forgotten after ``job_timeout_s``, and
@@ -16,9 +21,10 @@ in a job, or ``max_series`` series in all, are counted and dropped. A histogram 
 a fixed size whatever its attributes (it is keyed by a digest of them), and deltas of one rank
 received within ``window_s / 16`` of each other are merged, so a rank holds a bounded number of
 them however often points arrive. The client text kept is the job id and, for the group-phase
-gauges (:data:`PHASE_METRICS`), each group's name, op, switches and hosts: every value at most
-:data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH` characters (longer ones are refused, as
-over HTTP), at most 256 phase series a job (counted in ``max_series``) of 32 values each.
+gauges (:data:`~skewtrace.controller.group_phases.PHASE_METRICS`), each group's name, op,
+switches and hosts: every value at most :data:`~skewtrace.controller._limits.MAX_VALUE_LENGTH`
+characters (longer ones are refused, as over HTTP), at most 256 phase series a job (counted in
+``max_series``) of 32 values each.
 
 Not thread-safe by itself; :class:`skewtrace.controller.service.PacerService` holds a lock around
 it.
@@ -26,234 +32,24 @@ it.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import statistics
-from array import array
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
-from skewtrace.controller._limits import MAX_VALUE_LENGTH
+from skewtrace.controller._limits import IngestCounters
+from skewtrace.controller.collector_flags import DECLINE_METRICS, declines, ingest_flags
+from skewtrace.controller.deltas import RANK_METRICS, HistogramDeltas
+from skewtrace.controller.group_phases import PHASE_METRICS, groups_of, ingest_phases
+from skewtrace.controller.jobs import JobTable
+from skewtrace.controller.otlp_points import attributes, point_count
 from skewtrace.controller.window import GroupPhases, JobWindow, RankWindow
+from skewtrace.controller.window_stats import rank_window
 
-AGGREGATION_TEMPORALITY_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
-AGGREGATION_TEMPORALITY_CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
-
-# The metrics the policy reads, by the field of RankSample they fill.
-_RANK_METRICS = {
-    semconv.METRIC_RANK_WAIT: "wait",
-    semconv.METRIC_RANK_LATENESS: "lateness",
-    semconv.METRIC_STEP_DURATION: "step",
-}
 # Known metrics the policy does not need: accepted quietly (not counted as unknown). Every
 # connector metric is known (the registry's list, so a new one needs no change here).
-_KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(_RANK_METRICS)
-
-IMBALANCE_CAUSES = (semconv.CAUSE_STAGE_IMBALANCE, semconv.CAUSE_DATA_IMBALANCE)
-
-DECLINE_FABRIC = "fabric_fault"
-"""The reason a policy declines a job while the Collector flags one of its ranks for its
-network or suspects a part of the fabric: a delay on the other ranks does not make a link
-faster."""
-
-DECLINE_METRICS = frozenset(
-    {semconv.METRIC_IMBALANCE, semconv.METRIC_STRAGGLER, semconv.METRIC_FABRIC_SUSPECT}
-)
-"""The Collector's flag gauges the policies read to decline a job (1 while flagged, 0 once
-cleared): an imbalance (``stage_imbalance``, ``data_imbalance``), a rank flagged for its
-network, a suspected part of the fabric."""
-
-# Flag series kept per job (one per stage, per rank flagged for its network, per suspect).
-_MAX_FLAGS_PER_JOB = 256
-
-PHASE_METRICS = {
-    semconv.METRIC_GROUP_PHASE_START: "start",
-    semconv.METRIC_GROUP_PHASE_DURATION: "duration",
-}
-"""The Collector's group-phase gauges (``training.group.phase.start`` / ``.duration``, one point
-per job, process group and collective op each analysed step), which the interleave policy
-reads as :class:`~skewtrace.controller.window.GroupPhases`."""
-
-# Phase series kept per job ((group, op) pairs), and values kept per series (the window's
-# median is taken over them).
-_MAX_PHASES_PER_JOB = 256
-_MAX_PHASE_VALUES = 32
-
-
-def _decline_of(metric: str, attrs: Mapping[str, str]) -> tuple[str, tuple[str, ...]] | None:
-    """(reason, key) of one flag gauge point: the reason the policies decline for ("" for a
-    flag they do not decline for), and the key of its series in the job; None when the point
-    lacks what its metric must carry."""
-    if metric == semconv.METRIC_IMBALANCE:
-        cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
-        stage = attrs.get(semconv.PIPELINE_STAGE, "")
-        if cause not in IMBALANCE_CAUSES or len(stage) > MAX_VALUE_LENGTH:
-            return None
-        return cause, (metric, cause, stage)
-    if metric == semconv.METRIC_STRAGGLER:
-        rank = attrs.get(semconv.RANK, "")
-        cause = attrs.get(semconv.STRAGGLER_CAUSE, "")
-        if _parse_rank(rank) is None or not cause or len(cause) > MAX_VALUE_LENGTH:
-            return None
-        reason = DECLINE_FABRIC if cause == semconv.CAUSE_NETWORK else ""
-        return reason, (metric, rank, cause)
-    name = attrs.get(semconv.SUSPECT_NAME, "")
-    kind = attrs.get(semconv.SUSPECT_KIND, "")
-    host = attrs.get(semconv.HOST_NAME, "")
-    if not name or not kind or max(len(name), len(kind), len(host)) > MAX_VALUE_LENGTH:
-        return None
-    return DECLINE_FABRIC, (metric, kind, name, host)
-
-
-@dataclass
-class IngestCounters:
-    """What happened to the data points received; exposed at ``/healthz`` and in logs."""
-
-    points_accepted: int = 0
-    points_unused: int = 0
-    """Known metrics the policy does not read (skew, straggler, clock offset, ...)."""
-    points_unknown_metric: int = 0
-    points_invalid: int = 0
-    """Missing job or rank, wrong type, NaN or negative sums, unsupported temporality."""
-    points_too_long: int = 0
-    """A job id or rank longer than ``MAX_VALUE_LENGTH`` characters."""
-    points_over_job_limit: int = 0
-    """Points of jobs beyond ``max_jobs``."""
-    points_over_rank_limit: int = 0
-    """Points of ranks beyond ``max_ranks_per_job``."""
-    points_over_series_limit: int = 0
-    """Points of series beyond ``max_series_per_job`` (or ``max_series`` in all)."""
-    resets: int = 0
-    """Cumulative series that restarted (start time changed or count went down)."""
-    step_starts_invalid: int = 0
-    """Step ages reported by ranks with their polls that were not a finite number of seconds
-    in [0, ``MAX_STEP_AGE_S``] (ignored; the poll is answered)."""
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-    def rejected(self) -> dict[str, int]:
-        """Points dropped (and reported back as rejected), by reason."""
-        return {
-            REJECTED_INVALID: self.points_invalid,
-            REJECTED_TOO_LONG: self.points_too_long,
-            REJECTED_JOB_LIMIT: self.points_over_job_limit,
-            REJECTED_RANK_LIMIT: self.points_over_rank_limit,
-            REJECTED_SERIES_LIMIT: self.points_over_series_limit,
-        }
-
-
-REJECTED_INVALID = "invalid"
-REJECTED_TOO_LONG = "too_long"
-REJECTED_JOB_LIMIT = "job_limit"
-REJECTED_RANK_LIMIT = "rank_limit"
-REJECTED_SERIES_LIMIT = "series_limit"
-
-
-@dataclass(slots=True)
-class _Series:
-    """One series' last point (cumulative temporality; zeros for delta) and when it came."""
-
-    seen_at: float
-    start_time_unix_nano: int = 0
-    count: int = 0
-    total: float = 0.0
-    near_zero: int = 0
-    buckets: array[int] | None = None
-    """Bucket counts (the wait histogram only), 8 bytes each."""
-    bounds: tuple[float, ...] | None = None
-    """Their bounds: one shared tuple per layout (``JobWindows._layouts``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Delta:
-    received_at: float
-    kind: str
-    count: int
-    total: float
-    near_zero: int
-    """Observations in the first bucket when its bound is at most NEAR_ZERO_S (else 0)."""
-    buckets: array[int] | None = None
-    """The delta's bucket counts (the wait histogram only, for :func:`top_sum`)."""
-    bounds: tuple[float, ...] | None = None
-
-
-_Decision = tuple[float, Mapping[int, float], bool, Mapping[str, float]]
-"""A published decision as the window remembers it: (time, delays, whether a schedule was
-published, offsets by group)."""
-
-
-@dataclass
-class _JobState:
-    last_seen: float
-    deltas: dict[int, deque[_Delta]] = field(default_factory=dict)
-    rank_last_seen: dict[int, float] = field(default_factory=dict)
-    decisions: deque[_Decision] = field(default_factory=deque)
-    """(time, delays, whether a schedule was published, offsets by group) of every published
-    decision still relevant to the window."""
-    step_s: float = 0.0
-    """The job's step duration, smoothed from its ranks' step-duration deltas (0: none yet)."""
-    step_gap_s: float = 0.0
-    """The job's time between steps as they arrive here, smoothed: a rank's seconds since its
-    previous step delta, per step counted (0: none yet)."""
-    step_last_at: dict[int, float] = field(default_factory=dict)
-    """When each rank's last step-duration delta arrived."""
-    stepped_at: float = -math.inf
-    """When a rank's step count last went up between two points of one series (not the first
-    point of a cumulative series, which carries a history that may be long over: the
-    Collector re-sends an ended job's series until ``series_idle_timeout``)."""
-    series: dict[_SeriesKey, _Series] = field(default_factory=dict)
-    flags: dict[tuple[str, ...], tuple[str, bool]] = field(default_factory=dict)
-    """The Collector's flags the policies decline for (:data:`DECLINE_METRICS`): series key ->
-    (reason, flagged now), from the latest point of each. The connector sends 1 while flagged
-    and 0 once cleared, but an unchanged series only every ``metrics_resend_interval``: the
-    last value holds until the next (or the job is forgotten)."""
-    phases: dict[tuple[str, str], _PhaseSeries] = field(default_factory=dict)
-    """(process group, op) -> its phase's recent values (:data:`PHASE_METRICS`)."""
-    step_start: tuple[float, float] = (0.0, -math.inf)
-    """(a step's start on the controller's wall clock, as a rank last reported it; when it
-    arrived)."""
-
-
-@dataclass
-class _PhaseSeries:
-    """One group's phase of one op: its latest starts and durations, stamped on receipt."""
-
-    switches: str
-    hosts: str
-    start: deque[tuple[float, float]] = field(
-        default_factory=lambda: deque(maxlen=_MAX_PHASE_VALUES)
-    )
-    duration: deque[tuple[float, float]] = field(
-        default_factory=lambda: deque(maxlen=_MAX_PHASE_VALUES)
-    )
-
-
-_SeriesKey = tuple[str, int, bytes]
-"""(kind, rank, digest of all the point's and resource's attributes)."""
-
-# Deltas of one rank and kind received closer together than window_s / this are merged.
-_DELTAS_PER_WINDOW = 16
-
-# Weight of a new step-duration delta in a job's smoothed step duration and time between steps.
-_STEP_SMOOTHING = 0.2
-
-# The window is cut into this many parts for a rank's typical wait per step (the median over
-# the parts): one part that held another rank's random stall does not make it.
-_WAIT_PARTS = 4
-
-# Wait histograms keep their buckets (for the rebalancing policy's estimate) up to this many
-# buckets, in at most this many distinct layouts (one per Collector configuration, normally).
-_MAX_BUCKETS = 64
-_MAX_LAYOUTS = 64
-
-NEAR_ZERO_S = 0.001
-"""A first histogram bucket bounded at or below this counts collectives that did not wait."""
+_KNOWN_UNUSED = frozenset(semconv.CONNECTOR_METRICS) - frozenset(RANK_METRICS)
 
 MAX_STEP_AGE_S = 60.0
 """A step start reported as older than this (seconds before the poll) is refused."""
@@ -288,21 +84,24 @@ class JobWindows:
         self.max_window_s = window_s if max_window_s is None else max_window_s
         self.job_timeout_s = job_timeout_s
         self.rank_timeout_s = window_s if rank_timeout_s is None else rank_timeout_s
-        self.max_jobs = max_jobs
-        self.max_ranks_per_job = max_ranks_per_job
-        self.max_series_per_job = max_series_per_job
-        self.max_series = max_series
-        self.counters = IngestCounters()
-        self._jobs: dict[str, _JobState] = {}
-        self._series = 0
-        self._merge_s = window_s / _DELTAS_PER_WINDOW
-        self._layouts: dict[tuple[float, ...], tuple[float, ...]] = {}
+        self._table = JobTable(
+            max_jobs=max_jobs,
+            max_ranks_per_job=max_ranks_per_job,
+            max_series_per_job=max_series_per_job,
+            max_series=max_series,
+        )
+        self._histograms = HistogramDeltas(self._table, window_s)
         self._groups_cache: tuple[float, dict[str, tuple[GroupPhases, ...]]] | None = None
+
+    @property
+    def counters(self) -> IngestCounters:
+        """What happened to the data points received."""
+        return self._table.counters
 
     @property
     def series(self) -> int:
         """Series tracked now, in all jobs."""
-        return self._series
+        return self._table.series
 
     # ----------------------------------------------------------------- ingest
 
@@ -313,7 +112,7 @@ class JobWindows:
         self._groups_cache = None
         rejected = 0
         for rm in resource_metrics:
-            resource_attrs = _attributes(rm.resource.attributes)
+            resource_attrs = attributes(rm.resource.attributes)
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
                     rejected += self._ingest_metric(metric, resource_attrs, now)
@@ -322,320 +121,25 @@ class JobWindows:
     def _ingest_metric(
         self, metric: metrics_pb2.Metric, resource_attrs: Mapping[str, str], now: float
     ) -> int:
-        kind = _RANK_METRICS.get(metric.name)
+        kind = RANK_METRICS.get(metric.name)
         data_field = metric.WhichOneof("data")
         if metric.name in DECLINE_METRICS:
-            return self._ingest_flags(metric, data_field, resource_attrs, now)
+            return ingest_flags(self._table, metric, data_field, resource_attrs, now)
         if metric.name in PHASE_METRICS:
-            return self._ingest_phases(metric, data_field, resource_attrs, now)
+            return ingest_phases(self._table, metric, data_field, resource_attrs, now)
         if kind is None:
-            points = _point_count(metric, data_field)
+            points = point_count(metric, data_field)
             if metric.name in _KNOWN_UNUSED:
                 self.counters.points_unused += points
             else:
                 self.counters.points_unknown_metric += points
             return 0
-        if data_field != "histogram":
-            # The contract makes these histograms; anything else is a producer bug.
-            points = _point_count(metric, data_field)
-            self.counters.points_invalid += points
-            return points
-        temporality = metric.histogram.aggregation_temporality
-        rejected = 0
-        for point in metric.histogram.data_points:
-            if not self._ingest_point(kind, temporality, point, resource_attrs, now):
-                rejected += 1
-        return rejected
-
-    def _ingest_point(
-        self,
-        kind: str,
-        temporality: int,
-        point: metrics_pb2.HistogramDataPoint,
-        resource_attrs: Mapping[str, str],
-        now: float,
-    ) -> bool:
-        attrs = {**resource_attrs, **_attributes(point.attributes)}
-        job_id = attrs.get(semconv.JOB_ID, "")
-        rank_text = attrs.get(semconv.RANK)
-        if len(job_id) > MAX_VALUE_LENGTH or len(rank_text or "") > MAX_VALUE_LENGTH:
-            self.counters.points_too_long += 1
-            return False
-        rank = _parse_rank(rank_text)
-        total = point.sum if point.HasField("sum") else 0.0
-        if (
-            not job_id
-            or rank is None
-            or not math.isfinite(total)
-            or total < 0
-            or temporality
-            not in (AGGREGATION_TEMPORALITY_CUMULATIVE, AGGREGATION_TEMPORALITY_DELTA)
-        ):
-            self.counters.points_invalid += 1
-            return False
-        job = self._jobs.get(job_id)
-        if job is None and len(self._jobs) >= self.max_jobs:
-            self.counters.points_over_job_limit += 1
-            return False
-        if job is not None and rank not in job.deltas and len(job.deltas) >= self.max_ranks_per_job:
-            self.counters.points_over_rank_limit += 1
-            return False
-        key: _SeriesKey = (kind, rank, _digest(attrs))
-        series = job.series.get(key) if job is not None else None
-        if series is None and (
-            self._series >= self.max_series
-            or (job is not None and len(job.series) >= self.max_series_per_job)
-        ):
-            self.counters.points_over_series_limit += 1
-            return False
-        if job is None:
-            job = self._jobs[job_id] = _JobState(last_seen=now)
-        known = series is not None
-        if series is None:
-            series = job.series[key] = _Series(seen_at=now)
-            self._series += 1
-        series.seen_at = now
-
-        count, delta_total = int(point.count), float(total)
-        near_zero = _near_zero_count(point)
-        bounds, buckets = self._kept_buckets(kind, point)
-        bucket_delta = buckets
-        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
-            known_buckets = series.buckets
-            if (
-                buckets is not None
-                and known_buckets is not None
-                and series.bounds is bounds
-                and series.start_time_unix_nano == point.start_time_unix_nano
-            ):
-                diff = array("q", (b - a for a, b in zip(known_buckets, buckets, strict=True)))
-                bucket_delta = diff if min(diff, default=0) >= 0 else buckets
-            series.buckets, series.bounds = buckets, bounds
-        if temporality == AGGREGATION_TEMPORALITY_CUMULATIVE:
-            if known and series.start_time_unix_nano == point.start_time_unix_nano:
-                if (
-                    count < series.count
-                    or total < series.total - 1e-12
-                    or near_zero < series.near_zero
-                ):
-                    self.counters.resets += 1
-                    count, delta_total, near_zero = _reset(series, point, total, near_zero)
-                else:
-                    delta = count - series.count, total - series.total, near_zero - series.near_zero
-                    _reset(series, point, total, near_zero)
-                    count, delta_total, near_zero = delta
-            else:
-                if known:
-                    self.counters.resets += 1
-                count, delta_total, near_zero = _reset(series, point, total, near_zero)
-        job.last_seen = now
-        self.counters.points_accepted += 1
-        if count == 0:
-            # An unchanged cumulative point says the rank stopped producing spans; it must
-            # not count as "still reporting".
-            return True
-        job.rank_last_seen[rank] = now
-        if kind == "step":
-            _note_step(job, rank, count, delta_total, now)
-            if known or temporality != AGGREGATION_TEMPORALITY_CUMULATIVE:
-                job.stepped_at = now
-        self._add_delta(
-            job.deltas.setdefault(rank, deque()),
-            _Delta(now, kind, count, delta_total, min(near_zero, count), bucket_delta, bounds),
-        )
-        return True
-
-    def _ingest_flags(
-        self,
-        metric: metrics_pb2.Metric,
-        data_field: str | None,
-        resource_attrs: Mapping[str, str],
-        now: float,
-    ) -> int:
-        """Take the Collector's flag gauges that make the policies decline a job (see
-        :data:`DECLINE_METRICS`): whether each flagged thing of a job is flagged now. Returns
-        how many points were rejected."""
-        if data_field != "gauge":
-            points = _point_count(metric, data_field)
-            self.counters.points_invalid += points
-            return points
-        rejected = 0
-        for point in metric.gauge.data_points:
-            attrs = {**resource_attrs, **_attributes(point.attributes)}
-            job_id = attrs.get(semconv.JOB_ID, "")
-            which = point.WhichOneof("value")
-            value = point.as_double if which == "as_double" else float(point.as_int)
-            if len(job_id) > MAX_VALUE_LENGTH:
-                self.counters.points_too_long += 1
-                rejected += 1
-                continue
-            found = _decline_of(metric.name, attrs)
-            if not job_id or found is None or which is None or not math.isfinite(value):
-                self.counters.points_invalid += 1
-                rejected += 1
-                continue
-            reason, key = found
-            if not reason:
-                # A flag of a kind no policy declines for (a rank late for its compute):
-                # the policies act on it from the waits.
-                self.counters.points_unused += 1
-                continue
-            job = self._jobs.get(job_id)
-            if job is None:
-                if len(self._jobs) >= self.max_jobs:
-                    self.counters.points_over_job_limit += 1
-                    rejected += 1
-                    continue
-                job = self._jobs[job_id] = _JobState(last_seen=now)
-            if key not in job.flags and len(job.flags) >= _MAX_FLAGS_PER_JOB:
-                self.counters.points_over_series_limit += 1
-                rejected += 1
-                continue
-            job.flags[key] = (reason, value >= 1)
-            job.last_seen = now
-            self.counters.points_accepted += 1
-        return rejected
-
-    def _ingest_phases(
-        self,
-        metric: metrics_pb2.Metric,
-        data_field: str | None,
-        resource_attrs: Mapping[str, str],
-        now: float,
-    ) -> int:
-        """Take the Collector's group-phase gauges (:data:`PHASE_METRICS`); returns how many
-        points were rejected. A point needs a job, a process group, an op and a finite value
-        of at least 0; the switches and hosts are kept as sent (the latest point's)."""
-        if data_field != "gauge":
-            points = _point_count(metric, data_field)
-            self.counters.points_invalid += points
-            return points
-        which_value = PHASE_METRICS[metric.name]
-        rejected = 0
-        for point in metric.gauge.data_points:
-            attrs = {**resource_attrs, **_attributes(point.attributes)}
-            job_id = attrs.get(semconv.JOB_ID, "")
-            pg = attrs.get(semconv.COLLECTIVE_PG, "")
-            op = attrs.get(semconv.COLLECTIVE_OP, "")
-            switches = attrs.get(semconv.GROUP_SWITCHES, "")
-            hosts = attrs.get(semconv.GROUP_HOSTS, "")
-            if max(len(job_id), len(pg), len(op), len(switches), len(hosts)) > MAX_VALUE_LENGTH:
-                self.counters.points_too_long += 1
-                rejected += 1
-                continue
-            which = point.WhichOneof("value")
-            value = point.as_double if which == "as_double" else float(point.as_int)
-            if not job_id or not pg or not op or which is None or not math.isfinite(value):
-                self.counters.points_invalid += 1
-                rejected += 1
-                continue
-            if value < 0:
-                self.counters.points_invalid += 1
-                rejected += 1
-                continue
-            job = self._jobs.get(job_id)
-            if job is None:
-                if len(self._jobs) >= self.max_jobs:
-                    self.counters.points_over_job_limit += 1
-                    rejected += 1
-                    continue
-                job = self._jobs[job_id] = _JobState(last_seen=now)
-            series = job.phases.get((pg, op))
-            if series is None:
-                if len(job.phases) >= _MAX_PHASES_PER_JOB or self._series >= self.max_series:
-                    self.counters.points_over_series_limit += 1
-                    rejected += 1
-                    continue
-                series = job.phases[(pg, op)] = _PhaseSeries(switches, hosts)
-                self._series += 1
-            series.switches, series.hosts = switches, hosts
-            getattr(series, which_value).append((now, value))
-            job.last_seen = now
-            self.counters.points_accepted += 1
-        return rejected
-
-    def _groups(
-        self, job: _JobState, start: float, now: float, name: str
-    ) -> tuple[GroupPhases, ...]:
-        """The job's groups with phases received since ``start``: per op, the median start
-        and duration, in order of start (see :class:`GroupPhases`)."""
-        by_pg: dict[str, list[tuple[float, float]]] = {}
-        meta: dict[str, tuple[str, str]] = {}
-        for (pg, _op), series in sorted(job.phases.items()):
-            starts = [v for at, v in series.start if at >= start]
-            durations = [v for at, v in series.duration if at >= start]
-            if not starts or not durations:
-                continue
-            by_pg.setdefault(pg, []).append(
-                (statistics.median(starts), statistics.median(durations))
-            )
-            meta[pg] = (series.switches, series.hosts)
-        step_s = _job_step(job, start)
-        reported, at = job.step_start
-        step_start = reported if at >= start else 0.0
-        return tuple(
-            GroupPhases(
-                pg=pg,
-                phases=tuple(sorted(phases)),
-                switches=_split(meta[pg][0]),
-                hosts=_split(meta[pg][1]),
-                applied_offset_s=self._mean_offset(job, pg, start, now),
-                job=name,
-                step_s=step_s,
-                step_start_unix=step_start,
-            )
-            for pg, phases in sorted(by_pg.items())
-        )
-
-    def _kept_buckets(
-        self, kind: str, point: metrics_pb2.HistogramDataPoint
-    ) -> tuple[tuple[float, ...] | None, array[int] | None]:
-        """(bounds, bucket counts) kept for the wait histogram; (None, None) for the others,
-        for points whose buckets do not match their bounds, for more than
-        ``_MAX_BUCKETS`` buckets, or beyond ``_MAX_LAYOUTS`` distinct bounds (memory stays
-        bounded whatever clients send; the estimate then falls back to ``wait_sum_s``)."""
-        count = len(point.bucket_counts)
-        if kind != "wait" or count != len(point.explicit_bounds) + 1 or count > _MAX_BUCKETS:
-            return None, None
-        key = tuple(point.explicit_bounds)
-        bounds = self._layouts.get(key)
-        if bounds is None:
-            if len(self._layouts) >= _MAX_LAYOUTS:
-                return None, None
-            bounds = self._layouts[key] = key
-        return bounds, array("q", point.bucket_counts)
-
-    def _add_delta(self, deltas: deque[_Delta], delta: _Delta) -> None:
-        """Append, or merge into the same kind's latest delta when it is that recent."""
-        for index in range(len(deltas) - 1, max(-1, len(deltas) - 1 - len(_RANK_METRICS)), -1):
-            previous = deltas[index]
-            if previous.kind != delta.kind:
-                continue
-            if delta.received_at - previous.received_at < self._merge_s and (
-                previous.bounds is delta.bounds
-            ):
-                buckets = None
-                if previous.buckets is not None and delta.buckets is not None:
-                    buckets = array(
-                        "q", (a + b for a, b in zip(previous.buckets, delta.buckets, strict=True))
-                    )
-                deltas[index] = _Delta(
-                    previous.received_at,
-                    delta.kind,
-                    previous.count + delta.count,
-                    previous.total + delta.total,
-                    previous.near_zero + delta.near_zero,
-                    buckets,
-                    previous.bounds,
-                )
-                return
-            break
-        deltas.append(delta)
+        return self._histograms.ingest(metric, kind, data_field, resource_attrs, now)
 
     # ----------------------------------------------------------------- windows
 
     def job_ids(self) -> list[str]:
-        return list(self._jobs)
+        return list(self._table.jobs)
 
     def note_step_start(self, job_id: str, raw_age: str, wall_now: float, now: float) -> bool:
         """A rank of the job said with its poll that one of its steps started ``raw_age``
@@ -651,7 +155,7 @@ class JobWindows:
         if not (math.isfinite(age) and 0.0 <= age <= MAX_STEP_AGE_S):
             self.counters.step_starts_invalid += 1
             return False
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is not None:
             job.step_start = (wall_now - age, now)
             self._groups_cache = None
@@ -665,7 +169,7 @@ class JobWindows:
         timeout stretches by the same amount. The step period is the larger of the job's
         smoothed step duration and the smoothed time between its steps' arrivals (a job that
         pauses between short steps has a long period all the same)."""
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is None:
             return 0.0
         period = max(job.step_s, job.step_gap_s)
@@ -676,78 +180,31 @@ class JobWindows:
 
     def window(self, job_id: str, now: float) -> JobWindow:
         """The job's window ending at ``now``; ranks silent for ``rank_timeout_s`` are left out."""
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is None:
             return JobWindow(now=now, ranks={})
         stretch = self.stretch_s(job_id)
         span = self.window_s + stretch
         start = now - span
-        part_s = span / _WAIT_PARTS
         ranks: dict[int, RankWindow] = {}
         for rank, deltas in job.deltas.items():
             if now - job.rank_last_seen.get(rank, -math.inf) > self.rank_timeout_s + stretch:
                 continue
-            sums = {"wait": 0.0, "lateness": 0.0, "step": 0.0}
-            counts = {"wait": 0, "lateness": 0, "step": 0}
-            idle = {"wait": 0, "lateness": 0, "step": 0}
-            wait_buckets: list[int] | None = None
-            wait_bounds: tuple[float, ...] | None = None
-            layout_changed = False
-            # Per part of the window: [wait total, wait count, wait near zero, steps].
-            parts = [[0.0, 0, 0, 0] for _ in range(_WAIT_PARTS)]
-            for delta in deltas:
-                if delta.received_at < start:
-                    continue
-                sums[delta.kind] += delta.total
-                counts[delta.kind] += delta.count
-                idle[delta.kind] += delta.near_zero
-                part = parts[min(_WAIT_PARTS - 1, int((delta.received_at - start) / part_s))]
-                if delta.kind == "wait":
-                    part[0] += delta.total
-                    part[1] += delta.count
-                    part[2] += delta.near_zero
-                elif delta.kind == "step":
-                    part[3] += delta.count
-                if delta.kind == "wait" and not layout_changed:
-                    if (
-                        delta.bounds is None
-                        or delta.buckets is None
-                        or (wait_bounds is not None and delta.bounds is not wait_bounds)
-                    ):
-                        layout_changed, wait_buckets = True, None  # no estimate
-                        continue
-                    if wait_bounds is None or wait_buckets is None:
-                        wait_bounds, wait_buckets = delta.bounds, [0] * len(delta.buckets)
-                    for i, n in enumerate(delta.buckets):
-                        wait_buckets[i] += n
-            steps = counts["step"]
-            top = None
-            if wait_buckets and wait_bounds and steps > 0 and sum(wait_buckets) > 0:
-                top = top_sum(wait_bounds, wait_buckets, sums["wait"], steps)
-            ranks[rank] = RankWindow(
-                steps=steps,
-                step_time_sum_s=sums["step"],
-                wait_sum_s=_once_per_step(sums["wait"], counts["wait"] - idle["wait"], steps),
-                lateness_sum_s=_once_per_step(
-                    sums["lateness"], counts["lateness"] - idle["lateness"], steps
-                ),
-                applied_delay_s=self._mean_delay(job, rank, start, now),
-                wait_top_sum_s=top,
-                wait_typical_s=_typical_wait(parts),
+            ranks[rank] = rank_window(
+                deltas, start, span, job.decisions.mean_delay(rank, start, now)
             )
-        declines = tuple(sorted({reason for reason, on in job.flags.values() if on}))
         every_group = self._all_groups(now)
         return JobWindow(
             now=now,
             ranks=ranks,
             stretch_s=stretch,
-            declines=declines,
+            declines=declines(job.flags),
             job=job_id,
             groups=every_group.get(job_id, ()),
             fabric=tuple(
                 g for other, groups in every_group.items() if other != job_id for g in groups
             ),
-            scheduled=self._scheduled(job, start, now),
+            scheduled=job.decisions.scheduled(start, now),
         )
 
     def _all_groups(self, now: float) -> dict[str, tuple[GroupPhases, ...]]:
@@ -758,7 +215,7 @@ class JobWindows:
         if cached is not None and cached[0] == now:
             return cached[1]
         found: dict[str, tuple[GroupPhases, ...]] = {}
-        for job_id, job in sorted(self._jobs.items()):
+        for job_id, job in sorted(self._table.jobs.items()):
             if job.phases:
                 start = now - self.window_s - self.stretch_s(job_id)
                 if job.stepped_at < start:
@@ -767,16 +224,11 @@ class JobWindows:
                     # now and then (metrics_resend_interval, until series_idle_timeout), but
                     # only a job that steps is on the fabric.
                     continue
-                groups = self._groups(job, start, now, job_id)
+                groups = groups_of(job, start, now, job_id)
                 if groups:
                     found[job_id] = groups
         self._groups_cache = (now, found)
         return found
-
-    @staticmethod
-    def _scheduled(job: _JobState, start: float, now: float) -> float:
-        """Fraction of [start, now] during which a schedule was published for the job."""
-        return _time_weighted(job, start, now, lambda entry: 1.0 if entry[2] else 0.0)
 
     def record_decision(
         self,
@@ -789,34 +241,26 @@ class JobWindows:
         """Remember what ranks were told, to add it back when estimating natural waits and
         phases: the delays, whether a schedule was in force (:attr:`JobWindow.scheduled`)
         and the groups' offsets (:attr:`GroupPhases.applied_offset_s`)."""
-        job = self._jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is not None:
-            job.decisions.append((now, dict(delays), scheduled, dict(offsets or {})))
-
-    @staticmethod
-    def _mean_offset(job: _JobState, pg: str, start: float, now: float) -> float:
-        """Time-weighted mean of the offset published for the group over [start, now]."""
-        return _time_weighted(job, start, now, lambda entry: entry[3].get(pg, 0.0))
-
-    @staticmethod
-    def _mean_delay(job: _JobState, rank: int, start: float, now: float) -> float:
-        """Time-weighted mean of the delay published for ``rank`` over [start, now]."""
-        return _time_weighted(job, start, now, lambda entry: entry[1].get(rank, 0.0))
+            job.decisions.record(now, delays, scheduled, offsets)
 
     # ----------------------------------------------------------------- expiry
 
     def expire(self, now: float) -> list[str]:
         """Drop old observations, and forget jobs silent for ``job_timeout_s``; returns them."""
-        forgotten = [j for j, s in self._jobs.items() if now - s.last_seen > self.job_timeout_s]
+        forgotten = [
+            j for j, s in self._table.jobs.items() if now - s.last_seen > self.job_timeout_s
+        ]
         for job_id in forgotten:
-            job = self._jobs.pop(job_id)
-            self._series -= len(job.series) + len(job.phases)
-        for job_id, job in self._jobs.items():
+            job = self._table.jobs.pop(job_id)
+            self._table.series -= len(job.series) + len(job.phases)
+        for job_id, job in self._table.jobs.items():
             start = now - self.window_s - self.stretch_s(job_id)
             stale = [k for k, c in job.series.items() if now - c.seen_at > self.job_timeout_s]
             for key in stale:
                 del job.series[key]
-            self._series -= len(stale)
+            self._table.series -= len(stale)
             for rank in list(job.deltas):
                 deltas = job.deltas[rank]
                 while deltas and deltas[0].received_at < start:
@@ -833,182 +277,6 @@ class JobWindows:
             ]
             for phase in silent:
                 del job.phases[phase]
-            self._series -= len(silent)
-            # Keep the last decision before the window start: it was in force at the start.
-            while len(job.decisions) > 1 and job.decisions[1][0] <= start:
-                job.decisions.popleft()
+            self._table.series -= len(silent)
+            job.decisions.forget_before(start)
         return forgotten
-
-
-def _smooth(average: float, value: float) -> float:
-    return value if average <= 0 else average + _STEP_SMOOTHING * (value - average)
-
-
-def _note_step(job: _JobState, rank: int, count: int, total: float, now: float) -> None:
-    """Update the job's step duration and time between steps from one rank's step delta."""
-    if total > 0:
-        job.step_s = _smooth(job.step_s, total / count)
-    last = job.step_last_at.get(rank)
-    if last is not None and now > last:
-        job.step_gap_s = _smooth(job.step_gap_s, (now - last) / count)
-    job.step_last_at[rank] = now
-
-
-def _reset(
-    series: _Series, point: metrics_pb2.HistogramDataPoint, total: float, near_zero: int
-) -> tuple[int, float, int]:
-    """Make ``point`` the series' last cumulative point; returns it as (count, sum, near zero)."""
-    series.start_time_unix_nano = point.start_time_unix_nano
-    series.count, series.total, series.near_zero = int(point.count), total, near_zero
-    return series.count, total, near_zero
-
-
-def _digest(attrs: Mapping[str, str]) -> bytes:
-    """A fixed-size identity of an attribute set (length-prefixed, so it is unambiguous)."""
-    h = hashlib.blake2b(digest_size=16)
-    for key, value in sorted(attrs.items()):
-        h.update(f"{len(key)}:{key}{len(value)}:{value}".encode("utf-8", "surrogateescape"))
-    return h.digest()
-
-
-def top_sum(bounds: Sequence[float], counts: Sequence[int], total: float, take: int) -> float:
-    """The sum of the ``take`` largest observations of a histogram, estimated.
-
-    The buckets above those taken hold them all; the buckets below are estimated at their
-    midpoints (small absolute error: they hold the small observations) and subtracted from the
-    exact ``total``; what is left is split between the buckets taken whole and the one taken
-    in part in proportion to their midpoint estimates. Exact when every observation is in one
-    bucket, or when the taken ones are the only ones outside the near-zero buckets.
-    """
-    mids = []
-    for i in range(len(counts)):
-        low = bounds[i - 1] if i > 0 else 0.0
-        high = bounds[i] if i < len(bounds) else 2.0 * bounds[-1] if bounds else 0.0
-        mids.append((low + high) / 2.0)
-    remaining, whole, partial, partial_fraction = take, 0.0, 0.0, 0.0
-    index = len(counts) - 1
-    while index >= 0 and remaining > 0:
-        n = counts[index]
-        if n > 0:
-            used = min(n, remaining)
-            if used == n:
-                whole += n * mids[index]
-            else:
-                partial, partial_fraction = n * mids[index], used / n
-            remaining -= used
-        index -= 1
-    below = sum(counts[i] * mids[i] for i in range(index + 1))
-    upper = max(0.0, total - below)
-    estimated = whole + partial
-    if estimated <= 0:
-        return 0.0
-    return upper * (whole + partial_fraction * partial) / estimated
-
-
-def _near_zero_count(point: metrics_pb2.HistogramDataPoint) -> int:
-    if point.explicit_bounds and point.bucket_counts and point.explicit_bounds[0] <= NEAR_ZERO_S:
-        return int(point.bucket_counts[0])
-    return 0
-
-
-def _typical_wait(parts: Sequence[Sequence[float]]) -> float | None:
-    """The median over the window's parts of each part's barrier wait per step; None when
-    fewer than 3 parts saw steps (too few to outvote one)."""
-    per_step = [
-        _once_per_step(float(total), int(count) - int(near_zero), int(steps)) / steps
-        for total, count, near_zero, steps in parts
-        if steps > 0
-    ]
-    return statistics.median(per_step) if len(per_step) >= 3 else None
-
-
-def _once_per_step(total: float, nonzero: int, steps: int) -> float:
-    """The window's barrier time with collectives that waited together counted once.
-
-    A step's DDP gradient buckets are asynchronous and overlap: an early rank waits for the
-    late one at every bucket at the same time, so the plain sum counts that wait once per
-    bucket. The sum over the steps of each step's largest wait lies between ``total *
-    steps / nonzero`` (the mean of the collectives that waited, once per step) and ``total``;
-    the smaller of the two is exact both when one collective absorbs the whole wait and when
-    all of them share it, and errs low (toward smaller delays) in between.
-    """
-    if nonzero <= 0 or steps <= 0:
-        return total
-    return min(total, total * steps / nonzero)
-
-
-def _time_weighted(
-    job: _JobState, start: float, now: float, value: Callable[[_Decision], float]
-) -> float:
-    """The time-weighted mean over [start, now] of ``value`` of the decision in force (each
-    published decision holds until the next)."""
-    if not job.decisions or now <= start:
-        return 0.0
-    weighted = 0.0
-    entries = list(job.decisions)
-    for index, entry in enumerate(entries):
-        until = entries[index + 1][0] if index + 1 < len(entries) else now
-        lo, hi = max(entry[0], start), min(until, now)
-        if hi > lo:
-            weighted += value(entry) * (hi - lo)
-    return weighted / (now - start)
-
-
-def _job_step(job: _JobState, start: float) -> float:
-    """The job's mean step time over the step-duration deltas received since ``start`` (0
-    without any): the same figure for the job's own window and for the other jobs'."""
-    count = 0
-    total = 0.0
-    for deltas in job.deltas.values():
-        for delta in deltas:
-            if delta.kind == "step" and delta.received_at >= start:
-                count += delta.count
-                total += delta.total
-    return total / count if count else 0.0
-
-
-def _split(text: str) -> tuple[str, ...]:
-    """A comma-separated attribute (``training.group.switches`` / ``.hosts``) as a tuple."""
-    return tuple(part for part in text.split(",") if part)
-
-
-def _attributes(pairs: Iterable[KeyValue]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        text = _any_value_text(pair.value)
-        if text is not None:
-            out[pair.key] = text
-    return out
-
-
-def _any_value_text(value: AnyValue) -> str | None:
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "int_value":
-        return str(value.int_value)
-    if which == "double_value":
-        return repr(value.double_value)
-    if which == "bool_value":
-        return "true" if value.bool_value else "false"
-    return None
-
-
-def _parse_rank(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        value = float(raw) if "." in raw else int(raw)
-    except ValueError:
-        return None
-    if isinstance(value, float):
-        if not value.is_integer():
-            return None
-        value = int(value)
-    return value if value >= 0 else None
-
-
-def _point_count(metric: metrics_pb2.Metric, data_field: str | None) -> int:
-    if data_field is None:
-        return 1
-    return max(1, len(getattr(metric, data_field).data_points))

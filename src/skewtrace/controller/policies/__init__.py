@@ -15,7 +15,7 @@ Every policy is one :class:`PolicySpec` in :data:`POLICIES`, and that entry is a
 of the controller knows of it: the ``--policy`` names and their order, the ``skewtrace
 pacer`` flags (every field of its ``params_type``, a dataclass of
 :func:`skewtrace._options.option` fields whose docstrings are the help), the service's
-configuration (:attr:`~skewtrace.controller.service.PacerConfig.policy_params`), the
+configuration (:attr:`~skewtrace.controller.config.PacerConfig.policy_params`), the
 composition, and the check that ``docs/pacing.md`` documents each name and flag. A new policy
 is a module in this package (its parameters, and a class that follows
 :class:`~skewtrace.controller.policies.base.ControllerPolicy`) and one entry here.

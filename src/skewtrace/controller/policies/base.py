@@ -65,7 +65,7 @@ class Outcome:
 class ServiceSettings(Protocol):
     """What a policy's parameters may be checked against (:attr:`PolicySpec.check
     <skewtrace.controller.policies.PolicySpec.check>`): the service's settings
-    (:class:`~skewtrace.controller.service.PacerConfig`)."""
+    (:class:`~skewtrace.controller.config.PacerConfig`)."""
 
     @property
     def window_s(self) -> float:

@@ -11,7 +11,7 @@ Why it is built on per-step sums rather than per-collective quantiles: a step ha
 collectives (DDP gradient buckets, a loss all-reduce) and not all of them see a rank's
 lateness, so a p95 over collectives can miss a straggler entirely. The service hands the
 policy each rank's barrier wait per step, with collectives that waited at the same time
-(overlapping asynchronous buckets) counted once (see ``state._once_per_step``); sums and
+(overlapping asynchronous buckets) counted once (see ``window_stats._once_per_step``); sums and
 counts survive the cumulative-to-delta conversion exactly, without bucket interpolation.
 
 The counterfactual: pacing changes what it measures. A delayed rank waits less, so the
