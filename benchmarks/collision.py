@@ -37,7 +37,7 @@ namespace (:class:`skewtrace.cluster.services.Services`):
 
   - ``interleave``: the controller reads the Collector's group phases, publishes one
     schedule both jobs agree on, and the ranks hold to their slots
-    (:meth:`skewtrace.controller.decision.DecisionBody.hold_for`);
+    (:meth:`skewtrace.decision.DecisionBody.hold_for`);
   - ``pacing``: delays for early ranks, behind pacing's effect guard at its defaults (what a
     user turns on): it should pay nothing here and cost nothing;
   - ``both``: ``pacing,interleave``.

@@ -1,4 +1,4 @@
-"""The decision body (skewtrace.controller.decision): one type for the server and the ranks.
+"""The decision body (skewtrace.decision): one type for the server and the ranks.
 
 The server's JSON keeps the bytes of before for every field (``body_version`` is appended);
 the new client reads the bodies of before; and a deployed client of before (a frozen copy of
@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from skewtrace.controller.decision import (
+from skewtrace.controller.policies.pacing import PolicyParams
+from skewtrace.controller.policies.rebalance import RebalanceParams
+from skewtrace.decision import (
     BODY_VERSION,
     DecisionBody,
     DecisionError,
@@ -22,8 +24,6 @@ from skewtrace.controller.decision import (
     RebalanceStatus,
     Schedule,
 )
-from skewtrace.controller.policies.pacing import PolicyParams
-from skewtrace.controller.policies.rebalance import RebalanceParams
 from skewtrace.rank.pacing_client import PacingClient, parse_decision, parse_shares
 from test_pacer_client import ScriptedServer, answer, make_client, wait_for
 from test_pacer_rebalance import _export

@@ -21,7 +21,6 @@ import hetero_model as model
 from skewtrace import semconv
 from skewtrace._options import FieldError
 from skewtrace.cli import build_pacer_config, build_parser
-from skewtrace.controller.decision import BODY_VERSION
 from skewtrace.controller.policies import ComposedPolicy, build_policy, policy_names
 from skewtrace.controller.policies.pacing import PacingPolicy, PolicyParams
 from skewtrace.controller.policies.rebalance import (
@@ -41,6 +40,7 @@ from skewtrace.controller.policies.rebalance import (
     floored_shares,
 )
 from skewtrace.controller.window import JobWindow, RankWindow
+from skewtrace.decision import BODY_VERSION
 from skewtrace.rank.pacing_client import parse_decision, parse_shares
 from test_pacer_service import CUMULATIVE, FakeClock, _points, _start, get, histogram, request
 

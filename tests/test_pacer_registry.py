@@ -18,7 +18,6 @@ import pytest
 
 from skewtrace.cli import _PACER_OPTIONS, build_parser
 from skewtrace.controller.config import PacerConfig
-from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.policies import (
     POLICIES,
     ComposedPolicy,
@@ -28,6 +27,7 @@ from skewtrace.controller.policies import (
 )
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.policies.rebalance import RebalanceParams
+from skewtrace.decision import DecisionBody
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACING_DOC = REPO_ROOT / "docs" / "pacing.md"

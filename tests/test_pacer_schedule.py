@@ -18,10 +18,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from skewtrace import semconv
-from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.policies.interleave import InterleaveParams
 from skewtrace.controller.service import PacerService
 from skewtrace.controller.state import JobWindows
+from skewtrace.decision import DecisionBody
 from skewtrace.rank.pacing_client import PacingClient
 from test_pacer_service import CUMULATIVE, FakeClock, _start, get, histogram, request
 

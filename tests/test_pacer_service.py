@@ -34,11 +34,11 @@ from conftest import free_port
 from skewtrace import semconv
 from skewtrace._options import FieldError, HostPort
 from skewtrace.controller.config import PacerConfig
-from skewtrace.controller.decision import BODY_VERSION
 from skewtrace.controller.policies import job_policies, job_policy_entries
 from skewtrace.controller.policies.pacing import PolicyParams
 from skewtrace.controller.service import PacerService
 from skewtrace.controller.state import JobWindows
+from skewtrace.decision import BODY_VERSION
 
 ANY_PORT = HostPort("127.0.0.1", 0)
 CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE

@@ -188,6 +188,7 @@ MOVED: dict[str, str] = {
     "skewtrace._hostlist": "skewtrace.rank.topology._hostlist",
     "skewtrace.demo": "skewtrace.cluster.demo",
     "skewtrace.demo_command": "skewtrace.cluster.command",
+    "skewtrace.controller.decision": "skewtrace.decision",
 }
 
 

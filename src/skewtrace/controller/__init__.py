@@ -16,9 +16,9 @@
   :class:`RankWindow`, the reasons they decline a job).
 - :mod:`~skewtrace.controller.policies`: the registry of policies (``--policy``), one module
   each (``pacing``, ``rebalance``), the effect guard, the composition; all pure.
-- :mod:`~skewtrace.controller.decision`: the decision body served to the ranks, typed; the
+- :mod:`~skewtrace.decision`: the decision body served to the ranks, typed; the
   rank client (:mod:`skewtrace.rank.pacing_client`) reads it with the same module.
 
-Nothing is imported here: the training process imports :mod:`skewtrace.controller.decision`
+Nothing is imported here: the training process imports :mod:`skewtrace.decision`
 (through the rank client) without the servers, grpc or the OTel SDK. See ``docs/pacing.md``.
 """

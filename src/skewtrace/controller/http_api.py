@@ -1,6 +1,6 @@
 """The decisions over HTTP: ``GET /v1/pacing?job=ID``, ``GET /v1/jobs``, ``GET /healthz``.
 
-``/v1/pacing`` answers a :class:`~skewtrace.controller.decision.DecisionBody`:
+``/v1/pacing`` answers a :class:`~skewtrace.decision.DecisionBody`:
 ``{"job", "version", "active", "delays": {"<rank>": seconds}}`` plus informational fields
 (``spread``, ``reason``, ..., ``body_version``). A job the pacer has not heard of (yet, or any
 more) is answered ``200`` with ``{"job": ID, "version": 0, "active": false, "delays": {},
@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from skewtrace.controller._auth import BearerToken
 from skewtrace.controller._limits import MAX_VALUE_LENGTH, LogBudget, ReasonCounts
-from skewtrace.controller.decision import STEP_AGE_PARAM, DecisionBody
+from skewtrace.decision import STEP_AGE_PARAM, DecisionBody
 
 _log = logging.getLogger(__name__)
 

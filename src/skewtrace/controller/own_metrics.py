@@ -17,8 +17,8 @@ from opentelemetry.metrics import Observation
 from skewtrace import semconv
 from skewtrace._registry_instruments import counter, observable
 from skewtrace.controller.config import PacerConfig
-from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.policies.pacing import PacingPolicy
+from skewtrace.decision import DecisionBody
 
 
 def register_instruments(

@@ -1,5 +1,5 @@
 """A policy's outcome published as the decision body the ranks are served
-(:class:`~skewtrace.controller.decision.DecisionBody`): delays and shares rounded to what is
+(:class:`~skewtrace.decision.DecisionBody`): delays and shares rounded to what is
 sent, versions that change only when a rank would act differently, and the policies' blocks
 (``effect``, ``rebalance``, ``offsets``, ``schedule``) typed.
 """
@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from skewtrace.controller.decision import (
+from skewtrace.controller.policies.base import Outcome
+from skewtrace.decision import (
     DecisionBody,
     Effect,
     RebalanceStatus,
     Schedule,
     read_offsets,
 )
-from skewtrace.controller.policies.base import Outcome
 
 DELAY_RESOLUTION_S = 1e-4
 """Two decisions whose delays differ by less than this are the same decision (no new

@@ -46,7 +46,6 @@ from skewtrace._options import HostPort
 from skewtrace.controller._auth import grpc_server_credentials
 from skewtrace.controller._limits import LogBudget, loggable
 from skewtrace.controller.config import PacerConfig
-from skewtrace.controller.decision import DecisionBody
 from skewtrace.controller.http_api import REFUSED_REASONS as HTTP_REFUSED_REASONS
 from skewtrace.controller.http_api import PacingHttpServer
 from skewtrace.controller.otlp_receiver import (
@@ -62,6 +61,7 @@ from skewtrace.controller.policies import build_policy, job_policy_entries
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
 from skewtrace.controller.publish import PublishedDecision, publish
 from skewtrace.controller.state import JobWindows
+from skewtrace.decision import DecisionBody
 
 _log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ pacer's client (:mod:`~skewtrace.rank.pacing_client`) and the rebalancing sample
 
 The services and tools a rank talks to (the pacer's controller, the timeline, the report, the
 importer, the fabric emulator and the console script) live beside this package and are never
-imported from it; the one exception is :mod:`skewtrace.controller.decision`, the pacer's
+imported from it; the one exception is :mod:`skewtrace.decision`, the pacer's
 answer format that both sides read (standard library only). Modules both sides use
 (:mod:`skewtrace.semconv`, :mod:`skewtrace.version`, :mod:`skewtrace._options`, ...) are at the
 top level. Nothing is imported here.

@@ -12,7 +12,7 @@
 
 The same answer carries the interleave policy's ``offsets`` or ``schedule``:
 :meth:`PacingClient.current_hold` gives the rank's hold before forward for its process groups
-(:meth:`~skewtrace.controller.decision.DecisionBody.hold_for`), on the pacer's clock: each poll
+(:meth:`~skewtrace.decision.DecisionBody.hold_for`), on the pacer's clock: each poll
 estimates this host's clock offset to it from the answer's ``served_unix`` and the round trip
 (the estimate from the shortest of the last 8 round trips is kept; its error is at most half
 that round trip).
@@ -22,14 +22,14 @@ The same answer carries the rebalancing policy's ``shares`` (``--policy rebalanc
 :class:`skewtrace.rank.rebalance_sampler.ShareSampler`, which applies them on every rank at the
 same step (``docs/rebalancing.md``).
 
-The answer is a :class:`~skewtrace.controller.decision.DecisionBody` (read with its tolerant
+The answer is a :class:`~skewtrace.decision.DecisionBody` (read with its tolerant
 ``from_json``: unknown fields ignored, missing informational ones defaulted); importing it
 brings in nothing of the controller's servers, grpc or the OTel SDK.
 
 Fail open. ``current_delay`` only reads an immutable tuple the poller replaced; it never does
 I/O, never blocks on a lock and never raises. Whenever the pacer is unreachable, answers an
 error, sends something that is not a valid decision (a
-:class:`~skewtrace.controller.decision.DecisionError`), or has not been heard from for
+:class:`~skewtrace.decision.DecisionError`), or has not been heard from for
 ``stale_after_s`` (three poll intervals by default), the delay is 0. An outage is logged once
 when it starts and once when it ends; the poller retries with exponential backoff, capped at
 ``max_backoff_s``. The rank's own ``max_delay_s`` (``SKEWTRACE_PACER_RANK_MAX_DELAY_MILLIS``)
@@ -52,7 +52,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from skewtrace.controller.decision import (
+from skewtrace.decision import (
     STEP_AGE_PARAM,
     DecisionBody,
     normalise_shares,
@@ -306,7 +306,7 @@ class PacingClient:
 
 def parse_decision(body: Any, rank: int, max_delay_s: float) -> tuple[float, int]:
     """This rank's (delay, version) from a decision body; raises ValueError
-    (:class:`~skewtrace.controller.decision.DecisionError`) when malformed."""
+    (:class:`~skewtrace.decision.DecisionError`) when malformed."""
     decision = DecisionBody.from_json(body)
     return decision.delay_for(rank, max_delay_s), decision.version
 

@@ -6,7 +6,7 @@ Every policy (``pacing`` in :mod:`~skewtrace.controller.policies.pacing`, ``reba
 ``initial_state()`` and a pure ``decide(window, previous)``: no I/O, no clock reads, no
 randomness; the state it returns is handed back on the next tick and is opaque to the
 service. The service turns an :class:`Outcome` into the decision body served at
-``GET /v1/pacing?job=ID`` (:mod:`skewtrace.controller.decision`), so a new policy is a new
+``GET /v1/pacing?job=ID`` (:mod:`skewtrace.decision`), so a new policy is a new
 module in this package and one entry in :data:`skewtrace.controller.policies.POLICIES`; the
 service, the HTTP API and the rank client keep their shape.
 """
