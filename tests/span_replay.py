@@ -52,6 +52,10 @@ from skewtrace.report.spans import read_file_export
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 
+REPLAY_YAML = REPO_ROOT / "tests" / "data" / "replay-collector.yaml"
+"""Traces to the file export alone, metrics to Prometheus alone (no exporter to a port that
+nothing listens on)."""
+
 MAX_SPANS_PER_REQUEST = 2048
 
 
@@ -193,7 +197,7 @@ def replay(
     the requests of each step are spread evenly over that many seconds."""
     workdir.mkdir(parents=True, exist_ok=True)
     with CollectorProcess(
-        otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], workdir, env=env
+        otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML, REPLAY_YAML], workdir, env=env
     ) as collector:
         url = f"http://127.0.0.1:{collector.ports.otlp_http}/v1/traces"
         per_step: dict[int, int] = defaultdict(int)

@@ -104,7 +104,8 @@ class Run2D:
     output: str
 
 
-@pytest.fixture(scope="module", params=["ddp", "allreduce"])
+# The DDP variant in `make test`; the explicit all-reduce one under `make eval`.
+@pytest.fixture(scope="module", params=["ddp", pytest.param("allreduce", marks=pytest.mark.eval)])
 def run_2d(
     request: pytest.FixtureRequest, otelcol_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Run2D]:

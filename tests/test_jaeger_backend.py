@@ -70,7 +70,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            # Jaeger's own shutdown takes 10 s and more; what it stored was read already.
+            process.wait(timeout=2)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)

@@ -13,7 +13,7 @@ under CI (.ci/run installs iproute2; CI runs as root).
   fault named at some point (its verdicts step by step are tested on its recorded run);
 - Ctrl-C in the middle of a run removes everything;
 - the report of a run is rendered by headless Chromium with the straggler's row marked;
-- loopback: the same job without namespaces, and network faults refused there.
+- loopback: network faults refused there; the same job without namespaces (``make eval``).
 """
 
 from __future__ import annotations
@@ -321,13 +321,15 @@ def test_ctrl_c_removes_everything(namespaces: None, otelcol_path: Path, tmp_pat
     assert left == [], f"processes left running: {left}"
 
 
-def test_loopback_runs_the_job_and_refuses_network_faults(
-    otelcol_path: Path, tmp_path: Path
-) -> None:
+def test_loopback_refuses_network_faults(otelcol_path: Path, tmp_path: Path) -> None:
     refused = _demo(otelcol_path, tmp_path / "refused", "--fabric", "loopback",
                     "--scenario", "nic:node2:100@5")  # fmt: skip
     assert refused.returncode == 2
     assert "needs the emulated network fabric" in refused.stderr
+
+
+@pytest.mark.eval  # a second live job of the main job, 40 s: make test runs one on the fabric
+def test_loopback_runs_the_job(otelcol_path: Path, tmp_path: Path) -> None:
     result = _demo(otelcol_path, tmp_path / "run", "--fabric", "loopback", "--pacing", "off",
                    "--scenario", "compute:2:0.05@6", "--steps", "24")  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -65,6 +65,7 @@ def _finish(proc: Any, stack: harness.Stack, timeout: float = 600) -> dict[int, 
     return stats
 
 
+@pytest.mark.eval  # pacing's arm, live, two minutes: make test keeps the fail-open run below
 def test_pacing_activates_under_jitter_shows_in_traces_and_releases(
     otelcol_path: Path, tmp_path: Path
 ) -> None:

@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import rebalance as bench
 
-pytestmark = [pytest.mark.slow, pytest.mark.collector]
+# A policy's arm, measured live (a minute and a half): under `make eval`, not `make test`;
+# tests/test_rebalance_equivalence.py and tests/test_pacer_rebalance.py hold the mechanism.
+pytestmark = [pytest.mark.slow, pytest.mark.collector, pytest.mark.eval]
 
 STEPS = 450
 GLOBAL_BATCH = 128

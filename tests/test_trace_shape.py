@@ -36,7 +36,9 @@ from collector_harness import (
 from otlp_sink import OtlpSink, ReceivedSpan, trace_bytes
 from skewtrace import semconv
 
-pytestmark = [pytest.mark.collector, pytest.mark.slow]
+# A 4096-rank job through the binary, about a minute: under `make eval` (with the Go test of
+# the same shape), not `make test`; the shape's rules are tested small in the Go tests.
+pytestmark = [pytest.mark.collector, pytest.mark.slow, pytest.mark.eval]
 
 TEMPO_MAX_BYTES_PER_TRACE = 5_000_000
 RANKS, STEPS, STRAGGLER = 4096, 8, 1234
