@@ -11,7 +11,7 @@
 
     python benchmarks/overhead.py            # all three, ~5 minutes on 2 shared cores
     python benchmarks/overhead.py --quick    # smaller
-    python benchmarks/overhead.py --smoke    # 2 ranks, a few steps: it runs (no target judged)
+    python benchmarks/overhead.py --smoke    # 1 rank, a few steps: it runs (no target judged)
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def bench_hook_overhead(n: int, smoke: bool = False) -> dict[str, float]:
 
     plain = dict.fromkeys(calls, float("inf"))
     instrumented = dict(plain)
-    for _ in range(7):
+    for _ in range(2 if smoke else 7):
         for name, fn in calls.items():
             plain[name] = min(plain[name], timed(fn))
         skewtrace.instrument(
@@ -511,7 +511,9 @@ def main() -> int:
         summary["hooks"] = bench_hook_overhead(50 if smoke else 500 if args.quick else 3000, smoke)
     if "ddp" not in args.skip:
         conf = {
-            "world": 2 if smoke else 4,
+            # One rank in a smoke run: the same code (DDP, the hooks, the export) at the
+            # least process start-up, the most of a smoke run's time.
+            "world": 1 if smoke else 4,
             "blocks": args.blocks or (2 if smoke else 4 if args.quick else 10),
             "steps_per_block": args.steps_per_block or (3 if smoke else 10 if args.quick else 30),
             "hidden": args.hidden,

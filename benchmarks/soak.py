@@ -23,7 +23,7 @@ telemetry (every rejected collective span by reason, evictions, refused data) an
 job's verdict on /metrics. Printed against targets: peak RSS below the memory limit; the good
 job's straggler flagged (rank 11, compute) and nobody else; every hostile span counted by
 reason (malformed or evicted). Exit status 1 when a target is missed (the last line: FAIL).
-``--smoke``: four seconds, the good job's flag not judged (tests/test_benchmark_smoke.py).
+``--smoke``: three seconds, the good job's flag not judged (tests/test_benchmark_smoke.py).
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def main() -> int:
     # Seconds for the good job's last steps to be analyzed and flushed after the run.
     drain_s = 4.0
     if args.smoke:  # too short for the good job's flag to be judged
-        args.seconds, drain_s = 4.0, 2.0
+        args.seconds, drain_s = 3.0, 2.0
     loadgen = build_loadgen()
     backend, pacer = Sink(loadgen), Sink(loadgen)
     import tempfile
