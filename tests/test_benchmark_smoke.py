@@ -333,6 +333,19 @@ def test_every_benchmark_has_a_smoke_run() -> None:
     assert scripts == covered
 
 
+def test_a_fail_line_a_failed_exit_or_a_missing_headline_fails_a_smoke_run() -> None:
+    smoke = Smoke("x", (r"^figure \d+$",))
+    check(subprocess.CompletedProcess([], 0, "figure 1\nSMOKE (ran end to end)\n", ""), smoke)
+    for exit_status, stdout in (
+        (0, "figure 1\nFAIL: spans lost\n"),
+        (0, "figure 1\n  FAIL\n"),
+        (1, "figure 1\n"),
+        (0, "figure one\n"),
+    ):
+        with pytest.raises(AssertionError):
+            check(subprocess.CompletedProcess([], exit_status, stdout, ""), smoke)
+
+
 @pytest.mark.collector
 @pytest.mark.parametrize("smoke", _params(COLLECTOR_SMOKES))
 def test_collector_benchmark_runs(
