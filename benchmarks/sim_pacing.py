@@ -411,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.nodes, args.steps, args.measure_from = "4,16,64", 60, 25
     if args.smoke:  # 4 nodes, a few steps: both modes of one node count
-        args.nodes, args.steps, args.measure_from = "4", 8, 2
+        args.nodes, args.steps, args.measure_from = "4", 5, 1
     if args.interleave_offline:
         if args.smoke:  # every scenario at 4 nodes, long enough for the groups' phases
             args.steps, args.measure_from = 12, 2

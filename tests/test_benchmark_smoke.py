@@ -134,9 +134,9 @@ COLLECTOR_SMOKES = [
         "diagnosis_table",
         (
             r"^\| scenario \| layout \|.*\| right in every step \|$",
-            r"^\| compute-2d \| 2d \| compute 11 \+25 ms, from step 8 \| ranks 11 compute \|"
-            r".*\| [01]/1 \|$",
-            r"^\| compute-ends-2d \| 2d \| .* \| [01]/1 \|$",
+            r"^\| healthy-2d \| 2d \| none .* \| nothing flagged \| .* \| [01]/1 \|$",
+            r"^\| compute-ends-2d \| 2d \| compute 2 \+30 ms, steps 8-23 \| ranks 2 compute \| "
+            r".* \| \d+ steps \| \d+ steps \| [01]/1 \|$",
         ),
     ),
     Smoke(
