@@ -18,10 +18,11 @@ fails on a non-zero exit status, on any line that starts with ``FAIL``, and on a
 figure missing from the output.
 
 The smoke runs that take well over 25 s even at their smallest carry the ``eval`` marker:
-`make eval`'s, not `make test`'s (tests/conftest.py leaves them out unless ``-m`` names
-``eval``). They are collision.py in both layouts (six or more runs of up to four ranks each
-on the fabric), scenarios.py (one six-rank job on the fabric) and rebalance.py's real
-sections (five training runs and three stacks); rebalance.py's model runs in `make test`.
+``pytest -m eval`` runs them (`make eval`'s share), `make test` does not (tests/conftest.py
+leaves them out of any run whose ``-m`` does not name ``eval``). They are collision.py in
+both layouts (six or more runs of up to four ranks each on the fabric), scenarios.py (one
+six-rank job on the fabric) and rebalance.py's real sections (five training runs and three
+stacks); rebalance.py's model runs in `make test`.
 no_harm.py, one run of two two-rank jobs with the loop closed, is the fabric benchmark
 `make test` runs.
 """
