@@ -84,12 +84,36 @@ test-fast: venv collector
 demo: venv collector
 	$(PY) -m skewtrace.cli demo
 
+# Every benchmark the docs cite, at the parameters they cite (several hours; the fabric ones,
+# scenarios.py, collision.py and no_harm.py, need root), then the Go benchmarks. Each runs
+# whatever the ones before it did (several exit 1 on a missed target); the target fails if
+# any did. tests/test_benchmark_smoke.py runs each at its smallest (--smoke).
 bench: venv collector
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/collector_e2e.py
-	$(PY) benchmarks/pacing.py
-	$(PY) benchmarks/whatif_corpus.py --large
-	cd src/collector && go test -run '^$$' -bench . -benchmem ./...
+	@status=0; \
+	run() { echo "== python $$*"; $(PY) "$$@" || { echo "== exit $$? from python $$*"; status=1; }; }; \
+	run benchmarks/overhead.py; \
+	run benchmarks/collector_e2e.py; \
+	run benchmarks/trace_shape.py --ranks 1024 4096 --steps 4; \
+	run benchmarks/scale.py --ranks 1024,4096 --rounds 2 --step-rate 1024:1,4096:0.25; \
+	run benchmarks/scale.py --ranks 1024,4096 --skip-throughput --step-rate 1024:1,4096:0.15; \
+	run benchmarks/node_telemetry_overhead.py --passes 200 --rounds 5; \
+	run benchmarks/soak.py --seconds 180 --memory-limit-mib 512; \
+	run benchmarks/pacing.py --runs 3 --steps 300 --warmup 60; \
+	run benchmarks/rebalance.py --steps 600; \
+	run benchmarks/diagnosis_table.py --seeds 3; \
+	run benchmarks/whatif_corpus.py --large; \
+	run benchmarks/sim_pacing.py --seed 1; \
+	run benchmarks/sim_pacing.py --seed 2; \
+	for seed in 1 2 3; do run benchmarks/sim_pacing.py --interleave-offline --seed $$seed; done; \
+	run benchmarks/scenarios.py --repeat 2 --pacing; \
+	run benchmarks/collision.py; \
+	run benchmarks/collision.py --controlled --arm interleave --interleave-effect-pairs 3 \
+		--controlled-steps 1800 --controlled-warmup 600; \
+	run benchmarks/collision.py --layout sets --arm interleave --interleave-effect-pairs 3 \
+		--controlled-steps 600 --controlled-warmup 100 --sample-time 0.003 --set-offset 0.08; \
+	run benchmarks/no_harm.py; \
+	(cd src/collector && go test -run '^$$' -bench . -benchmem ./...) || status=1; \
+	exit $$status
 
 # The live per-scenario evaluation, not part of `make test` (hours on two cores): the tests
 # marked eval (every fabric scenario, the whole framework matrix, the demo's defaults), one

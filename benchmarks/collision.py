@@ -31,7 +31,7 @@ namespace (:class:`skewtrace.cluster.services.Services`):
 - ``observed`` (the ``off`` arm): A and B start together and run free, their spans and
   metrics flowing to the Collector; the ranks do not ask the pacer (the baseline the
   controller must beat, with the instrumentation's own cost in it);
-- one controlled run per arm (``--arm``, repeatable; default all three, ``--quick`` only
+- one controlled run per arm (``--arm``, repeatable; default all three, ``--smoke`` only
   ``interleave``), the same jobs with every rank polling the pacer, whose ``--job-policy``
   gives each arm's jobs (by their ids) the arm's policies:
 
@@ -77,7 +77,7 @@ throughput (both jobs' steps per second), beside the +15% target of issue 23 whe
 collide.
 
     python benchmarks/collision.py                  # ~4 minutes here
-    python benchmarks/collision.py --quick          # the smoke run
+    python benchmarks/collision.py --smoke          # the smoke run, the loop closed
     python benchmarks/collision.py --controlled     # also the closed loop (~8 minutes)
     python benchmarks/collision.py --layout sets --arm interleave --interleave-effect-pairs 3
 
@@ -105,6 +105,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "train_ddp.py"
 PIPELINE_SCRIPT = REPO / "examples" / "train_2d.py"
 
+from _smoke import SMOKE_DONE, SMOKE_HELP, verdict  # noqa: E402
 from skewtrace._ports import free_port  # noqa: E402
 from skewtrace.cluster.fabric import NIC, UPLINK_SHARING, Fabric, FabricSpec  # noqa: E402
 
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=tuple(ARMS),
         default=[],
-        help="a controlled arm (repeatable; default all three, --quick only interleave)",
+        help="a controlled arm (repeatable; default all three, --smoke only interleave)",
     )
     parser.add_argument(
         "--interleave-effect-pairs",
@@ -368,12 +369,19 @@ def main(argv: list[str] | None = None) -> int:
         default=0.08,
         help="--layout sets: the hand-set run's offset of set 1 (seconds; 0: no such run)",
     )
-    parser.add_argument("--quick", action="store_true", help="one short round (smoke)")
+    parser.add_argument(
+        "--smoke",
+        "--quick",
+        dest="smoke",
+        action="store_true",
+        help=f"{SMOKE_HELP}: one short round, the loop closed (--controlled), the interleave arm",
+    )
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-collision"))
     args = parser.parse_args(argv)
     chosen = tuple(dict.fromkeys(args.arm))
     arms = chosen or tuple(ARMS)
-    if args.quick:  # runs, but too short for its figures to mean anything
+    if args.smoke:  # runs, but too short for its figures to mean anything
+        args.controlled = True
         args.rounds, args.steps, args.warmup, args.start_delay = 1, 10, 2, 8.0
         args.controlled_steps, args.controlled_warmup = 30, 10
         arms = chosen or ("interleave",)
@@ -476,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"interleaved over colliding throughput: {summary['gain']:+.1%} (spread over rounds "
         f"{summary['gain_min']:+.1%}..{summary['gain_max']:+.1%}); target >= +{TARGET_GAIN:.0%} "
-        f"where phases collide: {'met' if summary['gain'] >= TARGET_GAIN else 'NOT met'}"
+        f"where phases collide: {verdict(summary['gain'] >= TARGET_GAIN, args.smoke)}"
     )
     if args.controlled:
         print(
@@ -484,8 +492,8 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{arm} {summary['arms'][arm]['ms']:.1f} ms" for arm in arms)
             + f" (all instrumented, steps after {args.controlled_warmup})"
         )
-        print_arm_gains(summary, arms, "the loop closed")
-    return finish(summary, wrong_policy)
+        print_arm_gains(summary, arms, "the loop closed", args.smoke)
+    return finish(summary, wrong_policy, args.smoke)
 
 
 def run_sets(
@@ -563,17 +571,21 @@ def run_sets(
         + ", ".join(f"{arm} {summary['arms'][arm]['ms']:.1f} ms" for arm in arms)
         + f" (steps after {args.controlled_warmup})"
     )
-    print_arm_gains(summary, arms, "one job, two sets")
-    return finish(summary, wrong_policy)
+    print_arm_gains(summary, arms, "one job, two sets", args.smoke)
+    return finish(summary, wrong_policy, args.smoke)
 
 
-def finish(summary: dict[str, Any], wrong_policy: list[tuple[str, int, list[str]]]) -> int:
+def finish(
+    summary: dict[str, Any], wrong_policy: list[tuple[str, int, list[str]]], smoke: bool = False
+) -> int:
     """Both layouts' end: the SUMMARY line, and 1 where an arm's decisions named another
-    policy than the arm's."""
+    policy than the arm's (a failure at any size)."""
     print("SUMMARY " + json.dumps(summary))
     if wrong_policy:
         print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
         return 1
+    if smoke:
+        print(SMOKE_DONE)
     return 0
 
 
@@ -605,14 +617,16 @@ def print_decisions_read(trace: Path, job_id: str, job: JobSpec, field: str) -> 
     )
 
 
-def print_arm_gains(summary: dict[str, Any], arms: tuple[str, ...], what: str) -> None:
+def print_arm_gains(
+    summary: dict[str, Any], arms: tuple[str, ...], what: str, smoke: bool = False
+) -> None:
     """Each controlled arm's throughput over the observed run's, beside its target."""
     for arm in arms:
         s, target = summary["arms"][arm], ARM_TARGETS[arm]
         print(
             f"{arm} over observed throughput ({what}): {s['gain']:+.1%} (spread over rounds "
             f"{s['gain_min']:+.1%}..{s['gain_max']:+.1%}); target >= {target:+.0%} where "
-            f"phases collide: {'met' if s['gain'] >= target else 'NOT met'}"
+            f"phases collide: {verdict(s['gain'] >= target, smoke)}"
         )
 
 

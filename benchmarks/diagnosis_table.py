@@ -2,6 +2,7 @@
 otelcol-skewtrace, with the verdict it reached and how many steps it took.
 
     python benchmarks/diagnosis_table.py [--seeds 3] [--otelcol build/otelcol-skewtrace]
+    python benchmarks/diagnosis_table.py --smoke    # three scenarios, one seed
 
 Per scenario: the layout, the injected faults, the expected verdict, the verdict at the last
 step, the steps from the onset to the first step with the expected verdict (flag_k = 4
@@ -21,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from _smoke import SMOKE_HELP  # noqa: E402
 from collector_harness import (  # noqa: E402
     FILE_EXPORT_YAML,
     OTELCOL_YAML,
@@ -30,6 +32,9 @@ from scenario_gen import SCENARIOS, Scenario  # noqa: E402
 from scenario_run import Outcome, run_scenarios  # noqa: E402
 
 SETTLE_STEPS = 6
+SMOKE_SCENARIOS = ("healthy-2d", "compute-ends-2d", "jitter-3-ranks-2d")
+"""``--smoke``: one of each kind of row (nothing injected, a fault that starts and ends, ranks
+that may be flagged), on one layout."""
 
 
 def right(outcome: Outcome) -> bool:
@@ -76,9 +81,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="runs per scenario")
     parser.add_argument("--otelcol", type=Path, default=REPO / "build" / "otelcol-skewtrace")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_HELP}: one seed of {', '.join(SMOKE_SCENARIOS)}",
+    )
     args = parser.parse_args()
+    scenarios = SCENARIOS
+    if args.smoke:
+        args.seeds, scenarios = 1, {name: SCENARIOS[name] for name in SMOKE_SCENARIOS}
     runs: list[Scenario] = []
-    for name, sc in SCENARIOS.items():
+    for name, sc in scenarios.items():
         for k in range(args.seeds):
             run = copy.copy(sc)
             run.seed = sc.seed + 1000 * k
@@ -95,7 +108,7 @@ def main() -> int:
         "| end to clear | right in every step |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for name, sc in SCENARIOS.items():
+    for name, sc in scenarios.items():
         first = outcomes[f"{name}#0"]
         flag = first.first_flag_step()
         onset = sc.onset()

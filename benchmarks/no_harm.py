@@ -45,7 +45,7 @@ spread over rounds, beside the -1% target. The decision traces are in
 
     python benchmarks/no_harm.py               # 5 scenarios x 3 arms x 2 rounds, ~75 minutes
     python benchmarks/no_harm.py --arm both    # the composition alone, ~25 minutes here
-    python benchmarks/no_harm.py --quick       # the smoke run
+    python benchmarks/no_harm.py --smoke       # the smoke run (--quick: the same)
 
 Needs root and iproute2 (network namespaces).
 """
@@ -67,6 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _smoke import SMOKE_DONE, SMOKE_HELP, verdict
 from collision import JobSpec, Telemetry, launch, rank_stats, start_services
 from skewtrace.cluster.fabric import Fabric, FabricSpec
 
@@ -233,13 +234,20 @@ def main(argv: list[str] | None = None) -> int:
         "--pipeline-hidden", type=int, default=128, help="the long-stage jobs' stage width"
     )
     parser.add_argument("--start-delay", type=float, default=20.0, help="seconds to start")
-    parser.add_argument("--quick", action="store_true", help="one short run (smoke)")
+    parser.add_argument(
+        "--smoke",
+        "--quick",
+        dest="smoke",
+        action="store_true",
+        help=f"{SMOKE_HELP}: one short run of one scenario (slow-nic) and arm (pacing)",
+    )
     parser.add_argument("--logs", type=Path, default=Path("/tmp/skewtrace-no-harm"))
     args = parser.parse_args(argv)
     scenarios = tuple(args.scenario) or SCENARIOS
     arms = tuple(dict.fromkeys(args.arm)) or tuple(ARMS)
-    if args.quick:  # runs, but too short for its figures to mean anything
-        args.rounds, args.steps, args.warmup, args.start_delay = 1, 30, 5, 8.0
+    if args.smoke:  # runs, but too short for its figures to mean anything
+        # No start delay: each job's ranks meet at a barrier and start when all are up.
+        args.rounds, args.steps, args.warmup, args.start_delay = 1, 20, 5, 0.0
         scenarios = tuple(args.scenario) or ("slow-nic",)
         arms = tuple(dict.fromkeys(args.arm)) or ("pacing",)
     # collision.launch reads the instrumented runs' lengths from these.
@@ -269,12 +277,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{key}: controlled over observed throughput {s['whole']:+.1%} (spread "
             f"{s['whole_min']:+.1%}..{s['whole_max']:+.1%}), last {args.tail:.0%} "
             f"{s['tail']:+.1%} ({s['tail_min']:+.1%}..{s['tail_max']:+.1%}); target >= "
-            f"{TARGET:+.0%}: {'met' if min(s['whole'], s['tail']) >= TARGET else 'NOT met'}"
+            f"{TARGET:+.0%}: {verdict(min(s['whole'], s['tail']) >= TARGET, args.smoke)}"
         )
     print("SUMMARY " + json.dumps(summary))
     if wrong_policy:
         print(f"FAIL: decisions from another policy than the arm's: {wrong_policy}")
         return 1
+    if args.smoke:
+        print(SMOKE_DONE)
     return 0
 
 

@@ -23,6 +23,7 @@ Printed per configuration: CPU per pass (median of rounds), that as a share of o
 not measured on a machine without one.
 
     python benchmarks/node_telemetry_overhead.py --passes 200 --rounds 5
+    python benchmarks/node_telemetry_overhead.py --smoke   # one pass: it runs, nothing judged
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
+from _smoke import SMOKE_HELP, verdict
 from skewtrace import semconv
 from skewtrace.rank.telemetry import FetchCountingRecorder, NodeTelemetry
 from skewtrace.rank.telemetry.qdisc import SUBSAMPLES, BacklogAverager, QdiscReader
@@ -90,7 +92,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--passes", type=int, default=200, help="passes per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_HELP}: one pass, one round")
     args = parser.parse_args()
+    if args.smoke:
+        args.passes, args.rounds = 1, 1
 
     configurations = {
         "baseline": _baseline(),
@@ -126,10 +131,9 @@ def main() -> None:
         cpu_ns = statistics.median(samples)
         share = cpu_ns / 1e9 / INTERVAL_S
         net = (cpu_ns - baseline_ns) / 1e9 / INTERVAL_S
-        verdict = "ok" if share < TARGET_SHARE else "OVER"
+        word = verdict(share < TARGET_SHARE, args.smoke, "ok", "OVER")
         print(
-            f"{name:20} {cpu_ns / 1e3:8.0f}us {share:8.3%} {net:16.3%}  "
-            f"< {TARGET_SHARE:.0%} {verdict}"
+            f"{name:20} {cpu_ns / 1e3:8.0f}us {share:8.3%} {net:16.3%}  < {TARGET_SHARE:.0%} {word}"
         )
 
 

@@ -10,7 +10,8 @@
    growing once the buffer is full (bounded by the buffer, not by the run length).
 
     python benchmarks/overhead.py            # all three, ~5 minutes on 2 shared cores
-    python benchmarks/overhead.py --quick    # smaller, for a smoke check
+    python benchmarks/overhead.py --quick    # smaller
+    python benchmarks/overhead.py --smoke    # 1 rank, a few steps: it runs (no target judged)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "examples"))
 
+from _smoke import NOT_JUDGED, SMOKE_DONE, SMOKE_HELP, verdict  # noqa: E402
 from skewtrace._ports import free_port  # noqa: E402
 
 HOT_PATH_TARGET_US = 2.0
@@ -37,7 +39,7 @@ STEP_OVERHEAD_TARGET = 1.01
 # ------------------------------------------------------------------------------ 1. hot path
 
 
-def bench_hot_path(n: int) -> dict[str, float]:
+def bench_hot_path(n: int, smoke: bool = False) -> dict[str, float]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -120,7 +122,7 @@ def bench_hot_path(n: int) -> dict[str, float]:
     sdk_us = (best_sdk - baseline_loop) * 1e6
     print(
         f"[1] record one event:      {event_us:6.2f} us   (target <= {HOT_PATH_TARGET_US} us)"
-        f"  {'OK' if event_us <= HOT_PATH_TARGET_US else 'OVER TARGET'}"
+        f"  {verdict(event_us <= HOT_PATH_TARGET_US, smoke, 'OK', 'OVER TARGET')}"
     )
     print(
         f"    naming fields on the hot path instead would cost: NamedTuple by tuple.__new__ "
@@ -144,7 +146,7 @@ COLLECTIVE_HOOK_TARGET_US = 3.0
 PHASE_HOOK_TARGET_US = 5.0
 
 
-def bench_hook_overhead(n: int) -> dict[str, float]:
+def bench_hook_overhead(n: int, smoke: bool = False) -> dict[str, float]:
     """Per-call cost the hooks add on the training thread, instrumented minus the bare call
     in the same process, rounds of each interleaved and each mode's fastest round kept.
 
@@ -192,7 +194,7 @@ def bench_hook_overhead(n: int) -> dict[str, float]:
 
     plain = dict.fromkeys(calls, float("inf"))
     instrumented = dict(plain)
-    for _ in range(7):
+    for _ in range(2 if smoke else 7):
         for name, fn in calls.items():
             plain[name] = min(plain[name], timed(fn))
         skewtrace.instrument(
@@ -218,10 +220,11 @@ def bench_hook_overhead(n: int) -> dict[str, float]:
             target = PHASE_HOOK_TARGET_US
         elif name == "forward_backward":
             target = 2 * PHASE_HOOK_TARGET_US
-        verdict = ""
+        judged = ""
         if target is not None:
-            verdict = f"  (target <= {target:.1f} us)  {'OK' if added[name] <= target else 'OVER'}"
-        print(f"    {name:28s} +{added[name]:6.2f} us   bare {bare[name]:7.2f} us{verdict}")
+            word = verdict(added[name] <= target, smoke, "OK", "OVER")
+            judged = f"  (target <= {target:.1f} us)  {word}"
+        print(f"    {name:28s} +{added[name]:6.2f} us   bare {bare[name]:7.2f} us{judged}")
     return {**added, **{f"bare_{name}": value for name, value in bare.items()}}
 
 
@@ -308,7 +311,7 @@ def bench_step_time(
 
     from otlp_sink import OtlpSink
 
-    world = 4
+    world = conf["world"]
     sink = OtlpSink().start() if endpoint_up else None
     endpoint = sink.endpoint if sink else f"http://127.0.0.1:{free_port()}"
     conf = dict(
@@ -367,7 +370,8 @@ def bench_step_time(
         f"[2] endpoint {label}: plain {mean_plain * 1e3:6.2f} ms, instrumented "
         f"{mean_instr * 1e3:6.2f} ms per step (mean of {len(plain)}/{len(instr)} steps); "
         f"ratio {ratio:.4f} (target <= {STEP_OVERHEAD_TARGET}) "
-        f"{'OK' if ratio <= STEP_OVERHEAD_TARGET else 'OVER TARGET'}; median ratio "
+        f"{verdict(ratio <= STEP_OVERHEAD_TARGET, conf['smoke'], 'OK', 'OVER TARGET')}; "
+        "median ratio "
         f"{ratio_median:.4f}; plain CV {statistics.pstdev(plain) / mean_plain:.2f}"
         + (f"; spans received {spans}" if endpoint_up else "")
     )
@@ -414,7 +418,7 @@ def _memory_loop(steps: int, on_checkpoint: Any) -> None:
             on_checkpoint(step, model, optimizer)
 
 
-def bench_memory(steps: int, buffer_events: int) -> dict[str, Any]:
+def bench_memory(steps: int, buffer_events: int, smoke: bool = False) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -472,20 +476,22 @@ def bench_memory(steps: int, buffer_events: int) -> dict[str, Any]:
     print(
         f"    RSS growth from 1/4 to the end: instrumented {growth_mb:+.1f} MiB vs plain "
         f"{plain_growth_mb:+.1f} MiB in the same process (target: no growth with run "
-        f"length once the buffer is full); buffered <= capacity: "
-        f"{'OK' if bound_ok else 'VIOLATED'}"
+        f"length once the buffer is full{'; ' + NOT_JUDGED if smoke else ''}); buffered <= "
+        f"capacity: {'OK' if bound_ok else 'VIOLATED'}"
     )
     return {
         "rss_growth_after_quarter_mib": growth_mb,
         "plain_rss_growth_after_quarter_mib": plain_growth_mb,
         "max_buffered": max_buffered,
+        "capacity": buffer_events,
         "dropped": dropped,
     }
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     parser.add_argument("--skip", action="append", default=[], choices=("hot", "ddp", "memory"))
     parser.add_argument("--blocks", type=int, default=None)
     parser.add_argument("--steps-per-block", type=int, default=None)
@@ -497,28 +503,44 @@ def main() -> None:
         f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start "
         "(figures below are only as steady as this load)"
     )
+    smoke = args.smoke
     if "hot" not in args.skip:
-        summary["hot_path"] = bench_hot_path(20_000 if args.quick else 200_000)
-        summary["hooks"] = bench_hook_overhead(500 if args.quick else 3000)
+        summary["hot_path"] = bench_hot_path(
+            2_000 if smoke else 20_000 if args.quick else 200_000, smoke
+        )
+        summary["hooks"] = bench_hook_overhead(50 if smoke else 500 if args.quick else 3000, smoke)
     if "ddp" not in args.skip:
         conf = {
-            "blocks": args.blocks or (4 if args.quick else 10),
-            "steps_per_block": args.steps_per_block or (10 if args.quick else 30),
+            # One rank in a smoke run: the same code (DDP, the hooks, the export) at the
+            # least process start-up, the most of a smoke run's time.
+            "world": 1 if smoke else 4,
+            "blocks": args.blocks or (2 if smoke else 4 if args.quick else 10),
+            "steps_per_block": args.steps_per_block or (3 if smoke else 10 if args.quick else 30),
             "hidden": args.hidden,
             "batch_size": args.batch_size,
+            "smoke": smoke,
         }
         summary["step_time_endpoint_up"] = bench_step_time(True, conf)
         summary["step_time_endpoint_down"] = bench_step_time(False, conf)
-        if not args.quick:
+        if not (args.quick or smoke):
             summary["step_time_null_control"] = bench_step_time(False, conf, null_control=True)
     if "memory" not in args.skip:
-        summary["memory"] = bench_memory(
-            4_000 if args.quick else 24_000, buffer_events=2048 if args.quick else 8192
+        # The smoke run's buffer still fills (five events a step), so dropping is exercised.
+        steps, buffer_events = (
+            (400, 256) if smoke else (4_000, 2048) if args.quick else (24_000, 8192)
         )
+        summary["memory"] = bench_memory(steps, buffer_events=buffer_events, smoke=smoke)
     summary["loadavg_end"] = os.getloadavg()
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print("SUMMARY " + json.dumps(summary))
+    if "memory" in summary and summary["memory"]["max_buffered"] > summary["memory"]["capacity"]:
+        # A bound broken at any size: not a figure of the machine.
+        print("FAIL: more events buffered than the buffer holds")
+        return 1
+    if smoke:
+        print(SMOKE_DONE)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,6 +15,7 @@ sink) and throughput (samples/s), then the on/off ratios beside the paper's figu
 -> 0.09 at 64 nodes (ratio 0.41) and throughput -0.6%..+0.8% at 4-8 nodes.
 
     python benchmarks/pacing.py --runs 3 --steps 300 --jitter 1,3:0.06
+    python benchmarks/pacing.py --smoke    # one run per mode, 2 ranks, 12 steps
 
 The harness here (collector + pacer + sink, launching a training run) is also what
 ``tests/test_pacer_e2e.py`` uses.
@@ -45,6 +46,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
+from _smoke import SMOKE_DONE, SMOKE_HELP  # noqa: E402
 from otlp_sink import OtlpSink, ReceivedSpan  # noqa: E402
 from skewtrace import semconv  # noqa: E402
 from skewtrace._ports import free_port as free_port  # noqa: E402
@@ -457,7 +459,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "build" / "bench-pacing")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_HELP}: one run per mode, 2 ranks, 12 steps, jitter on rank 1",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs, args.nprocs, args.steps, args.warmup, args.jitter = 1, 2, 12, 4, "1:0.06"
     if not args.otelcol.is_file():
         print(f"{args.otelcol} is not built (make collector)", file=sys.stderr)
         return 2
@@ -481,6 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.steps} steps ({args.warmup} warm-up) per run"
     )
     print(report(results))
+    if args.smoke:  # the figures beside the paper's mean nothing at 12 steps
+        print(SMOKE_DONE)
     return 0
 
 

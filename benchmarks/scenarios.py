@@ -10,6 +10,7 @@ the false flags. With ``--pacing`` it also runs the jitter and contention scenar
 pacing off and on and prints iteration-time CV and throughput side by side.
 
     python benchmarks/scenarios.py --repeat 3 [--scenario nic --scenario rack] [--pacing]
+    python benchmarks/scenarios.py --smoke    # one scenario, once, a few steps
 
 Needs root and iproute2 (network namespaces, veth, bridges, tbf). The table it prints is in
 docs/evaluation.md.
@@ -28,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _smoke import SMOKE_HELP
 from skewtrace import _resources
 from skewtrace.cluster import fabric as fabric_mod
 from skewtrace.cluster import netns
@@ -52,6 +54,7 @@ SCENARIOS: dict[str, list[str]] = {
     "compute + nic": ["compute:0:0.05@8", "nic:node4:200@8"],
 }
 TRAIN_ARGS: list[str] = []
+SMOKE_STEPS = 14
 PACING_SCENARIOS = {
     "jitter": ["jitter:0,2,4:0.04"],
     "contention": ["uplink:leaf0:200@8"],
@@ -130,7 +133,14 @@ def main() -> int:
     parser.add_argument("--pacing", action="store_true", help="also pacing off vs on")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--train-args", default="", help="more flags for train_2d.py")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_HELP}: the compute scenario once, {SMOKE_STEPS} steps (fault from step 8)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat, args.scenario, args.steps = 1, ["compute"], SMOKE_STEPS
     TRAIN_ARGS.extend(args.train_args.split())
     reason = netns.unavailable_reason()
     if reason is not None:

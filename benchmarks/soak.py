@@ -22,7 +22,8 @@ Every second it reads the collector's RSS (/proc). At the end it reads the colle
 telemetry (every rejected collective span by reason, evictions, refused data) and the good
 job's verdict on /metrics. Printed against targets: peak RSS below the memory limit; the good
 job's straggler flagged (rank 11, compute) and nobody else; every hostile span counted by
-reason (malformed or evicted). Exit status 1 when a target is missed.
+reason (malformed or evicted). Exit status 1 when a target is missed (the last line: FAIL).
+``--smoke``: three seconds, the good job's flag not judged (tests/test_benchmark_smoke.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _smoke import NOT_JUDGED, SMOKE_HELP
 from collector_e2e import Sink
 from collector_harness import (
     OTELCOL_YAML,
@@ -229,7 +231,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--memory-limit-mib", type=int, default=512)
     parser.add_argument("--otelcol", type=Path, default=REPO_ROOT / "build" / "otelcol-skewtrace")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    # Seconds for the good job's last steps to be analyzed and flushed after the run.
+    drain_s = 4.0
+    if args.smoke:  # too short for the good job's flag to be judged
+        args.seconds, drain_s = 3.0, 2.0
     loadgen = build_loadgen()
     backend, pacer = Sink(loadgen), Sink(loadgen)
     import tempfile
@@ -274,7 +281,7 @@ def main() -> int:
             stop.set()
             for t in threads:
                 t.join(30)
-            time.sleep(4)  # the good job's last steps are analyzed and flushed
+            time.sleep(drain_s)  # the good job's last steps are analyzed and flushed
             page = col.scrape_prometheus()
             metrics = parse_prometheus(page)
             telemetry = parse_prometheus(scrape(col.telemetry_url))
@@ -301,7 +308,11 @@ def main() -> int:
     print(f"peak RSS:           {peak:7.1f} MiB   target < {args.memory_limit_mib} MiB "
           f"(median {sorted(samples)[len(samples) // 2]:.1f} MiB)")  # fmt: skip
     print(f"collector alive:    {alive}")
-    print(f"good job verdict:   {sorted(flagged)}   target [('11', 'compute')]")
+    want = {("11", "compute")}
+    print(
+        f"good job verdict:   {sorted(flagged)}   target {sorted(want)}"
+        + (f"   {NOT_JUDGED} (no other rank flagged: {flagged <= want})" if args.smoke else "")
+    )
     print(f"hostile spans sent: {hostile.sent}")
     print(f"hostile refused:    {hostile.errors}")
     print(f"counted malformed:  {malformed}")
@@ -310,13 +321,19 @@ def main() -> int:
         f"/metrics:           {series} samples, {len(page) / MIB:.1f} MiB "
         "(series per metric bounded by the connector's max_series)"
     )
-    ok = alive and peak < args.memory_limit_mib and flagged == {("11", "compute")}
+    # In a smoke run the good job may end before its rank is flagged: only a wrong flag fails.
+    ok = (
+        alive
+        and peak < args.memory_limit_mib
+        and (flagged <= want if args.smoke else flagged == want)
+    )
     oversized_counted = sum(v for k, v in malformed.items() if k.startswith("oversized:"))
     if hostile.sent.get("oversized", 0) and oversized_counted < hostile.sent["oversized"]:
         print(f"MISSED: {hostile.sent['oversized']} oversized spans sent, {oversized_counted:.0f} "
               "counted")  # fmt: skip
         ok = False
-    print("PASS" if ok else "FAIL")
+    print(("SMOKE (ran end to end; the good job's flag not judged)" if args.smoke else "PASS")
+          if ok else "FAIL")  # fmt: skip
     return 0 if ok else 1
 
 

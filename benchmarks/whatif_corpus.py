@@ -4,6 +4,7 @@ docs/evaluation.md ("The right cause and the right price"), and jobs past 256 ra
     python benchmarks/whatif_corpus.py                      # the corpus (tests/whatif/corpus.py)
     python benchmarks/whatif_corpus.py --large              # and 1024- and 4096-rank jobs
     python benchmarks/whatif_corpus.py --jobs slow-link,host-work
+    python benchmarks/whatif_corpus.py --smoke              # one small job
 
 Each job is generated (tests/whatif/generate.py, deterministic seeds), written as the what-if
 analysis' own CSV, read by ``skewtrace import``'s reader and played through a fresh
@@ -26,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from _smoke import SMOKE_HELP  # noqa: E402
 from skewtrace import semconv  # noqa: E402
 from skewtrace.importer.whatif import read_whatif  # noqa: E402
 from skewtrace.report.model import StepSummary  # noqa: E402
@@ -41,6 +43,9 @@ from whatif.generate import (  # noqa: E402
 )
 from whatif.oracle import StepAnswer, analyze  # noqa: E402
 
+SMOKE_JOB = "slow-dataloader"
+"""``--smoke``: one small corpus job. Its targets hold at any size (the Collector against the
+oracle on the same rows), so they are judged."""
 LARGE = (
     # Past the make-test corpus: the same comparison at 1024 and 4096 ranks (workers).
     JobSpec(
@@ -150,7 +155,14 @@ def main() -> int:
     parser.add_argument("--jobs", default="", help="comma-separated corpus jobs (default: all)")
     parser.add_argument("--large", action="store_true", help="also the 1024- and 4096-rank jobs")
     parser.add_argument("--otelcol", default=str(REPO / "build" / "otelcol-skewtrace"))
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_HELP}: the {SMOKE_JOB} job alone (its targets judged as in a full run)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.jobs, args.large = SMOKE_JOB, False
     names = [n for n in args.jobs.split(",") if n] or list(CORPUS)
     unknown = [n for n in names if n not in CORPUS]
     if unknown:

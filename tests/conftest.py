@@ -36,7 +36,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests that need a marker they do not carry:\n  " + "\n  ".join(missing)
         )
+    _leave_out_eval(config, items)
     _longest_files_first(config, items)
+
+
+def _leave_out_eval(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``eval`` run where ``-m`` names eval (`make eval`: ``-m eval``), not in
+    `make test` (``-m "not alone"``, then ``-m alone``) nor in a run without ``-m``."""
+    if "eval" in (config.getoption("markexpr") or ""):
+        return
+    left_out = [item for item in items if item.get_closest_marker("eval") is not None]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item.get_closest_marker("eval") is None]
 
 
 # -- the order of files: longest first -----------------------------------------------------
