@@ -78,6 +78,7 @@ def test_the_demo_command_still_parses_its_flags() -> None:
     assert (args.steps, args.fabric) == (7, "loopback")
 
 
+@pytest.mark.slow  # a rank instrumented in a fresh interpreter (torch): make test
 def test_instrumenting_a_rank_loads_no_service_module() -> None:
     """The rank's whole session: instrument (with the HTTP pacing client, which starts once the
     identity is known), a step, uninstrument; the rebalancing sampler too."""

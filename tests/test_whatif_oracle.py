@@ -167,6 +167,7 @@ def test_parquet(tmp_path) -> None:
 # -- the oracle ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # every corpus job generated and replayed: make test, not test-fast
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_self_test_on_every_corpus_job(name: str) -> None:
     """The replay of the recorded values ends every unit where it was recorded, and the step
@@ -354,6 +355,7 @@ def test_expectations_cover_the_corpus() -> None:
     assert set(EXPECTED) == set(CORPUS)
 
 
+@pytest.mark.slow  # every corpus job generated and replayed: make test, not test-fast
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_corpus_verdicts(name: str) -> None:
     for answer in _answers(name):
