@@ -34,7 +34,7 @@ from skewtrace.report.model import StepSummary
 from span_replay import read_recording, replay
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
-KINDS = ("main_job", "frameworks")
+KINDS = ("main_job", "frameworks", "demo")
 """The folders of recorded jobs whose every step has an exact expectation."""
 
 Verdict = dict[str, Any]

@@ -62,6 +62,6 @@ def test_messages_join_pairwise_and_the_slow_stage_is_blamed(
         assert semconv.BARRIER_MISSING_RANKS not in span.attributes, span.attributes
 
     # Live, the slow stage's rank is flagged for compute at some point; its verdict in every
-    # step is tested on this scenario's recording (pipelining_gloo_slow_stage.jsonl.gz:
-    # TestRecordedLivePipelineEndsAndNamesTheSlowStage, tests/test_recorded_jobs.py).
+    # step is tested on this scenario's recording (frameworks/pipelining_gloo_slow_stage:
+    # tests/test_recorded_verdicts.py, TestRecordedLivePipelineEndsAndNamesTheSlowStage).
     assert_flagged_at_some_point(spans, 1, semconv.CAUSE_COMPUTE, PIPELINE_SLOW_FROM)

@@ -2,7 +2,6 @@ package diagnosis_test
 
 import (
 	"bufio"
-	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
@@ -222,7 +221,7 @@ func TestRecordedWhatIfCorpus(t *testing.T) {
 // named for compute in every step from 7 on and flagged from flag_k steps later.
 func TestRecordedLivePipelineEndsAndNamesTheSlowStage(t *testing.T) {
 	cfg := join.DefaultConfig()
-	results := replayRecording(t, "../../../../tests/data/recorded/pipelining_gloo_slow_stage.jsonl.gz", cfg)
+	results := replayRecording(t, "../../../../tests/data/recorded/frameworks/pipelining_gloo_slow_stage.jsonl.gz", cfg)
 	if len(results) != 16 {
 		t.Fatalf("%d steps analyzed, want 16", len(results))
 	}
@@ -241,49 +240,5 @@ func TestRecordedLivePipelineEndsAndNamesTheSlowStage(t *testing.T) {
 			len(flagged(r)) > 1 {
 			t.Errorf("step %d: flagged %v", r.Step, flagged(r))
 		}
-	}
-}
-
-// TestRecordedDemoRunsFlagOnlyTheirNICFault plays the recorded runs of skewtrace demo
-// (tests/data/recorded/demo, demo.json) through the join engine and the analysis: no rank
-// but 2 is ever flagged, rank 2 is flagged for the network exactly in the steps demo.json
-// records, with node2's NIC suspected, and nothing else. tests/test_recorded_demo.py plays
-// them through the built Collector.
-func TestRecordedDemoRunsFlagOnlyTheirNICFault(t *testing.T) {
-	const dir = "../../../../tests/data/recorded/demo"
-	raw, err := os.ReadFile(filepath.Join(dir, "demo.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var manifest struct {
-		Jobs map[string]struct {
-			Steps int   `json:"steps"`
-			From  int64 `json:"flagged_from"`
-			Until int64 `json:"flagged_until"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(raw, &manifest); err != nil {
-		t.Fatal(err)
-	}
-	for job, want := range manifest.Jobs {
-		t.Run(job, func(t *testing.T) {
-			results := replayRecording(t, filepath.Join(dir, job+".jsonl.gz"), join.DefaultConfig())
-			steps := cmp.Or(want.Steps, 60)
-			if len(results) != steps {
-				t.Fatalf("%d steps analyzed, want %d", len(results), steps)
-			}
-			for _, r := range results {
-				got := flagged(r)
-				in := r.Step >= want.From && r.Step <= want.Until
-				wantSuspects := []string{}
-				if in {
-					wantSuspects = []string{"nic:node2/eth0"}
-				}
-				if in != (len(got) == 1 && got[2] == semconv.CauseNetwork) || (!in && len(got) > 0) ||
-					!slices.Equal(suspects(r), wantSuspects) {
-					t.Errorf("step %d: flagged %v suspects %v", r.Step, got, suspects(r))
-				}
-			}
-		})
 	}
 }

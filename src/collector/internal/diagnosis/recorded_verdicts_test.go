@@ -51,13 +51,13 @@ func sameVerdict(a, b recordedVerdict) bool {
 }
 
 // TestRecordedVerdicts plays every recorded live job with exact expectations
-// (tests/data/recorded/{main_job,frameworks}: jobs.json, expected.json, written by
+// (tests/data/recorded/{main_job,frameworks,demo}: jobs.json, expected.json, written by
 // tests/expected_verdicts.py) through the join engine and the step analysis, and compares
 // every step's flags, suspects and imbalances with its expectation: a rule change that moves
 // a verdict fails here, without the binary. tests/test_recorded_verdicts.py plays the same
 // files through the built Collector.
 func TestRecordedVerdicts(t *testing.T) {
-	for _, kind := range []string{"main_job", "frameworks"} {
+	for _, kind := range []string{"main_job", "frameworks", "demo"} {
 		dir := filepath.Join("../../../../tests/data/recorded", kind)
 		raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
 		if err != nil {
