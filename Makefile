@@ -66,8 +66,8 @@ test-go:
 test-py: venv collector jaeger
 	@status=0; \
 	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		-m "not alone and not eval" || status=$$?; \
-	$(PY) -m pytest -q --durations=10 -m "alone and not eval" || status=$$?; \
+		-m "not alone" || status=$$?; \
+	$(PY) -m pytest -q --durations=10 -m alone || status=$$?; \
 	exit $$status
 
 test: lint test-go test-py
@@ -79,7 +79,7 @@ test: lint test-go test-py
 test-fast: venv collector
 	cd src/collector && go test ./...
 	cd tools/loadgen && go test ./...
-	$(PY) -m pytest -q -m "not slow and not eval" -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder
 
 demo: venv collector
 	$(PY) -m skewtrace.cli demo

@@ -198,8 +198,3 @@ def check(case: Case, spans: list[FileSpan], counts: Path, output: str = "") -> 
     ):
         pytest.xfail(case.gap)
     assert_flagged_at_some_point(spans, case.slow_rank, semconv.CAUSE_COMPUTE, case.slow_from)
-
-
-def step_flags(spans: list[FileSpan]) -> dict[int, set[tuple[int, str]]]:
-    """Per analyzed step (``train.step.summary``), the (rank, cause) pairs flagged."""
-    return {step: set(flagged.items()) for step, flagged in flagged_by_step(spans).items()}

@@ -94,9 +94,9 @@ def _longest_files_first(config: pytest.Config, items: list[pytest.Item]) -> Non
 
 
 _ran: dict[str, float] = {}
-# Selections that run whole files (of what they select): `make test`'s two parts (test files
-# are marked alone whole; eval tests are left out of both).
-_WHOLE_FILES = ("", "alone", "not alone", "not alone and not eval", "alone and not eval")
+# Selections that run whole files: `make test`'s two parts (test files are marked alone
+# whole; eval tests are left out of both, _leave_out_eval).
+_WHOLE_FILES = ("", "alone", "not alone")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

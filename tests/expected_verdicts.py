@@ -24,14 +24,14 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from skewtrace.report.model import StepSummary
-from span_replay import read_recording, replay
+from span_replay import Request, read_recording, replay, write_recording
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
 KINDS = ("main_job", "frameworks", "demo")
@@ -80,16 +80,33 @@ def per_step(expected: list[Verdict]) -> dict[int, Verdict]:
     return out
 
 
+def _read(kind: str, file: str) -> dict[str, Any]:
+    path = RECORDED / kind / file
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def _write(kind: str, file: str, data: dict[str, Any]) -> None:
+    path = RECORDED / kind / file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
 def jobs(kind: str) -> dict[str, dict[str, Any]]:
     """The recorded jobs of a kind (``jobs.json``)."""
-    path = RECORDED / kind / "jobs.json"
-    return dict(json.loads(path.read_text())["jobs"]) if path.exists() else {}
+    return dict(_read(kind, "jobs.json").get("jobs", {}))
 
 
 def expected(kind: str) -> dict[str, dict[str, Any]]:
     """The expectations of a kind's jobs (``expected.json``)."""
-    path = RECORDED / kind / "expected.json"
-    return dict(json.loads(path.read_text())) if path.exists() else {}
+    return _read(kind, "expected.json")
+
+
+def record_job(kind: str, name: str, requests: Sequence[Request], job: dict[str, Any]) -> None:
+    """Writes a recording and its entry in its kind's ``jobs.json`` (the others kept)."""
+    write_recording(requests, RECORDED / kind / f"{name}.jsonl.gz")
+    manifest = _read(kind, "jobs.json")
+    manifest.setdefault("jobs", {})[name] = job
+    _write(kind, "jobs.json", manifest)
 
 
 def replay_job(otelcol: Path, kind: str, name: str, workdir: Path) -> dict[int, StepSummary]:
@@ -122,8 +139,7 @@ def main() -> int:
                     print(f"    {json.dumps(segment)}")
             current[name] = {"steps": len(summaries), "segments": got}
         if args.update and current:
-            text = json.dumps(current, indent=1, sort_keys=True)
-            (RECORDED / kind / "expected.json").write_text(text + "\n")
+            _write(kind, "expected.json", current)
     print(f"{differ} job(s) differ from their expectations" + (" (updated)" if args.update else ""))
     return 1 if differ and not args.update else 0
 

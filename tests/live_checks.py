@@ -14,30 +14,28 @@ from collections.abc import Iterable
 from collector_harness import FileSpan
 from skewtrace import semconv
 from skewtrace.report.collect import parse_summary
+from skewtrace.report.model import StepSummary
+
+
+def summaries_by_step(spans: Iterable[FileSpan]) -> dict[int, StepSummary]:
+    """The Collector's step summaries (``train.step.summary``) by step."""
+    out: dict[int, StepSummary] = {}
+    for span in spans:
+        if span.name == semconv.SPAN_STEP_SUMMARY and (summary := parse_summary(span)):
+            out[summary.step] = summary
+    return out
 
 
 def flagged_by_step(spans: Iterable[FileSpan]) -> dict[int, dict[int, str]]:
-    """Per analysed step (``train.step.summary``), the ranks flagged with their causes."""
-    out: dict[int, dict[int, str]] = {}
-    for span in spans:
-        if span.name != semconv.SPAN_STEP_SUMMARY:
-            continue
-        summary = parse_summary(span)
-        if summary is not None:
-            out[summary.step] = {f.rank: f.cause for f in summary.flags}
-    return out
+    """Per analysed step, the ranks flagged with their causes."""
+    return {
+        step: {f.rank: f.cause for f in s.flags} for step, s in summaries_by_step(spans).items()
+    }
 
 
 def suspected_by_step(spans: Iterable[FileSpan]) -> dict[int, set[str]]:
     """Per analysed step, the fabric elements suspected."""
-    out: dict[int, set[str]] = {}
-    for span in spans:
-        if span.name != semconv.SPAN_STEP_SUMMARY:
-            continue
-        summary = parse_summary(span)
-        if summary is not None:
-            out[summary.step] = {s.key for s in summary.suspects}
-    return out
+    return {step: {x.key for x in s.suspects} for step, s in summaries_by_step(spans).items()}
 
 
 def assert_flagged_at_some_point(

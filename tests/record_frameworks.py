@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -11,9 +10,8 @@ from typing import Any
 
 from _framework_matrix import ALL_PHASES, Case, job_spans, run
 from collector_harness import FILE_EXPORT_YAML, OTELCOL_YAML, CollectorProcess
-from span_replay import recording_of_file_export, write_recording
-
-RECORDED = Path(__file__).parent / "data" / "recorded" / "frameworks"
+from expected_verdicts import record_job
+from span_replay import recording_of_file_export
 
 _SLOW_RANK_2 = {"flags": {"2": "compute"}}
 # name -> (case, mode, what it injects as the Collector should conclude it). One mode per
@@ -53,8 +51,6 @@ RECORDED_CASES: dict[str, tuple[Case, str, dict[str, Any]]] = {
 
 
 def record_frameworks(otelcol: Path, only: list[str]) -> None:
-    path = RECORDED / "jobs.json"
-    manifest = json.loads(path.read_text()) if path.exists() else {"jobs": {}}
     with tempfile.TemporaryDirectory(prefix="skt-record-") as tmp:
         work = Path(tmp)
         with CollectorProcess(otelcol, [OTELCOL_YAML, FILE_EXPORT_YAML], work) as collector:
@@ -67,8 +63,7 @@ def record_frameworks(otelcol: Path, only: list[str]) -> None:
                 run(collector, case, mode, job, counts)
                 job_spans(collector, job, case.steps - 2)
                 requests = recording_of_file_export(collector.file_export_path, job)
-                write_recording(requests, RECORDED / f"{name}.jsonl.gz")
-                manifest["jobs"][name] = {
+                record_job("frameworks", name, requests, {
                     "job_id": job,
                     "made_by": f"examples/frameworks/{case.script}.py {' '.join(case.args)}"
                     f" under torchrun, {case.ranks} gloo ranks, {mode}; rank {case.slow_rank}"
@@ -76,6 +71,5 @@ def record_frameworks(otelcol: Path, only: list[str]) -> None:
                     "steps": case.steps,
                     "ranks": case.ranks,
                     "injected": injected,
-                }
+                })  # fmt: skip
                 print(f"recorded {name}: {len(requests)} requests", flush=True)
-                path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

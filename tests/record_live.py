@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from span_replay import recording_of_file_export, write_recording
+from expected_verdicts import record_job
+from span_replay import recording_of_file_export
 
-RECORDED = Path(__file__).parent / "data" / "recorded"
 REPO = Path(__file__).resolve().parents[1]
 
 MAIN_JOB_STEPS = 26
@@ -53,15 +53,7 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
 
 
-def _manifest(kind: str) -> tuple[Path, dict[str, Any]]:
-    path = RECORDED / kind / "jobs.json"
-    if path.exists():
-        return path, json.loads(path.read_text())
-    return path, {"jobs": {}}
-
-
 def record_main_job(otelcol: Path, only: list[str]) -> None:
-    path, manifest = _manifest("main_job")
     for scenario in only or MAIN_JOB_SCENARIOS:
         with tempfile.TemporaryDirectory(prefix="skt-record-") as tmp:
             work = Path(tmp)
@@ -73,9 +65,7 @@ def record_main_job(otelcol: Path, only: list[str]) -> None:
             )  # fmt: skip
             (run,) = json.loads((work / "summary.json").read_text())["runs"]
             requests = recording_of_file_export(work / "spans.jsonl", run["job_id"])
-            name = slug(scenario)
-            write_recording(requests, RECORDED / "main_job" / f"{name}.jsonl.gz")
-            manifest["jobs"][name] = {
+            record_job("main_job", slug(scenario), requests, {
                 "job_id": run["job_id"],
                 "made_by": f"skewtrace demo --scenario {scenario} --pacing off "
                 f"--steps {MAIN_JOB_STEPS}",
@@ -87,10 +77,8 @@ def record_main_job(otelcol: Path, only: list[str]) -> None:
                     {"steps": p["steps"], "expected": p["expected"], "onset_step": p["onset_step"]}
                     for p in run["phases"]
                 ],
-            }
+            })  # fmt: skip
             print(f"recorded {scenario}: {len(requests)} requests", flush=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def main() -> int:

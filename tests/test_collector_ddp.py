@@ -168,13 +168,7 @@ def test_ddp_straggler_is_flagged_with_its_cause(
 
 def _flags_in_summaries(spans: list[FileSpan]) -> set[tuple[int, str]]:
     """Every (rank, cause) the collector's step summaries flagged at any step."""
-    return {
-        (int(e["attributes"][semconv.RANK]), str(e["attributes"][semconv.STRAGGLER_CAUSE]))
-        for s in spans
-        if s.name == semconv.SPAN_STEP_SUMMARY
-        for e in s.events
-        if e["name"] == semconv.EVENT_STRAGGLER
-    }
+    return {pair for flags in flagged_by_step(spans).values() for pair in flags.items()}
 
 
 @pytest.mark.eval

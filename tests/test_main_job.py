@@ -30,6 +30,7 @@ import pytest
 
 from collector_harness import read_file_export
 from live_checks import assert_flagged_at_some_point, assert_suspected_at_some_point
+from record_live import MAIN_JOB_SCENARIOS, MAIN_JOB_STEPS
 from skewtrace.cluster import fabric as fabric_mod
 from skewtrace.cluster import netns
 from skewtrace.cluster.fabric import Fabric, FabricSpec
@@ -230,36 +231,45 @@ def _job_spans(workdir: Path, run: dict[str, Any]) -> list[Any]:
     return [s for s in read_file_export(workdir / "spans.jsonl") if s.resource.get(JOB_ID) == job]
 
 
-# (scenario, its phases' expected verdicts, the rank and cause or the link it must name). A
-# short run: 26 steps, faults from step 8 (hetero: the whole run). The NIC fault runs in
-# `make test` (the fabric smoke run); the rest under `make eval`. Every scenario's verdict,
-# step by step, is tested on its recorded run (tests/test_recorded_verdicts.py, main_job/).
-SCENARIOS = [
-    ("nic:node2:200@8", ["rank 2 (network), nic:node2/eth0"], (2, "network")),
-    ("uplink:leaf0:200@8", ["uplink:leaf0"], "uplink:leaf0"),
-    ("compute:4:0.05@8", ["rank 4 (compute)"], (4, "compute")),
-    ("data:1:0.05@8", ["rank 1 (data)"], (1, "data")),
-    ("rack:leaf1:0.05@8", ["rank 2 (compute), rank 3 (compute), switch:leaf1"], (2, "compute")),
-    ("compute:3:0.05@8:16", ["rank 3 (compute)"], (3, "compute")),
-    ("hetero:node5:12", ["rank 5 (compute)"], (5, "compute")),
-]  # fmt: skip
+# The scenarios are the recorded ones (tests/record_live.py: a 26-step run, faults from step
+# 8, hetero the whole run; what each injects), with the verdict each phase of the run's own
+# summary expects. The NIC fault runs in `make test` (the fabric smoke run); the rest under
+# `make eval`. Every scenario's verdict, step by step, is tested on its recorded run
+# (tests/test_recorded_verdicts.py, main_job/).
+EXPECTED_PHASES = {
+    "nic:node2:200@8": ["rank 2 (network), nic:node2/eth0"],
+    "uplink:leaf0:200@8": ["uplink:leaf0"],
+    "compute:4:0.05@8": ["rank 4 (compute)"],
+    "data:1:0.05@8": ["rank 1 (data)"],
+    "rack:leaf1:0.05@8": ["rank 2 (compute), rank 3 (compute), switch:leaf1"],
+    "compute:3:0.05@8:16": ["rank 3 (compute)"],
+    "hetero:node5:12": ["rank 5 (compute)"],
+}
+assert set(EXPECTED_PHASES) == set(MAIN_JOB_SCENARIOS)
+
+
+def _named(scenario: str) -> tuple[int, str] | str:
+    """What the live run must name at some point: the first injected rank with its cause, or
+    (a link alone) the injected link."""
+    injected = MAIN_JOB_SCENARIOS[scenario]
+    if injected.get("flags"):
+        rank, cause = next(iter(injected["flags"].items()))
+        return int(rank), cause
+    return str(injected["suspects"][0])
 
 
 @pytest.mark.parametrize(
-    ("scenario", "expected", "named"),
+    "scenario",
     [
-        pytest.param(*s, marks=() if s[0] == "nic:node2:200@8" else pytest.mark.eval)
-        for s in SCENARIOS
+        pytest.param(s, marks=() if s == "nic:node2:200@8" else pytest.mark.eval)
+        for s in MAIN_JOB_SCENARIOS
     ],
-    ids=[s for s, _, _ in SCENARIOS],
 )
 def test_each_scenario_is_diagnosed(
     namespaces: None,
     otelcol_path: Path,
     tmp_path: Path,
     scenario: str,
-    expected: list[str],
-    named: tuple[int, str] | str,
 ) -> None:
     """The pipeline flows on the fabric: the run's summary has its phases, every rank of the
     six sent its spans, every step was analysed with the whole world, and the fault was named
@@ -267,17 +277,18 @@ def test_each_scenario_is_diagnosed(
     and that nothing else was flagged, is measured by ``make eval``
     (benchmarks/scenarios.py) and decided exactly on the recorded runs."""
     result = _demo(otelcol_path, tmp_path, "--scenario", scenario, "--pacing", "off",
-                   "--steps", "26")  # fmt: skip
+                   "--steps", str(MAIN_JOB_STEPS))  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (run,) = _summary(tmp_path)["runs"]
     phases = [p for p in run["phases"] if p["expected"] != "nothing flagged"]
-    assert [p["expected"] for p in phases] == expected
+    assert [p["expected"] for p in phases] == EXPECTED_PHASES[scenario]
     spans = _job_spans(tmp_path, run)
     assert {int(s.resource[RANK]) for s in spans if RANK in s.resource} == set(range(6))
     summaries = [parse_summary(s) for s in spans if s.name == SPAN_STEP_SUMMARY]
-    assert sorted(s.step for s in summaries if s is not None) == list(range(26))
+    assert sorted(s.step for s in summaries if s is not None) == list(range(MAIN_JOB_STEPS))
     assert {s.ranks for s in summaries if s is not None} == {6}
     onset = min(p["onset_step"] for p in phases)
+    named = _named(scenario)
     if isinstance(named, str):
         assert_suspected_at_some_point(spans, named, onset)
     else:

@@ -47,11 +47,8 @@ def test_recorded_job_concludes_exactly_its_expectations(
     assert want["steps"] >= job["steps"]
     assert {s.ranks for s in summaries.values()} == {job["ranks"]}
 
-    wrong = {
-        step: verdict(summaries[step])
-        for step, v in per_step(want["segments"]).items()
-        if verdict(summaries[step]) != v
-    }
+    got = {step: verdict(summary) for step, summary in summaries.items()}
+    wrong = {step: got[step] for step, v in per_step(want["segments"]).items() if got[step] != v}
     assert not wrong, f"steps whose verdict differs from expected.json: {wrong}"
 
     injected = job["injected"]
@@ -59,8 +56,7 @@ def test_recorded_job_concludes_exactly_its_expectations(
     allowed_suspects = set(injected.get("suspects", []))
     allowed_imbalances = set(injected.get("imbalances", []))
     flagged, suspected, imbalanced = set(), set(), set()
-    for step, summary in sorted(summaries.items()):
-        v = verdict(summary)
+    for step, v in sorted(got.items()):
         stray = {r: c for r, c in v["flags"].items() if allowed_flags.get(r) != c}
         assert not stray, f"step {step}: flagged {stray}, not injected ({injected})"
         assert set(v["suspects"]) <= allowed_suspects, (step, v["suspects"], injected)
