@@ -77,9 +77,7 @@ def best_partition(costs: Sequence[float], stages: int) -> Partition:
     best_max[0][0] = 0.0
     for s in range(1, stages + 1):
         for i in range(s, n - (stages - s) + 1):
-            best_max[s][i] = min(
-                max(best_max[s - 1][j], seg(j, i)) for j in range(s - 1, i)
-            )
+            best_max[s][i] = min(max(best_max[s - 1][j], seg(j, i)) for j in range(s - 1, i))
     bound = best_max[stages][n]
     slack = 1e-9 * max(bound, 1e-300)
     # 2. among partitions whose every stage is within the bound, the least sum of squares;
@@ -97,8 +95,10 @@ def best_partition(costs: Sequence[float], stages: int) -> Partition:
                 if prev is None or cost > bound + slack:
                     continue
                 cand = (prev[0] + cost * cost, prev[1] + (i - j,))
-                if choice is None or cand[0] < choice[0] - slack * bound or (
-                    abs(cand[0] - choice[0]) <= slack * bound and cand[1] < choice[1]
+                if (
+                    choice is None
+                    or cand[0] < choice[0] - slack * bound
+                    or (abs(cand[0] - choice[0]) <= slack * bound and cand[1] < choice[1])
                 ):
                     choice = cand
             best[s][i] = choice

@@ -111,7 +111,7 @@ class CostFit:
 
     @property
     def observations(self) -> int:
-        return int(round(self._s[-1]))
+        return round(self._s[-1])
 
     def model(self) -> TokenCost | None:
         """The fitted :class:`TokenCost` (seconds per token and per token squared), or None."""
@@ -145,7 +145,9 @@ class CostFit:
             # sum of w (y - a x1 - b x2 - k)^2, expanded; only differences between candidates
             return (
                 -2 * (a * s1y + b * s2y + k * sy)
-                + a * a * s11 + b * b * s22 + k * k * w
+                + a * a * s11
+                + b * b * s22
+                + k * k * w
                 + 2 * (a * b * s12 + a * k * s1 + b * k * s2)
             )
 
@@ -157,7 +159,7 @@ class CostFit:
 
 def _solve3(m: list[list[float]], v: list[float]) -> tuple[float, float, float] | None:
     """Gaussian elimination with partial pivoting; None when singular."""
-    a = [row[:] + [rhs] for row, rhs in zip(m, v, strict=True)]
+    a = [[*row, rhs] for row, rhs in zip(m, v, strict=True)]
     scale = max(abs(x) for row in m for x in row) or 1.0
     for col in range(3):
         pivot = max(range(col, 3), key=lambda r: abs(a[r][col]))
