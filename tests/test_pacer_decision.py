@@ -123,7 +123,7 @@ def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None
     assert json.dumps(pacing.to_json(), separators=(",", ":")) == (
         '{"job":"run-42","version":17,"active":true,'
         '"delays":{"0":0.0101,"1":0.0099,"2":0.0102},"spread":0.231,"reason":"active",'
-        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":3}'
+        '"ranks":4,"policy":"pacing","updated_unix":1764424000.1,"body_version":4}'
     )
     rebalance = DecisionBody(
         job="run-42",
@@ -140,14 +140,14 @@ def test_the_json_keeps_the_bytes_of_before_with_body_version_appended() -> None
         '{"job":"run-42","version":6,"active":false,"delays":{},"spread":null,'
         '"reason":"balanced","ranks":4,"policy":"rebalance","updated_unix":1764424000.1,'
         '"shares":{"0":0.148,"1":0.2816},"shares_version":3,'
-        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":3}'
+        '"rebalance":{"reason":"balanced","gain":0.021,"changes":3},"body_version":4}'
     )
     # Equal shares: no "shares", still a "shares_version".
     equal = DecisionBody(job="j", reason="balanced", policy="rebalance", shares_version=4)
     assert "shares" not in equal.to_json() and equal.to_json()["shares_version"] == 4
     unknown = DecisionBody("nobody").to_json()
     assert json.dumps(unknown, separators=(",", ":")) == (
-        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":3}'
+        '{"job":"nobody","version":0,"active":false,"delays":{},"body_version":4}'
     )
 
 
@@ -179,7 +179,7 @@ def test_an_old_body_without_body_version_reads_as_version_1() -> None:
         "updated_unix": 1764424000.1,
     }
     body = DecisionBody.from_json(old)
-    assert body.body_version == 1 and BODY_VERSION == 3
+    assert body.body_version == 1 and BODY_VERSION == 4
     assert (body.version, body.active, dict(body.delays)) == (17, True, {0: 0.0101, 2: 0.0102})
     assert (body.spread, body.reason, body.ranks, body.policy) == (0.231, "active", 4, "pacing")
     assert body.shares is None and body.shares_version is None and body.effect is None

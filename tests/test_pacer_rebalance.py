@@ -306,7 +306,7 @@ def test_cli_policy_flag_and_variable() -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--policy", "balance"], "--policy='balance': unknown policy balance"),
+        (["--policy", "bogus"], "--policy='bogus': unknown policy bogus"),
         (["--rebalance-floor", "0"], "--rebalance-floor='0': must be in (0, 1]"),
         (
             ["--policy", "rebalance", "--window-millis", "12000"],

@@ -45,9 +45,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-BODY_VERSION = 3
+BODY_VERSION = 4
 """The format of the bodies this release serves: the fields below. Absent on a body: 1.
-2 added ``offsets``, ``schedule`` and ``served_unix``; 3 the schedule's ``late_s``."""
+2 added ``offsets``, ``schedule`` and ``served_unix``; 3 the schedule's ``late_s``; 4
+``balance`` and ``balance_version``."""
+
+BALANCE_MODES = ("work", "count")
+"""The body's ``balance``: each global batch split by work, or by count."""
 
 STEP_AGE_PARAM = "step_age"
 """The poll's optional query parameter: seconds since the rank's current step started (the
@@ -102,6 +106,12 @@ def read_shares(raw: Any) -> dict[int, float] | None:
     if not sum(shares.values()) > 0:
         return None
     return dict(sorted(shares.items()))
+
+
+def read_balance(raw: Any) -> str | None:
+    """A body's ``balance``: ``work`` or ``count``; None when absent or anything else (a rank
+    then splits by count)."""
+    return raw if isinstance(raw, str) and raw in BALANCE_MODES else None
 
 
 def read_shares_version(value: Any) -> int:
@@ -280,6 +290,13 @@ class DecisionBody:
     effect: Effect | None = None
     rebalance: RebalanceStatus | None = None
 
+    balance: str | None = None
+    """How each global batch is split over the ranks: ``work`` or ``count`` (the work-balance
+    policy's); None: the policy does not decide it (absent; a rank splits by count)."""
+
+    balance_version: int | None = None
+    """Changes exactly when ``balance`` does; None with it."""
+
     offsets: Mapping[str, float] | None = None
     """The interleave policy's per-group holds within one job (None: absent)."""
 
@@ -319,6 +336,9 @@ class DecisionBody:
             if self.shares:
                 body["shares"] = {str(rank): share for rank, share in self.shares.items()}
             body["shares_version"] = self.shares_version
+        if self.balance is not None:
+            body["balance"] = self.balance
+            body["balance_version"] = self.balance_version or 0
         if self.effect is not None:
             body["effect"] = self.effect.to_json()
         if self.rebalance is not None:
@@ -369,6 +389,7 @@ class DecisionBody:
             else:
                 delays[rank] = delay
         shares_version = obj.get("shares_version")
+        balance = read_balance(obj.get("balance"))
         return cls(
             job=_text(obj.get("job")) or "",
             version=version,
@@ -383,6 +404,10 @@ class DecisionBody:
             shares_version=None if shares_version is None else read_shares_version(shares_version),
             effect=Effect.from_json(obj.get("effect")),
             rebalance=RebalanceStatus.from_json(obj.get("rebalance")),
+            balance=balance,
+            balance_version=None
+            if balance is None
+            else read_shares_version(obj.get("balance_version")),
             offsets=read_offsets(obj.get("offsets")),
             schedule=Schedule.from_json(obj.get("schedule")),
             served_unix=_number(obj.get("served_unix")),

@@ -38,6 +38,7 @@ class PublishedDecision:
     json: dict[str, Any]
     """``body.to_json()``, made once per decision: what every poll is served."""
     shares_version: int = 0
+    balance_version: int = 0
 
 
 def publish(
@@ -50,8 +51,9 @@ def publish(
     """What the job's ranks are served for ``decision``, the policy's outcome, after
     ``previous`` (None: the job's first): the body, with a new ``version`` when a rank would
     act differently (pacing turned on or off, a delay moved by :data:`DELAY_RESOLUTION_S` or
-    more, new shares, offsets or schedule) and the previous delays kept otherwise, and a new
-    ``shares_version`` when the shares moved by :data:`SHARE_RESOLUTION` or more.
+    more, new shares, offsets, schedule or split) and the previous delays kept otherwise, a new
+    ``shares_version`` when the shares moved by :data:`SHARE_RESOLUTION` or more, and a new
+    ``balance_version`` when the split (``balance``) changed.
     ``wall_clock`` stamps it (``updated_unix``)."""
     delays = {r: round(d, 6) for r, d in sorted(decision.delays.items()) if d > 0}
     shares = (
@@ -77,6 +79,11 @@ def publish(
     elif not shares and old_shares:
         shares_version += 1  # back to equal shares
     changed = changed or shares_version != (previous.shares_version if previous else 0)
+    balance_version = previous.balance_version if previous else 0
+    if decision.balance != (previous.body.balance if previous else None):
+        if decision.balance is not None:
+            balance_version += 1
+        changed = True
     info = dict(decision.info)
     offsets = read_offsets(info.pop("offsets", None))
     schedule = Schedule.from_json(info.pop("schedule", None))
@@ -106,6 +113,10 @@ def publish(
         rebalance=None if rebalance is None else RebalanceStatus(**rebalance),
         offsets=offsets,
         schedule=schedule,
+        balance=decision.balance,
+        balance_version=None if decision.balance is None else balance_version,
         extra=info,
     )
-    return PublishedDecision(decision.state, version, body, body.to_json(), shares_version)
+    return PublishedDecision(
+        decision.state, version, body, body.to_json(), shares_version, balance_version
+    )

@@ -20,7 +20,9 @@ that round trip).
 The same answer carries the rebalancing policy's ``shares`` (``--policy rebalance``):
 :meth:`PacingClient.current_shares` returns them for
 :class:`skewtrace.rank.rebalance_sampler.ShareSampler`, which applies them on every rank at the
-same step (``docs/rebalancing.md``).
+same step (``docs/rebalancing.md``), and the work-balance policy's ``balance`` (``--policy
+balance``): :meth:`PacingClient.current_balance`, for
+:class:`skewtrace.rank.work_balance.WorkBalancedSampler`.
 
 The answer is a :class:`~skewtrace.decision.DecisionBody` (read with its tolerant
 ``from_json``: unknown fields ignored, missing informational ones defaulted); importing it
@@ -84,19 +86,24 @@ class RankPacer(Protocol):
     def current_shares(self) -> tuple[Mapping[int, float] | None, int]:
         """({rank: share of the global batch} or None for equal shares, shares version)."""
 
+    def current_balance(self) -> tuple[str | None, int]:
+        """(``work``, ``count`` or None, balance version): the work-balance policy's split."""
+
     def note_step_start(self, monotonic_s: float) -> None:
         """The latest step started at ``monotonic_s`` (``time.monotonic()``)."""
 
 
 class _UserPacer:
     """A user's ``pacing_client`` as a :class:`RankPacer`: ``current_delay`` is required;
-    ``current_hold``, ``current_shares`` and a ``step_started_at`` attribute are used where it
-    has them (no hold, equal shares, no step start where not)."""
+    ``current_hold``, ``current_shares``, ``current_balance`` and a ``step_started_at``
+    attribute are used where it has them (no hold, equal shares, no split, no step start
+    where not)."""
 
     def __init__(self, source: Any) -> None:
         self.source = source
         self._hold = getattr(source, "current_hold", None)
         self._shares = getattr(source, "current_shares", None)
+        self._balance = getattr(source, "current_balance", None)
         self._takes_step_start = hasattr(source, "step_started_at")
 
     def current_delay(self) -> tuple[float, int]:
@@ -111,6 +118,12 @@ class _UserPacer:
             return None, 0
         shares, version = self._shares()
         return shares, version
+
+    def current_balance(self) -> tuple[str | None, int]:
+        if self._balance is None:
+            return None, 0
+        mode, version = self._balance()
+        return mode, version
 
     def note_step_start(self, monotonic_s: float) -> None:
         if self._takes_step_start:
@@ -219,6 +232,19 @@ class PacingClient:
             if shares is None or time.monotonic() - at > self.stale_after_s:
                 return None, version
             return dict(shares), version
+        except Exception:  # never raise into training
+            return None, 0
+
+    def current_balance(self) -> tuple[str | None, int]:
+        """(``work``, ``count`` or None, balance version): how the work-balance policy asks
+        each global batch to be split (:class:`skewtrace.rank.work_balance.WorkBalancedSampler`
+        with ``mode="pacer"``); None when the pacer decides no split, or its answer is stale
+        or failing (the sampler then splits by count)."""
+        try:
+            body, at = self._latest_body
+            if body is None or time.monotonic() - at > self.stale_after_s:
+                return None, 0
+            return body.balance, body.balance_version or 0
         except Exception:  # never raise into training
             return None, 0
 

@@ -8,6 +8,9 @@ registry.
   global batch.
 - ``interleave`` (:mod:`~skewtrace.controller.policies.interleave`): offsets for groups whose
   communication phases collide on a shared uplink, kept only while they pay (the same guard).
+- ``balance`` (:mod:`~skewtrace.controller.policies.balance`): each global batch split by
+  work instead of by count while the Collector flags a ``data_imbalance``, kept only while it
+  pays (the same guard).
 - several, comma-separated: composed in registry order
   (:mod:`~skewtrace.controller.policies.compose`).
 
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from skewtrace.controller.policies.balance import BalanceParams, BalancePolicy
 from skewtrace.controller.policies.base import ControllerPolicy, ServiceSettings
 from skewtrace.controller.policies.compose import ComposedPolicy
 from skewtrace.controller.policies.effect import EffectGuard
@@ -93,6 +97,13 @@ POLICIES: tuple[PolicySpec[Any], ...] = (
         lambda params: EffectGuard(InterleavePolicy(params), params),
         summary="offset groups whose communication phases collide on a shared uplink",
         docs="docs/pacing.md, 'Interleaving'",
+    ),
+    PolicySpec(
+        "balance",
+        BalanceParams,
+        lambda params: EffectGuard(BalancePolicy(params), params),
+        summary="split each global batch by work while a data imbalance is flagged",
+        docs="docs/rebalancing.md, 'Work-balanced batches'",
     ),
 )
 """Every policy, in the order a composition runs them (and ``--help`` lists them)."""

@@ -40,6 +40,10 @@ class Outcome:
     """Each rank's fraction of the global batch, summing to 1. ``None``: the policy does not
     decide shares (the body has no ``shares``); empty: equal shares, nothing published yet."""
 
+    balance: str | None = None
+    """How each global batch is split over the ranks (the work-balance policy's): ``work`` or
+    ``count``; None: the policy does not decide it (the body has no ``balance``)."""
+
     spread: float | None = None
     """Pacing's natural arrival spread over mean step time (informational)."""
 

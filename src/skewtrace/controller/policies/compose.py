@@ -77,6 +77,7 @@ class ComposedPolicy:
             active=any(o.active for o in outcomes),
             delays=delays,
             shares=next((o.shares for o in outcomes if o.shares is not None), None),
+            balance=next((o.balance for o in outcomes if o.balance is not None), None),
             spread=next((o.spread for o in outcomes if o.spread is not None), None),
             ranks=max(o.ranks for o in outcomes),
             info=info,

@@ -78,11 +78,16 @@ OFFSETS = "offsets"
 """The body's per-group offsets (the interleave policy's): withheld with the delays."""
 SCHEDULE = "schedule"
 """The body's schedule (the interleave policy's, for groups of several jobs): withheld too."""
+BALANCE_WORK = "work"
+"""The work-balance policy's split by work: withheld as a split by count."""
+BALANCE_COUNT = "count"
 
 
 def _publishes(out: Outcome) -> bool:
     """The outcome delays someone: a rank's delay, a group's offset, or a schedule (a slot
-    at 0 holds its ranks too)."""
+    at 0 holds its ranks too); or it splits the batches by work (the work-balance policy's)."""
+    if out.balance == BALANCE_WORK:
+        return True
     offsets = out.info.get(OFFSETS) or {}
     return out.active and (
         any(d > 0 for d in out.delays.values())
@@ -161,8 +166,8 @@ class EffectState:
 
 
 class EffectGuard:
-    """Wraps the pacing or the interleave policy (alone, or inside the composition): see the
-    module docstring."""
+    """Wraps the pacing, the interleave or the work-balance policy (alone, or inside the
+    composition): see the module docstring."""
 
     def __init__(self, inner: ControllerPolicy, params: EffectSettings) -> None:
         self.inner = inner
@@ -268,5 +273,6 @@ class EffectGuard:
             state=state,
             active=False,
             delays=dict.fromkeys(out.delays, 0.0),
+            balance=BALANCE_COUNT if out.balance is not None else None,
             info=info,
         )
