@@ -12,9 +12,10 @@ rows of the what-if format, its metadata and the ground truth.
 Everything random comes from one ``random.Random(spec.seed)``, drawn in a fixed order: the same
 spec gives the same rows. (:class:`TokenLengths` draws its samples from a stream of its own per
 step, so that a job and the job with the remedy applied, :func:`with_remedy`, see the same
-samples and the same jitter: they differ by the split alone.) The simulation runs in float seconds; the rows are integer
-microseconds since the Unix epoch, each start and end rounded on its own (durations are the
-difference), so that a replay of the rows reproduces the simulated ends exactly.
+samples and the same jitter: they differ by the split alone.) The simulation runs in float
+seconds; the rows are integer microseconds since the Unix epoch, each start and end rounded on
+its own (durations are the difference), so that a replay of the rows reproduces the simulated
+ends exactly.
 
     job = generate(CORPUS["slow-worker-stage0"])
     write_csv(job, "job.csv"); write_metadata(job, "job.json")
@@ -157,6 +158,10 @@ class HostWork(Cause):
     seconds: float = 0.02
 
 
+ATTENTION_AT_2048 = TokenCost.with_crossover(2048)
+"""A sample's work ``t + t**2 / 2048``: attention's term equals the linear one at 2048 tokens."""
+
+
 @dataclass(frozen=True)
 class TokenLengths(Cause):
     """Real token lengths (issue 46): each step a global batch of ``samples`` samples, lengths
@@ -176,7 +181,7 @@ class TokenLengths(Cause):
     sigma: float = 1.0
     min_tokens: int = 16
     max_tokens: int = 8192
-    cost: TokenCost = TokenCost.with_crossover(2048)
+    cost: TokenCost = ATTENTION_AT_2048
     balanced: bool = False
 
     def describe(self) -> str:
@@ -234,10 +239,7 @@ def token_split(spec: JobSpec, cause: TokenLengths, lengths: list[int]) -> list[
             f"{spec.name}: {cause.samples} samples cannot fill {dp * microbatches} parts"
         )
     costs = [cause.cost(t) for t in lengths]
-    if cause.balanced:
-        replicas = split_by_work(costs, dp)
-    else:
-        replicas = split_by_count(len(lengths), dp)
+    replicas = split_by_work(costs, dp) if cause.balanced else split_by_count(len(lengths), dp)
     parts: list[list[int]] = []
     for samples in replicas:
         if cause.balanced:
