@@ -225,13 +225,27 @@ def proofs(smoke: bool) -> list[str]:
     return failed
 
 
+def _describe(cause: object) -> str:
+    if hasattr(cause, "describe"):
+        return str(cause.describe())
+    fields = {k: v for k, v in vars(cause).items() if k not in ("first_step", "last_step")}
+    return type(cause).__name__ + "(" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")"
+
+
 def _explain(c: Compared) -> str:
     if c.realized_s is None:
         return "a bare factor (nothing to move): no remedy to generate"
     if c.cause == "data_imbalance":
+        tokens = next(x for x in c.spec.causes if isinstance(x, TokenLengths))
+        mean = tokens.expected_cost() * tokens.samples / (c.spec.dp * c.spec.microbatches)
+        largest = statistics.mean(
+            max(tokens.cost(t) for t in token_lengths(c.spec, tokens, step)) / mean
+            for step in range(c.spec.steps)
+        )
         return (
             "the verdict prices every micro-batch at its class mean (work split finely); "
-            "split_by_work moves whole samples, and a long one stays whole"
+            "split_by_work moves whole samples, and a step's longest sample alone holds "
+            f"{largest:.1f}x a mean micro-batch's work (mean over the steps)"
         )
     layers = next(x for x in c.spec.causes if hasattr(x, "partition"))
     costs, pp = layers.costs, c.spec.pp  # type: ignore[attr-defined]
@@ -263,9 +277,7 @@ def corpus(otelcol: Path, smoke: bool) -> list[str]:
         spec = c.spec
         remedy = remedy_of(spec) or "-"
         what = "data" if c.cause == "data_imbalance" else f"stage {c.stage}"
-        causes = " + ".join(
-            x.describe() if hasattr(x, "describe") else type(x).__name__ for x in spec.causes
-        )
+        causes = " + ".join(_describe(x) for x in spec.causes)
         predicted = c.repartition_s if c.repartition_s is not None else c.predicted_s
         ratio = "-" if c.realized_s is None else f"{c.realized_s / predicted:.2f}"
         realized = (
