@@ -102,6 +102,7 @@ bench: venv collector
 	run benchmarks/rebalance.py --steps 600; \
 	run benchmarks/diagnosis_table.py --seeds 3; \
 	run benchmarks/whatif_corpus.py --large; \
+	run benchmarks/remedies.py; \
 	run benchmarks/sim_pacing.py --seed 1; \
 	run benchmarks/sim_pacing.py --seed 2; \
 	for seed in 1 2 3; do run benchmarks/sim_pacing.py --interleave-offline --seed $$seed; done; \

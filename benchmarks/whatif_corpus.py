@@ -95,6 +95,9 @@ def _causes(spec: JobSpec) -> str:
         return "none"
     out = []
     for cause in spec.causes:
+        if hasattr(cause, "describe"):
+            out.append(cause.describe())
+            continue
         fields = {k: v for k, v in vars(cause).items() if k not in ("first_step", "last_step")}
         text = type(cause).__name__ + "(" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")"
         if cause.first_step or cause.last_step is not None:

@@ -133,6 +133,20 @@ COLLECTOR_SMOKES = [
         ),
     ),
     Smoke(
+        "remedies",
+        (
+            rf"^data: split_by_work over equal counts [-+]{NUMBER}% \(.*\)  target >= \+20% "
+            rf".*{NOT_JUDGED}$",
+            r"^advice against an exhaustive search of all 560 contiguous partitions: .*: equal$",
+            rf"^stage: best_partition over as-is, 8 micro-batches, .* target >= \+10% "
+            rf".*{NOT_JUDGED}$",
+            r"^balanced \(equal lengths\): change .* met$",
+            r"^balanced \(equal layers\): change .* met$",
+            r"^\| layers-heavy-2stage \| 2x4, 8 mb \| .* \| best_partition \| stage 1: 10/10 \|",
+            SMOKE_DONE,
+        ),
+    ),
+    Smoke(
         "diagnosis_table",
         (
             r"^\| scenario \| layout \|.*\| right in every step \|$",

@@ -348,6 +348,10 @@ EXPECTED = {
         set(),
         False,
     ),
+    "tokens-dp4-pp4": lambda step: ({}, set(), True),
+    "tokens-dp8-pp4": lambda step: ({}, set(), True),
+    "layers-heavy-last": lambda step: ({}, {3}, False),
+    "layers-heavy-2stage": lambda step: ({}, {1}, False),
 }
 
 

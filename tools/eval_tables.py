@@ -84,6 +84,10 @@ REGIONS: tuple[Region, ...] = (
         rows=r"large-",
     ),
     Region("diagnosis-table", ("benchmarks/diagnosis_table.py", "--seeds", "3")),
+    # benchmarks/remedies.py: the headed pipeline's gains by micro-batches, and the corpus's
+    # predicted savings beside the realized ones.
+    Region("remedies-stage", ("benchmarks/remedies.py", "--sections", "proofs")),
+    Region("remedies-corpus", ("benchmarks/remedies.py", "--sections", "corpus")),
     # One run of scenarios.py fills both regions (the second table: pacing off and on).
     Region("scenarios", ("benchmarks/scenarios.py", "--repeat", "2", "--pacing")),
     Region("scenarios-pacing", ("benchmarks/scenarios.py", "--repeat", "2", "--pacing"), table=2),

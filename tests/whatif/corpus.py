@@ -10,11 +10,16 @@ from .generate import (
     HeavyStage,
     HostWork,
     JobSpec,
+    Layers,
     SequenceImbalance,
     SlowDataLoader,
     SlowLink,
     SlowWorker,
+    TokenLengths,
 )
+
+_HEADED = (1.0,) * 16 + (1.6,)
+"""16 equal layers and a loss head of 1.6 layers: 4 layers a stage puts 5.6 on the last (1.4x)."""
 
 _JOBS = (
     # Nothing wrong: slowdown within a few percent of 1, nothing named.
@@ -175,4 +180,47 @@ _JOBS = (
     ),
 )
 
-CORPUS: dict[str, JobSpec] = {spec.name: spec for spec in _JOBS}
+_REMEDY_JOBS = (
+    # Imbalances with a remedy (issue 46): generated again by whatif.generate.with_remedy,
+    # their realized saving beside the verdict's price (benchmarks/remedies.py).
+    # Real token lengths (log-normal, median 512, sigma 1.0, clipped to 16..8192; cost
+    # t + t^2/2048), 256 samples a step in 4 replicas x 8 micro-batches of 8 by equal counts:
+    # data, no stage.
+    JobSpec(
+        "tokens-dp4-pp4",
+        dp=4,
+        pp=4,
+        microbatches=8,
+        seed=17,
+        causes=(TokenLengths(samples=256),),
+    ),
+    # The same lengths at 8 replicas x 4 stages, 512 samples a step: data, no stage.
+    JobSpec(
+        "tokens-dp8-pp4",
+        dp=8,
+        pp=4,
+        microbatches=8,
+        seed=18,
+        causes=(TokenLengths(samples=512),),
+    ),
+    # 16 equal layers, 4 a stage, and a loss head on the last (1.4x the others): stage 3.
+    JobSpec(
+        "layers-heavy-last",
+        dp=4,
+        pp=4,
+        microbatches=8,
+        seed=19,
+        causes=(Layers(costs=_HEADED, partition=(4, 4, 4, 5)),),
+    ),
+    # 8 equal layers over 2 stages, 4 each, and the head on the second (1.4x): stage 1.
+    JobSpec(
+        "layers-heavy-2stage",
+        dp=4,
+        pp=2,
+        microbatches=8,
+        seed=20,
+        causes=(Layers(costs=(1.0,) * 8 + (1.6,), partition=(4, 5)),),
+    ),
+)
+
+CORPUS: dict[str, JobSpec] = {spec.name: spec for spec in _JOBS + _REMEDY_JOBS}

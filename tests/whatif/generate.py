@@ -3,15 +3,19 @@
 A job (:class:`JobSpec`) is a data-parallel x pipeline-parallel layout of *workers* (a worker
 is one tensor-parallel group), Megatron's 1F1B or interleaved 1F1B schedule, base timings and
 a tuple of causes (:class:`SlowWorker`, :class:`HeavyStage`, :class:`SequenceImbalance`,
-:class:`SlowLink`, :class:`SlowDataLoader`, :class:`HostWork`). :func:`generate` builds each
+:class:`SlowLink`, :class:`SlowDataLoader`, :class:`HostWork`, and with their remedies
+:class:`TokenLengths` and :class:`Layers`). :func:`generate` builds each
 worker's program of ops, step after step, plays them with a small discrete-event simulation
 that follows the semantics of ``README.md`` (beside this file) and returns a :class:`Job`: the
 rows of the what-if format, its metadata and the ground truth.
 
 Everything random comes from one ``random.Random(spec.seed)``, drawn in a fixed order: the same
-spec gives the same rows. The simulation runs in float seconds; the rows are integer
-microseconds since the Unix epoch, each start and end rounded on its own (durations are the
-difference), so that a replay of the rows reproduces the simulated ends exactly.
+spec gives the same rows. (:class:`TokenLengths` draws its samples from a stream of its own per
+step, so that a job and the job with the remedy applied, :func:`with_remedy`, see the same
+samples and the same jitter: they differ by the split alone.) The simulation runs in float
+seconds; the rows are integer microseconds since the Unix epoch, each start and end rounded on
+its own (durations are the difference), so that a replay of the rows reproduces the simulated
+ends exactly.
 
     job = generate(CORPUS["slow-worker-stage0"])
     write_csv(job, "job.csv"); write_metadata(job, "job.json")
@@ -27,6 +31,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from skewtrace.remedy.partition import best_partition, stage_costs
+from skewtrace.remedy.work_split import TokenCost, split_by_count, split_by_work
 
 GENERATOR_VERSION = "whatif-gen-1"
 """Bump on any change of what a spec generates."""
@@ -151,6 +158,142 @@ class HostWork(Cause):
     seconds: float = 0.02
 
 
+ATTENTION_AT_2048 = TokenCost.with_crossover(2048)
+"""A sample's work ``t + t**2 / 2048``: attention's term equals the linear one at 2048 tokens."""
+
+
+@dataclass(frozen=True)
+class TokenLengths(Cause):
+    """Real token lengths (issue 46): each step a global batch of ``samples`` samples, lengths
+    log-normal (median ``median`` tokens, ``sigma``) rounded and clipped to
+    ``min_tokens``..``max_tokens``, drawn from a stream of their own (the job's seed and the
+    step, :func:`token_lengths`): the same samples whatever the split and whatever else the job
+    draws. The batch is split into ``dp x microbatches`` parts, replica r's micro-batch m being
+    part ``r * microbatches + m``, packed without padding (a part's work is the sum of its
+    samples' ``cost``): by equal counts (``split_by_count``, consecutive slices, as
+    ``DistributedSampler``) or, ``balanced``, by the product's ``split_by_work`` on the samples'
+    costs (the remedy). A part's forward and backward, on every stage of its replica, take its
+    work over the expected work of a part times as long: the spec's ``forward`` and
+    ``backward`` are a micro-batch of average work."""
+
+    samples: int = 64
+    median: float = 512.0
+    sigma: float = 1.0
+    min_tokens: int = 16
+    max_tokens: int = 8192
+    cost: TokenCost = ATTENTION_AT_2048
+    balanced: bool = False
+
+    def describe(self) -> str:
+        split = "split_by_work" if self.balanced else "equal counts"
+        return (
+            f"TokenLengths({self.samples} samples, median {self.median:g}, sigma "
+            f"{self.sigma:g}, {self.min_tokens}..{self.max_tokens}, {split})"
+        )
+
+    def expected_cost(self) -> float:
+        """The mean cost of one sample, by quadrature over the clipped log-normal (the
+        rounding to whole tokens left out): deterministic, no random draw."""
+        return _expected_cost(self.median, self.sigma, self.min_tokens, self.max_tokens, self.cost)
+
+
+def _expected_cost(
+    median: float, sigma: float, lo: int, hi: int, cost: TokenCost, points: int = 20_001
+) -> float:
+    if sigma <= 0:
+        return cost(min(max(median, lo), hi))
+    total, weight = 0.0, 0.0
+    for i in range(points):
+        z = -8.0 + 16.0 * i / (points - 1)
+        w = math.exp(-0.5 * z * z)
+        total += w * cost(min(max(median * math.exp(sigma * z), lo), hi))
+        weight += w
+    return total / weight
+
+
+def token_lengths(spec: JobSpec, cause: TokenLengths, step: int, index: int = 0) -> list[int]:
+    """The ``step``'s global batch of ``cause`` (the ``index``-th TokenLengths of the spec):
+    every sample's tokens, in the batch's order, from ``random.Random`` seeded with the job's
+    seed, the step and the index alone."""
+    rng = random.Random(f"whatif-tokens:{spec.seed}:{step}:{index}")
+    out = []
+    for _ in range(cause.samples):
+        if cause.sigma > 0:
+            t = round(rng.lognormvariate(math.log(cause.median), cause.sigma))
+        else:
+            t = round(cause.median)
+        out.append(min(max(t, cause.min_tokens), cause.max_tokens))
+    return out
+
+
+def token_split(spec: JobSpec, cause: TokenLengths, lengths: list[int]) -> list[list[int]]:
+    """The samples (indices into ``lengths``) of each part, ``dp x microbatches`` parts,
+    replica r's micro-batch m being part ``r * microbatches + m``. Equal counts: consecutive
+    slices (``split_by_count`` over the replicas, then over each replica's micro-batches).
+    ``cause.balanced``: the product's ``split_by_work`` over the replicas (equal work per
+    replica: what the data-parallel collectives wait for), then over each replica's
+    micro-batches (equal work per micro-batch: what the pipeline's stages wait for)."""
+    dp, microbatches = spec.dp, spec.microbatches
+    if cause.samples < dp * microbatches:
+        raise ValueError(
+            f"{spec.name}: {cause.samples} samples cannot fill {dp * microbatches} parts"
+        )
+    costs = [cause.cost(t) for t in lengths]
+    replicas = split_by_work(costs, dp) if cause.balanced else split_by_count(len(lengths), dp)
+    parts: list[list[int]] = []
+    for samples in replicas:
+        if cause.balanced:
+            within = split_by_work([costs[i] for i in samples], microbatches)
+        else:
+            within = split_by_count(len(samples), microbatches)
+        parts += [[samples[i] for i in part] for part in within]
+    return parts
+
+
+@dataclass(frozen=True)
+class Layers(Cause):
+    """The model as layers (issue 46): each layer's cost in order (forward and backward alike,
+    any unit; a loss head is the last layer) and the layers each stage holds, contiguous. A
+    stage's forward and backward take its layers' cost over the mean stage's cost times as long
+    (the spec's ``forward`` and ``backward`` are a stage of the mean stage's work), so moving
+    layers moves work and keeps the total. The remedy (:func:`with_remedy`) is the product's
+    ``best_partition`` of the same costs."""
+
+    costs: tuple[float, ...]
+    partition: tuple[int, ...]
+
+    def describe(self) -> str:
+        runs: list[list[float]] = []
+        for c in self.costs:
+            if runs and runs[-1][0] == c:
+                runs[-1][1] += 1
+            else:
+                runs.append([c, 1])
+        costs = " + ".join(f"{int(n)} x {c:g}" if n > 1 else f"{c:g}" for c, n in runs)
+        return f"Layers({costs}; partition {self.partition})"
+
+    def factors(self) -> tuple[float, ...]:
+        per_stage = stage_costs(self.costs, self.partition)
+        mean = sum(per_stage) / len(per_stage)
+        return tuple(c / mean for c in per_stage)
+
+
+def with_remedy(spec: JobSpec) -> JobSpec:
+    """The same job with the remedies applied: every :class:`TokenLengths` split by work, every
+    :class:`Layers` at ``best_partition`` of its costs over the job's stages; the same seed, so
+    the same samples and the same jitter. Named ``<name>+remedy``."""
+    from dataclasses import replace
+
+    causes: list[Cause] = []
+    for cause in spec.causes:
+        if isinstance(cause, TokenLengths):
+            cause = replace(cause, balanced=True)
+        elif isinstance(cause, Layers):
+            cause = replace(cause, partition=best_partition(cause.costs, spec.pp).layers)
+        causes.append(cause)
+    return replace(spec, name=spec.name + "+remedy", causes=tuple(causes))
+
+
 # -- the job -------------------------------------------------------------------------------
 
 
@@ -202,6 +345,9 @@ class JobSpec:
             raise ValueError(f"{self.name}: p2p must be 'batched' or 'eager'")
         if self.chunks > 1 and (self.pp < 2 or self.microbatches % self.pp):
             raise ValueError(f"{self.name}: interleaving needs pp >= 2 and microbatches % pp == 0")
+        for cause in self.causes:
+            if isinstance(cause, Layers) and (len(cause.partition) != self.pp or self.chunks > 1):
+                raise ValueError(f"{self.name}: Layers needs one layer count per stage, 1 chunk")
 
     @property
     def workers(self) -> int:
@@ -465,10 +611,31 @@ class _Builder:
                         costs[key] = costs.get(key, 1.0) * cause.cost(length)
         return costs
 
+    def token_costs(self, step: int, costs: dict[tuple[int, int], float]) -> None:
+        """Multiply into ``costs`` each (dp_rank, mb)'s work factor of every active
+        :class:`TokenLengths` (no draw from the job's stream)."""
+        spec = self.spec
+        index = 0
+        for cause in spec.causes:
+            if not isinstance(cause, TokenLengths):
+                continue
+            if cause.active(step):
+                lengths = token_lengths(spec, cause, step, index)
+                split = token_split(spec, cause, lengths)
+                mean = cause.expected_cost() * cause.samples / len(split)
+                for part, samples in enumerate(split):
+                    key = divmod(part, spec.microbatches)
+                    work = sum(cause.cost(lengths[i]) for i in samples)
+                    costs[key] = costs.get(key, 1.0) * work / mean
+            index += 1
+
     def compute_factor(self, step: int, stage: int, dp_rank: int, forward: bool) -> float:
         factor = 1.0
         for cause in self.spec.causes:
             if not cause.active(step):
+                continue
+            if isinstance(cause, Layers):
+                factor *= cause.factors()[stage]
                 continue
             if isinstance(cause, SlowWorker) and (cause.stage, cause.dp_rank) == (stage, dp_rank):
                 factor *= cause.factor
@@ -661,6 +828,7 @@ def generate(spec: JobSpec) -> Job:
     programs: list[list[_Unit]] = [[] for _ in range(spec.workers)]
     for step in range(spec.steps):
         costs = builder.lengths(step)
+        builder.token_costs(step, costs)
         for stage in range(spec.pp):
             for dp_rank in range(spec.dp):
                 programs[spec.worker(stage, dp_rank)] += builder.step_units(
