@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -29,9 +30,11 @@ import pytest
 
 from skewtrace import semconv
 from skewtrace.remedy.partition import best_partition, stage_costs
+from whatif.generate import HeavyStage, JobSpec, generate, write_csv, write_metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CASES = REPO_ROOT / "tests" / "data" / "partition" / "cases.json"
+JOB = "advise-heavy-last"
 
 
 def _advise(*args: str) -> subprocess.CompletedProcess[str]:
@@ -158,14 +161,11 @@ def _heavy_job(with_profiles: bool):  # type: ignore[no-untyped-def]
     costs of the whole pipeline in stage order."""
     import tempfile
 
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from whatif.generate import HeavyStage, JobSpec, generate, write_csv, write_metadata
-
     from skewtrace.importer.whatif import read_whatif
     from skewtrace.rank._events import LayersEvent
 
     spec = JobSpec(
-        "advise-heavy-last",
+        JOB,
         dp=2,
         pp=4,
         microbatches=8,
@@ -208,7 +208,7 @@ def test_collector_advises_the_best_partition_of_the_profiled_layers(
 
     imported, costs = _heavy_job(with_profiles=True)
     want = best_partition(costs, 4)
-    summaries = replay(otelcol_path, requests_of_job(imported), tmp_path / "with")["advise-heavy-last"]
+    summaries = replay(otelcol_path, requests_of_job(imported), tmp_path / "with")[JOB]
     stage_flags = [
         (step, im)
         for step, s in sorted(summaries.items())
@@ -223,9 +223,7 @@ def test_collector_advises_the_best_partition_of_the_profiled_layers(
         assert im.partition.layers == want.layers, (step, im.partition, want)
         assert im.partition.current == tuple(len(s) for s in _SHAPES)
         assert im.partition.after_s == pytest.approx(stage_costs(costs, want.layers))
-        assert im.partition.before_s == pytest.approx(
-            stage_costs(costs, [len(s) for s in _SHAPES])
-        )
+        assert im.partition.before_s == pytest.approx(stage_costs(costs, [len(s) for s in _SHAPES]))
         assert im.partition.saving_s > 0
         assert f"split points {points})" in im.fix, im.fix
     # The command reads the same file.
@@ -243,7 +241,7 @@ def test_collector_advises_the_best_partition_of_the_profiled_layers(
 
     # Without profiles: the fix as before, and the command says why it has no advice.
     imported, _ = _heavy_job(with_profiles=False)
-    summaries = replay(otelcol_path, requests_of_job(imported), tmp_path / "without")["advise-heavy-last"]
+    summaries = replay(otelcol_path, requests_of_job(imported), tmp_path / "without")[JOB]
     flagged = [
         im
         for s in summaries.values()
@@ -308,7 +306,10 @@ def test_advise_says_why_there_is_no_advice(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ live: apply the advice
 
 _PIPELINING = REPO_ROOT / "examples" / "frameworks" / "pipelining.py"
-_LIVE_ARGS = ("--width", "384", "--microbatches", "4", "--heavy-head", "2.0")
+_LIVE_ARGS = ("--width", "256", "--rows", "64", "--microbatches", "4", "--heavy-head", "3.0")
+_LIVE_STEPS = 10
+_WARM_STEP = 4
+"""Profiles of steps before it are left out of the comparison (first steps run slower)."""
 
 
 def _run_example(collector, job: str, steps: int, *extra: str) -> None:  # type: ignore[no-untyped-def]
@@ -333,7 +334,8 @@ def _run_example(collector, job: str, steps: int, *extra: str) -> None:  # type:
 
 
 def _stage_layer_times(collector, job: str) -> dict[int, tuple[int, float]]:  # type: ignore[no-untyped-def]
-    """Each rank's (= stage's) layers and mean layer seconds per step over its profiles."""
+    """Each rank's (= stage's) layers and median layer seconds per step over its profiles
+    from step _WARM_STEP on."""
     deadline = time.monotonic() + 60
     while True:
         spans = [
@@ -347,12 +349,13 @@ def _stage_layer_times(collector, job: str) -> dict[int, tuple[int, float]]:  # 
             rank = int(s.resource[semconv.RANK])
             f = s.attributes[semconv.PIPELINE_LAYER_FORWARD]
             b = s.attributes[semconv.PIPELINE_LAYER_BACKWARD]
-            by_rank[rank].append(sum(f) + sum(b))
+            if int(s.attributes[semconv.STEP]) >= _WARM_STEP:
+                by_rank[rank].append(sum(f) + sum(b))
             count[rank] = len(f)
         if sorted(by_rank) == [0, 1, 2, 3] or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    return {r: (count[r], sum(v) / len(v)) for r, v in by_rank.items()}
+    return {r: (count[r], statistics.median(v)) for r, v in by_rank.items()}
 
 
 @pytest.mark.collector
@@ -369,7 +372,7 @@ def test_applying_the_advice_moves_the_layers_and_shortens_the_slowest_stage(
 
     with CollectorProcess(otelcol_path, [OTELCOL_YAML, FILE_EXPORT_YAML], tmp_path) as collector:
         job = f"advise-live-{os.getpid()}"
-        _run_example(collector, job, 14)
+        _run_example(collector, job, _LIVE_STEPS)
         before = _stage_layer_times(collector, job)
         assert sorted(before) == [0, 1, 2, 3], before
         deadline = time.monotonic() + 60
@@ -383,7 +386,7 @@ def test_applying_the_advice_moves_the_layers_and_shortens_the_slowest_stage(
         assert advice["stage"] == 3, advice
         points = ",".join(map(str, advice["split_points"]))
         job2 = f"{job}-advised"
-        _run_example(collector, job2, 6, "--split-points", points)
+        _run_example(collector, job2, _LIVE_STEPS, "--split-points", points)
         after = _stage_layer_times(collector, job2)
     assert [after[r][0] for r in range(4)] == advice["layers_advised"], (after, advice)
     slowest_before = max(t for _, t in before.values())

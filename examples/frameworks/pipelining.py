@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--microbatches", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=4, help="rows per microbatch")
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument(
         "--heavy-head", type=float, default=float(os.environ.get("HEAVY_HEAD", "1"))
@@ -120,7 +121,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(module.parameters(), lr=1e-2)
     _knobs.one_call(module, optimizer)
     generator = torch.Generator().manual_seed(0)
-    batch = 4 * args.microbatches
+    batch = args.rows * args.microbatches
     for _ in range(args.steps):
         x = torch.randn(batch, args.width, generator=generator).to(device)
         y = torch.randn(batch, args.width, generator=generator).to(device)

@@ -376,8 +376,8 @@ IMBALANCE_PARTITION_BEFORE = "training.imbalance.partition.before"
 #: advised partition
 IMBALANCE_PARTITION_AFTER = "training.imbalance.partition.after"
 #: training.imbalance.partition.saving (float s): seconds of the step the advised partition
-#: saves: the step replayed with each stage's pipeline work scaled by its new over its old layer
-#: time, against the step replayed as it is
+#: saves: the step replayed with each stage's layer time moved from now to the advice (its other
+#: pipeline work kept), against the step replayed as it is
 IMBALANCE_PARTITION_SAVING = "training.imbalance.partition.saving"
 #: training.imbalance.ranks (string): the stage's ranks, comma separated; on a step's
 #: `data_imbalance` root cause, the step's slowest replica (one rank: a replica slowest in

@@ -521,8 +521,8 @@ const (
 	attrImbalancePartitionAfter = "training.imbalance.partition.after"
 
 	// attrImbalancePartitionSaving is training.imbalance.partition.saving (float s): seconds of
-	// the step the advised partition saves: the step replayed with each stage's pipeline work
-	// scaled by its new over its old layer time, against the step replayed as it is
+	// the step the advised partition saves: the step replayed with each stage's layer time moved
+	// from now to the advice (its other pipeline work kept), against the step replayed as it is
 	attrImbalancePartitionSaving = "training.imbalance.partition.saving"
 
 	// attrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated;

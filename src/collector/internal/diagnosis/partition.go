@@ -66,21 +66,60 @@ func (p *LayerProfile) valid() bool {
 	return true
 }
 
-// ObserveLayers records a rank's layer profile; the job keeps each rank's latest.
+// profileMemory is how many of a rank's latest profiles (of the same layers) its layer costs
+// are the median of: one sampled step on a busy host can hold a descheduled layer.
+const profileMemory = 3
+
+// profiles are a rank's latest layer profiles of the same layers, the latest last.
+type profiles struct {
+	recent []LayerProfile
+}
+
+func (h *profiles) latest() *LayerProfile { return &h.recent[len(h.recent)-1] }
+
+// costs are each layer's forward plus backward seconds: the median over the kept profiles.
+func (h *profiles) costs() []float64 {
+	n := len(h.latest().Names)
+	out := make([]float64, n)
+	vals := make([]float64, len(h.recent))
+	for i := range n {
+		for k := range h.recent {
+			vals[k] = h.recent[k].Forward[i] + h.recent[k].Backward[i]
+		}
+		out[i] = median(vals)
+	}
+	return out
+}
+
+// ObserveLayers records a rank's layer profile; the job keeps each rank's latest
+// profileMemory of the same layers (a profile of other layers starts over).
 func (a *Analyzer) ObserveLayers(job string, rank int, p LayerProfile, now int64) {
 	if rank < 0 || !p.valid() {
 		return
 	}
 	j := a.job(job, now)
 	if j.layers == nil {
-		j.layers = make(map[int32]LayerProfile)
+		j.layers = make(map[int32]*profiles)
 	}
-	if old, ok := j.layers[int32(rank)]; ok && old.Step > p.Step {
-		return
-	} else if !ok && len(j.layers) >= maxProfiledRanks {
-		return
+	h := j.layers[int32(rank)]
+	if h == nil {
+		if len(j.layers) >= maxProfiledRanks {
+			return
+		}
+		h = &profiles{}
+		j.layers[int32(rank)] = h
 	}
-	j.layers[int32(rank)] = p
+	if len(h.recent) > 0 {
+		if last := h.latest(); last.Step >= p.Step {
+			return
+		} else if !slices.Equal(last.Names, p.Names) {
+			h.recent = h.recent[:0]
+		}
+	}
+	if len(h.recent) == profileMemory {
+		h.recent = append(h.recent[:0], h.recent[1:]...)
+	}
+	h.recent = append(h.recent, p)
 }
 
 // BestPartition returns the contiguous partition of costs into stages (each at least one
@@ -183,10 +222,11 @@ func StageCosts(costs []float64, layers []int) []float64 {
 
 // advise proposes a partition of the pipeline's layers from the job's layer profiles: each
 // stage's latest profile (of any of its ranks: the highest step, then the lowest rank), the
-// stages' layers concatenated in order, each layer's cost its forward plus backward seconds.
-// It prices the advice on the step replay: every stage's pipeline work in gaps scaled by its
-// layer time under the advice over its layer time now (the non-layer work of a stage scales
-// with it), against ref, the step replayed from gaps as they are. ok is false when a stage
+// stages' layers concatenated in order, each layer's cost its forward plus backward seconds
+// (the median over that rank's latest profileMemory profiles).
+// It prices the advice on the step replay: every stage's pipeline work in gaps scaled so that
+// its layers' share goes from their time now to their time under the advice and the rest of
+// its work stays (stageScale), against ref, the step replayed from gaps as they are. ok is false when a stage
 // has no profile, or the advice is the current partition.
 func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (*Partition, bool) {
 	s := int(m.nStages)
@@ -199,7 +239,7 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 	}
 	for ri, rank := range m.rankOf {
 		st := m.stage[ri]
-		p, ok := j.layers[rank]
+		h, ok := j.layers[rank]
 		if st < 0 || !ok {
 			continue
 		}
@@ -208,7 +248,7 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 			pick[st] = rank
 			continue
 		}
-		q := j.layers[cur]
+		p, q := h.latest(), j.layers[cur].latest()
 		if p.Step > q.Step || (p.Step == q.Step && rank < cur) {
 			pick[st] = rank
 		}
@@ -219,12 +259,10 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 		if rank < 0 {
 			return nil, false
 		}
-		p := j.layers[rank]
-		adv.Current[st] = len(p.Names)
-		adv.Names = append(adv.Names, p.Names...)
-		for i := range p.Names {
-			costs = append(costs, p.Forward[i]+p.Backward[i])
-		}
+		h := j.layers[rank]
+		adv.Current[st] = len(h.latest().Names)
+		adv.Names = append(adv.Names, h.latest().Names...)
+		costs = append(costs, h.costs()...)
 	}
 	adv.Layers = BestPartition(costs, s)
 	if adv.Layers == nil || slices.Equal(adv.Layers, adv.Current) {
@@ -232,12 +270,24 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 	}
 	adv.Before = StageCosts(costs, adv.Current)
 	adv.After = StageCosts(costs, adv.Layers)
+	// Each stage's pipeline work in the step (its median replica's), of which its layers are
+	// Before: the rest (messages' host side, the schedule's own work) stays with the stage.
 	m.scale = grow(m.scale, s)
 	for st := range s {
-		m.scale[st] = 1
-		if adv.Before[st] > 0 {
-			m.scale[st] = adv.After[st] / adv.Before[st]
+		m.vals = m.vals[:0]
+		for ri := range m.rankOf {
+			if int(m.stage[ri]) != st {
+				continue
+			}
+			var w float64
+			for p := m.rankStart[ri]; p < m.rankStart[ri+1]; p++ {
+				if m.pipelineWork(sd, int32(ri), p) {
+					w += gaps[p]
+				}
+			}
+			m.vals = append(m.vals, w)
 		}
+		m.scale[st] = stageScale(median(m.vals), adv.Before[st], adv.After[st])
 	}
 	m.stageGap = grow(m.stageGap, len(m.order))
 	m.scaleStages(sd, gaps)
@@ -248,6 +298,21 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 // maxFixText bounds a fix text with a partition in it: the summaries' strings are read back
 // only up to max_attribute_length (256 by default).
 const maxFixText = 250
+
+// stageScale is the factor on a stage's pipeline work (work seconds in the step) that moves
+// its layers' time from before to after and keeps the rest: (work - before + after) / work.
+// Where the profile's layers take all of the work or more (a profile from a slower step),
+// the layers are taken as the whole work: after / before.
+func stageScale(work, before, after float64) float64 {
+	switch {
+	case before <= 0:
+		return 1
+	case work > before:
+		return (work - before + after) / work
+	default:
+		return after / before
+	}
+}
 
 // partitionText is the advice in words: layers per stage now and advised, the split points
 // and the replayed saving; past maxFixText (many stages) the counts are left to

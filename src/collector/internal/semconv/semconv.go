@@ -522,8 +522,8 @@ const (
 	AttrImbalancePartitionAfter = "training.imbalance.partition.after"
 
 	// AttrImbalancePartitionSaving is training.imbalance.partition.saving (float s): seconds of
-	// the step the advised partition saves: the step replayed with each stage's pipeline work
-	// scaled by its new over its old layer time, against the step replayed as it is
+	// the step the advised partition saves: the step replayed with each stage's layer time moved
+	// from now to the advice (its other pipeline work kept), against the step replayed as it is
 	AttrImbalancePartitionSaving = "training.imbalance.partition.saving"
 
 	// AttrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated;

@@ -38,14 +38,24 @@ logger = logging.getLogger("skewtrace")
 
 
 def layers_of(model: Any) -> list[tuple[str, Any]]:
-    """The model's layers: its named children, descending while there is exactly one."""
+    """The model's layers: its named children, descending while there is exactly one and it
+    holds the layers (a container: ``nn.Sequential``, ``ModuleList``, ``ModuleDict``; or a
+    wrapper's module of several children, as DDP's). A container of one layer is that layer
+    (a stage holding only its head profiles the head, not the head's parts)."""
+    from torch import nn
+
+    containers = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
     prefix, module = "", model
     while True:
         children = list(module.named_children())
         if len(children) != 1:
             return [(prefix + name, child) for name, child in children]
-        name, module = children[0]
-        prefix = f"{prefix}{name}."
+        name, child = children[0]
+        if not isinstance(child, containers) and (
+            isinstance(module, containers) or len(list(child.children())) < 2
+        ):
+            return [(prefix + name, child)]
+        module, prefix = child, f"{prefix}{name}."
 
 
 def _first_grad_tensor(value: Any, tensor: Any) -> Any:
