@@ -392,3 +392,33 @@ def test_applying_the_advice_moves_the_layers_and_shortens_the_slowest_stage(
     slowest_before = max(t for _, t in before.values())
     slowest_after = max(t for _, t in after.values())
     assert slowest_after < slowest_before, (before, after, advice)
+
+
+def test_the_report_shows_the_advised_partition_beside_the_fix() -> None:
+    from skewtrace.report.collect import _imbalance
+    from skewtrace.report.model import StepSummary
+    from skewtrace.report.page import _imbalances_html
+
+    attrs = {
+        semconv.STRAGGLER_CAUSE: semconv.CAUSE_STAGE_IMBALANCE,
+        semconv.PIPELINE_STAGE: 3,
+        semconv.IMBALANCE_RANKS: "3",
+        semconv.IMBALANCE_EXCESS: 0.3,
+        semconv.IMBALANCE_COST: 0.02,
+        semconv.IMBALANCE_FIX: "stage 3 does 30% more work",
+        semconv.IMBALANCE_PARTITION: [4, 4, 5, 4],
+        semconv.IMBALANCE_PARTITION_CURRENT: [4, 4, 4, 5],
+        semconv.IMBALANCE_PARTITION_BEFORE: [0.04, 0.04, 0.04, 0.056],
+        semconv.IMBALANCE_PARTITION_AFTER: [0.04, 0.04, 0.05, 0.046],
+        semconv.IMBALANCE_PARTITION_SAVING: 0.005,
+    }
+    summary = StepSummary(
+        step=9, trace_id="t", duration_s=0.1, whatif_s=0.08, slowdown=1.2, ranks=4,
+        slow_collectives=0,
+    )  # fmt: skip
+    summary.imbalances.append(_imbalance(attrs))
+    html = _imbalances_html(summary)
+    assert "--split-points 4,8,13" in html and "4/4/5/4 layers per stage" in html, html
+    # A malformed partition is left out, the fix stays.
+    attrs[semconv.IMBALANCE_PARTITION] = [4, 4, 5]
+    assert _imbalance(attrs).partition is None

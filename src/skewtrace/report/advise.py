@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import defaultdict
 from typing import Any
 
 
@@ -103,9 +104,11 @@ def advice(path: str, job: str | None = None) -> dict[str, Any]:
             "it off), or the current split is already the best"
         )
     names = _layer_names(mine, len(partition.current))
-    at, firsts = 0, []
+    owner = [st for st, n in enumerate(partition.current) for _ in range(n)]
+    at, firsts, owners = 0, [], []
     for n in partition.layers:
         firsts.append(names[at] if names and at < len(names) else str(at))
+        owners.append(owner[at] if at < len(owner) else -1)
         at += n
     return {
         "job": job,
@@ -118,6 +121,7 @@ def advice(path: str, job: str | None = None) -> dict[str, Any]:
         "split_points_now": list(partition.current_points),
         "split_points": list(partition.split_points),
         "first_layer_advised": firsts,
+        "first_layer_stage_now": owners,
         "stage_seconds_now": list(partition.before_s),
         "stage_seconds_advised": list(partition.after_s),
         "saving_s": partition.saving_s,
@@ -142,15 +146,27 @@ def _layer_names(spans: list[Any], stages: int) -> list[str]:
             latest[rank].attributes.get(semconv.STEP, -1)
         ):
             latest[rank] = s
+    messages = [
+        s
+        for s in spans
+        if s.attributes.get(semconv.COLLECTIVE_PEER) is not None and semconv.RANK in s.resource
+    ]
+    # The latest step every messaging rank sent or received in (a first step can hold a
+    # schedule's own set-up messages, shape inference, in another order).
+    steps: dict[int, set[int]] = defaultdict(set)
+    for s in messages:
+        steps[int(s.resource[semconv.RANK])].add(int(s.attributes.get(semconv.STEP, -1)))
+    common = set.intersection(*steps.values()) if steps else set()
+    if not common:
+        return []
+    step = max(common)
     first: dict[int, Any] = {}
-    step_of: dict[int, int] = {}
-    for s in spans:
-        peer = s.attributes.get(semconv.COLLECTIVE_PEER)
-        if peer is None or semconv.RANK not in s.resource:
-            continue
-        rank, step = int(s.resource[semconv.RANK]), int(s.attributes.get(semconv.STEP, -1))
-        if rank not in first or (step, s.start_ns) < (step_of[rank], first[rank].start_ns):
-            first[rank], step_of[rank] = s, step
+    for s in messages:
+        rank = int(s.resource[semconv.RANK])
+        if int(s.attributes.get(semconv.STEP, -1)) == step and (
+            rank not in first or s.start_ns < first[rank].start_ns
+        ):
+            first[rank] = s
     stage: dict[int, int] = {}
 
     def stage_of(rank: int, depth: int = 0) -> int:
@@ -205,18 +221,20 @@ def run_advise(args: argparse.Namespace) -> int:
         f"{','.join(map(str, a['split_points']))}"
     )
     print(f"--split-points {','.join(map(str, a['split_points']))}")
-    print("stage  layers now -> advised  first layer advised  layer time now -> advised")
-    for s, (n0, n1, first, c0, c1) in enumerate(
+    print("stage  layers now -> advised  first layer (its stage now)  layer time now -> advised")
+    for s, (n0, n1, first, owner, c0, c1) in enumerate(
         zip(
             a["layers_now"],
             a["layers_advised"],
             a["first_layer_advised"],
+            a["first_layer_stage_now"],
             a["stage_seconds_now"],
             a["stage_seconds_advised"],
             strict=True,
         )
     ):
-        print(f"{s:>5}  {n0:>10} -> {n1:<7}  {first:<19}  {_ms(c0):>14} -> {_ms(c1)}")
+        where = f"{first} ({owner})"
+        print(f"{s:>5}  {n0:>10} -> {n1:<7}  {where:<27}  {_ms(c0):>14} -> {_ms(c1)}")
     share = f" ({100 * a['saving_s'] / a['step_s']:.0f}% of the step)" if a["step_s"] > 0 else ""
     print(
         f"slowest stage {_ms(max(a['stage_seconds_now']))} -> "
