@@ -82,7 +82,10 @@ SPAN_COLLECTIVE_PREFIX = "collective."
 #: pipeline.layers: the forward and backward time of each child module (layer) of the rank's
 #: model over the step's micro-batches: `training.pipeline.layers`,
 #: `training.pipeline.layer.forward`, `training.pipeline.layer.backward`,
-#: `training.pipeline.microbatches` (what the Collector proposes a stage partition from)
+#: `training.pipeline.microbatches` (what the Collector proposes a stage partition from; the
+#: rank's stage is the Collector's, from its point-to-point messages, as for every verdict).
+#: Layers are the model's child modules, through a wrapper whose only child is a container; a
+#: layer's backward runs from its output's gradient to its input's
 SPAN_PIPELINE_LAYERS = "pipeline.layers"
 #: pacing.delay: a delay applied by the pacer client
 SPAN_PACING_DELAY = "pacing.delay"

@@ -104,7 +104,10 @@ const (
 	// spanPipelineLayers is pipeline.layers: the forward and backward time of each child module
 	// (layer) of the rank's model over the step's micro-batches: `training.pipeline.layers`,
 	// `training.pipeline.layer.forward`, `training.pipeline.layer.backward`,
-	// `training.pipeline.microbatches` (what the Collector proposes a stage partition from)
+	// `training.pipeline.microbatches` (what the Collector proposes a stage partition from; the
+	// rank's stage is the Collector's, from its point-to-point messages, as for every verdict).
+	// Layers are the model's child modules, through a wrapper whose only child is a container; a
+	// layer's backward runs from its output's gradient to its input's
 	spanPipelineLayers = "pipeline.layers"
 
 	// spanPacingDelay is pacing.delay: a delay applied by the pacer client
