@@ -360,7 +360,12 @@ class Session:
 
             try:
                 install_layer_profiler(
-                    self.ctx, model, self.settings.layer_profile_every, use_cuda, self.patches
+                    self.ctx,
+                    hooks,
+                    model,
+                    self.settings.layer_profile_every,
+                    use_cuda,
+                    self.patches,
                 )
             except Exception:
                 logger.warning("skewtrace: no layer profile for this model", exc_info=True)

@@ -6,17 +6,18 @@ a stage that wraps an ``nn.Sequential`` profiles the Sequential's layers). A ran
 only once it has sent or received a point-to-point message (a pipeline stage), and only on
 steps ``k * every`` (k >= 1).
 
-Cost. One forward pre-hook on the model stays installed; on steps that are not sampled it
-compares the step with the last one it saw and returns. On a sampled step, at the model's
-first forward, it installs a forward pre-hook and a forward hook on every layer; they take
-the clock around each layer's forward and put a gradient hook on the layer's first input and
-output tensor that need one: the output's gradient arriving is where the layer's backward
-starts, its input's where it ends (for the first layer of stage 0, whose input needs no
-gradient, the end of the backward pass, through an engine callback). Times are summed over
-the step's micro-batches. At the next step's first forward (or at uninstrument) the sums
-are recorded as one event and the layer hooks removed. On CUDA each clock read of a sampled
-step follows a ``torch.cuda.synchronize()``: host clocks would measure launches otherwise;
-unsampled steps never synchronize. ``benchmarks/layer_profile.py`` measures both.
+Cost. At each forward of the model (from the instrumentation's own pre-hook on it), on steps
+that are not sampled, it compares the step with the last one it saw and returns. On a
+sampled step, at the model's first forward, it installs a forward pre-hook and a forward
+hook on every layer; they take the clock around each layer's forward and put a gradient hook
+on the layer's first input and output tensor that need one: the output's gradient arriving
+is where the layer's backward starts, its input's where it ends (for the first layer of
+stage 0, whose input needs no gradient, the end of the backward pass, through an engine
+callback). Times are summed over the step's micro-batches. At the next step's first forward
+(or at uninstrument) the sums are recorded as one event and the layer hooks removed. On CUDA
+each clock read of a sampled step follows a ``torch.cuda.synchronize()``: host clocks would
+measure launches otherwise; unsampled steps never synchronize.
+``benchmarks/layer_profile.py`` measures both.
 
 Gradient hooks on tensors, not ``register_full_backward_hook``: full backward hooks wrap the
 module's outputs in a custom autograd Function, and an in-place op on them (``ReLU(inplace=
@@ -72,7 +73,13 @@ def _first_grad_tensor(value: Any, tensor: Any) -> Any:
 
 
 class LayerProfiler:
-    def __init__(self, ctx: HookContext, model: Any, every: int, use_cuda: bool) -> None:
+    """``model_forward`` is called at each forward of the model: by ``ModuleHooks``' own
+    pre-hook when the instrumentation installs it (no second hook on the model), else
+    (``own_hook``, tests and benchmarks) by a pre-hook of its own."""
+
+    def __init__(
+        self, ctx: HookContext, model: Any, every: int, use_cuda: bool, own_hook: bool = True
+    ) -> None:
         import torch
 
         self._ctx = ctx
@@ -86,7 +93,9 @@ class LayerProfiler:
         self._layer_handles: list[Any] = []
         self._reset()
         self._handles = (
-            [model.register_forward_pre_hook(self._model_forward)] if len(self._layers) else []
+            [model.register_forward_pre_hook(self._model_forward)]
+            if own_hook and len(self._layers)
+            else []
         )
 
     def _reset(self) -> None:
@@ -104,8 +113,13 @@ class LayerProfiler:
             self._sync()
         return time.perf_counter()
 
-    # -- the model's pre-hook: cheap unless the step is to be sampled ---------------------
+    # -- at each forward of the model: cheap unless the step is to be sampled -------------
     def _model_forward(self, _module: Any, _args: Any) -> None:
+        self.model_forward()
+
+    def model_forward(self) -> None:
+        if not self._layers:
+            return
         step = self._ctx.recorder.step
         if step == self._seen_step:
             if self._sampled is not None:
@@ -215,10 +229,17 @@ class LayerProfiler:
 
 
 def install_layer_profiler(
-    ctx: HookContext, model: Any, every: int, use_cuda: bool, patches: Patches
+    ctx: HookContext, hooks: Any, model: Any, every: int, use_cuda: bool, patches: Patches
 ) -> LayerProfiler | None:
+    """Profiles ``model``'s layers, called from ``hooks`` (its ``ModuleHooks``)."""
     if every <= 0:
         return None
-    profiler = LayerProfiler(ctx, model, every, use_cuda)
-    patches.on_restore(profiler.remove)
+    profiler = LayerProfiler(ctx, model, every, use_cuda, own_hook=False)
+    hooks.layer_profiler = profiler
+
+    def remove() -> None:
+        hooks.layer_profiler = None
+        profiler.remove()
+
+    patches.on_restore(remove)
     return profiler
