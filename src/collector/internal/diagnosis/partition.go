@@ -120,6 +120,7 @@ func (a *Analyzer) ObserveLayers(job string, rank int, p LayerProfile, now int64
 		h.recent = append(h.recent[:0], h.recent[1:]...)
 	}
 	h.recent = append(h.recent, p)
+	j.layersVersion++
 }
 
 // BestPartition returns the contiguous partition of costs into stages (each at least one
@@ -253,23 +254,23 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 			pick[st] = rank
 		}
 	}
-	adv := &Partition{Current: make([]int, s)}
-	var costs []float64
-	for st, rank := range pick {
+	for _, rank := range pick {
 		if rank < 0 {
 			return nil, false
 		}
-		h := j.layers[rank]
-		adv.Current[st] = len(h.latest().Names)
-		adv.Names = append(adv.Names, h.latest().Names...)
-		costs = append(costs, h.costs()...)
 	}
-	adv.Layers = BestPartition(costs, s)
-	if adv.Layers == nil || slices.Equal(adv.Layers, adv.Current) {
+	// The partition depends on the profiles alone: computed again only when a profile came
+	// or the stages' ranks changed (the dynamic program is O(layers^2 x stages)).
+	c := j.advice
+	if c == nil || c.version != j.layersVersion || !slices.Equal(c.pick, pick) {
+		c = &adviceCache{version: j.layersVersion, pick: pick}
+		j.advice = c
+		c.part = partitionOf(j, pick)
+	}
+	if c.part == nil {
 		return nil, false
 	}
-	adv.Before = StageCosts(costs, adv.Current)
-	adv.After = StageCosts(costs, adv.Layers)
+	adv := *c.part
 	// Each stage's pipeline work in the step (its median replica's), of which its layers are
 	// Before: the rest (messages' host side, the schedule's own work) stays with the stage.
 	m.scale = grow(m.scale, s)
@@ -292,7 +293,44 @@ func (m *model) advise(j *jobState, sd *stepData, gaps []float64, ref float64) (
 	m.stageGap = grow(m.stageGap, len(m.order))
 	m.scaleStages(sd, gaps)
 	adv.Saving = max(0, ref-m.simulate(sd, m.stageGap, m.replayT))
-	return adv, true
+	return &adv, true
+}
+
+// adviceCache is a job's partition (without its saving) for the profiles of version
+// layersVersion and the stages' ranks pick; part is nil where there is no advice.
+type adviceCache struct {
+	version uint64
+	pick    []int32
+	part    *Partition
+}
+
+// maxAdviceWork bounds layers^2 x stages of the partition's dynamic program (about 130 ms at
+// the bound on the build machine, BenchmarkBestPartition's 1024x32; once per profile taken,
+// not per step): a larger pipeline gets no advice.
+const maxAdviceWork = 1 << 25
+
+// partitionOf is the partition of the picked ranks' layers, nil when it is the current one
+// or the pipeline is past maxAdviceWork.
+func partitionOf(j *jobState, pick []int32) *Partition {
+	s := len(pick)
+	adv := &Partition{Current: make([]int, s)}
+	var costs []float64
+	for st, rank := range pick {
+		h := j.layers[rank]
+		adv.Current[st] = len(h.latest().Names)
+		adv.Names = append(adv.Names, h.latest().Names...)
+		costs = append(costs, h.costs()...)
+	}
+	if n := len(costs); n*n*s > maxAdviceWork {
+		return nil
+	}
+	adv.Layers = BestPartition(costs, s)
+	if adv.Layers == nil || slices.Equal(adv.Layers, adv.Current) {
+		return nil
+	}
+	adv.Before = StageCosts(costs, adv.Current)
+	adv.After = StageCosts(costs, adv.Layers)
+	return adv
 }
 
 // maxFixText bounds a fix text with a partition in it: the summaries' strings are read back

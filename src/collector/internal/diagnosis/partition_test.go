@@ -238,3 +238,20 @@ func joinInts(v []int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// BenchmarkBestPartition: the partition of a deep pipeline's layers (computed once per
+// profile update, not per step).
+func BenchmarkBestPartition(b *testing.B) {
+	for _, shape := range [][2]int{{64, 8}, {256, 16}, {1024, 32}} {
+		b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			costs := make([]float64, shape[0])
+			for i := range costs {
+				costs[i] = 1 + rng.Float64()
+			}
+			for b.Loop() {
+				diagnosis.BestPartition(costs, shape[1])
+			}
+		})
+	}
+}
