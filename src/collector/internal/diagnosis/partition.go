@@ -335,7 +335,34 @@ func partitionOf(j *jobState, pick []int32) *Partition {
 
 // maxFixText bounds a fix text with a partition in it: the summaries' strings are read back
 // only up to max_attribute_length (256 by default).
-const maxFixText = 250
+const maxFixText = 256
+
+// partitionText is the advice in words: layers per stage advised and now, the split points
+// and the replayed saving; past maxFixText (many stages) the current split is left out, then
+// the counts too (training.imbalance.partition holds them).
+func partitionText(head string, p *Partition, share func(float64) float64, with string) string {
+	layers, points := joinInts(p.Layers, "/"), joinInts(p.SplitPoints(), ",")
+	saves := fmt.Sprintf("save about %.0f%% of the step%s", share(p.Saving), with)
+	for _, text := range []string{
+		fmt.Sprintf("%s: %s layers per stage (split points %s) instead of %s %s", head, layers,
+			points, joinInts(p.Current, "/"), saves),
+		fmt.Sprintf("%s: %s layers per stage (split points %s) %s", head, layers, points, saves),
+	} {
+		if len(text) <= maxFixText {
+			return text
+		}
+	}
+	return fmt.Sprintf("%s: the partition its layer times advise saves about %.0f%% of the "+
+		"step%s", head, share(p.Saving), with)
+}
+
+func joinInts(v []int, sep string) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, sep)
+}
 
 // stageScale is the factor on a stage's pipeline work (work seconds in the step) that moves
 // its layers' time from before to after and keeps the rest: (work - before + after) / work.
@@ -350,26 +377,4 @@ func stageScale(work, before, after float64) float64 {
 	default:
 		return after / before
 	}
-}
-
-// partitionText is the advice in words: layers per stage now and advised, the split points
-// and the replayed saving; past maxFixText (many stages) the counts are left to
-// training.imbalance.partition.
-func partitionText(head string, p *Partition, share func(float64) float64, with string) string {
-	text := fmt.Sprintf("%s: %s layers per stage (split points %s) instead of %s save about "+
-		"%.0f%% of the step%s", head, joinInts(p.Layers, "/"), joinInts(p.SplitPoints(), ","),
-		joinInts(p.Current, "/"), share(p.Saving), with)
-	if len(text) <= maxFixText {
-		return text
-	}
-	return fmt.Sprintf("%s: the partition its layer times advise saves about %.0f%% of the "+
-		"step%s", head, share(p.Saving), with)
-}
-
-func joinInts(v []int, sep string) string {
-	parts := make([]string, len(v))
-	for i, x := range v {
-		parts[i] = fmt.Sprint(x)
-	}
-	return strings.Join(parts, sep)
 }

@@ -255,3 +255,29 @@ func BenchmarkBestPartition(b *testing.B) {
 		})
 	}
 }
+
+// A partition's fix text fits the summaries' 256-character strings however many stages: past
+// that the counts are left to training.imbalance.partition.
+func TestPartitionFixTextStaysReadable(t *testing.T) {
+	share := func(s float64) float64 { return 100 * s }
+	head := "stage 3 does 40% more work than the mean stage, and the step would be 12% shorter " +
+		"with it as fast as the others"
+	for _, stages := range []int{4, 8, 64} {
+		p := &diagnosis.Partition{Saving: 0.09}
+		for s := range stages {
+			p.Layers = append(p.Layers, 10+s%3)
+			p.Current = append(p.Current, 11)
+		}
+		text := diagnosis.PartitionText(head, p, share, " once each global batch is split by work")
+		if len(text) > 256 {
+			t.Errorf("%d stages: %d characters: %q", stages, len(text), text)
+		}
+		if !strings.Contains(text, "save about 9% of the step") &&
+			!strings.Contains(text, "saves about 9% of the step") {
+			t.Errorf("%d stages: no saving in %q", stages, text)
+		}
+		if stages == 4 && !strings.Contains(text, "split points 10,21,33") {
+			t.Errorf("4 stages: %q", text)
+		}
+	}
+}
