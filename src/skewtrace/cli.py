@@ -6,6 +6,8 @@ Subcommands:
 - ``skewtrace demo``: the collector, the pacer and a 4-rank job with a straggler, end to end.
 - ``skewtrace report``: the HTML report of a run from the Collector's span file
   (:mod:`skewtrace.report`).
+- ``skewtrace advise``: the stage partition the Collector advises for a heavy pipeline
+  stage, from the same file (:mod:`skewtrace.report.advise`).
 - ``skewtrace timeline``: the first component to change before a slowdown, and before/after
   figures, read from Prometheus (:mod:`skewtrace.timeline`).
 - ``skewtrace import``: recorded traces (a CSV table, what-if traces, or PyTorch profiler
@@ -52,6 +54,7 @@ from skewtrace._options import (
 )
 from skewtrace.controller.config import PacerConfig
 from skewtrace.controller.policies import POLICIES, job_policies, policy_names
+from skewtrace.report import advise as advise_command
 from skewtrace.report import command as report_command
 from skewtrace.timeline import command as timeline_command
 
@@ -366,6 +369,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         demo_command.add_arguments(demo)
     report_command.add_parser(subparsers)
+    advise_command.add_parser(subparsers)
     timeline_command.add_parser(subparsers)
     _add_import(subparsers)
     return parser

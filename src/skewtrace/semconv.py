@@ -79,6 +79,14 @@ SPAN_OPTIMIZER_STEP = "optimizer.step"
 #: collective.<training.collective.op>: one collective call (the
 #: `_into_tensor`/`_tensor`/`_single` variants map to their base op)
 SPAN_COLLECTIVE_PREFIX = "collective."
+#: pipeline.layers: the forward and backward time of each child module (layer) of the rank's
+#: model over the step's micro-batches: `training.pipeline.layers`,
+#: `training.pipeline.layer.forward`, `training.pipeline.layer.backward`,
+#: `training.pipeline.microbatches` (what the Collector proposes a stage partition from; the
+#: rank's stage is the Collector's, from its point-to-point messages, as for every verdict).
+#: Layers are the model's child modules, through a wrapper whose only child is a container; a
+#: layer's backward runs from its output's gradient to its input's
+SPAN_PIPELINE_LAYERS = "pipeline.layers"
 #: pacing.delay: a delay applied by the pacer client
 SPAN_PACING_DELAY = "pacing.delay"
 #: train.step.summary: the step's analysis: its duration, what-if duration and slowdown, its
@@ -346,6 +354,34 @@ RANK_COST = "training.rank.cost"
 #: messages: a rank whose first message of the step is a send is stage 0, one whose first is a
 #: receive is one more than its sender's
 PIPELINE_STAGE = "training.pipeline.stage"
+#: training.pipeline.layers (string[]): the names of the rank's layers (its model's child
+#: modules), in order
+PIPELINE_LAYERS = "training.pipeline.layers"
+#: training.pipeline.layer.forward (float[] s): each layer's forward seconds in the step, summed
+#: over its micro-batches (one per `training.pipeline.layers` name)
+PIPELINE_LAYER_FORWARD = "training.pipeline.layer.forward"
+#: training.pipeline.layer.backward (float[] s): each layer's backward seconds in the step,
+#: summed over its micro-batches
+PIPELINE_LAYER_BACKWARD = "training.pipeline.layer.backward"
+#: training.pipeline.microbatches (int): the forwards of the rank's model in the step (its
+#: micro-batches)
+PIPELINE_MICROBATCHES = "training.pipeline.microbatches"
+#: training.imbalance.partition (int[]): the advised layers per stage (contiguous, stages in
+#: order): the partition of all stages' layers that minimizes the slowest stage's layer time
+#: (then the sum of squares, then the smaller counts first)
+IMBALANCE_PARTITION = "training.imbalance.partition"
+#: training.imbalance.partition.current (int[]): the layers per stage now (from the profiles)
+IMBALANCE_PARTITION_CURRENT = "training.imbalance.partition.current"
+#: training.imbalance.partition.before (float[] s): each stage's layer time per step now
+#: (forward plus backward, summed over micro-batches)
+IMBALANCE_PARTITION_BEFORE = "training.imbalance.partition.before"
+#: training.imbalance.partition.after (float[] s): each stage's layer time per step under the
+#: advised partition
+IMBALANCE_PARTITION_AFTER = "training.imbalance.partition.after"
+#: training.imbalance.partition.saving (float s): seconds of the step the advised partition
+#: saves: the step replayed with each stage's layer time moved from now to the advice (its other
+#: pipeline work kept), against the step replayed as it is
+IMBALANCE_PARTITION_SAVING = "training.imbalance.partition.saving"
 #: training.imbalance.ranks (string): the stage's ranks, comma separated; on a step's
 #: `data_imbalance` root cause, the step's slowest replica (one rank: a replica slowest in
 #: nearly every step is a straggler, not the data)

@@ -101,6 +101,15 @@ const (
 	// `_into_tensor`/`_tensor`/`_single` variants map to their base op)
 	spanCollectivePrefix = "collective."
 
+	// spanPipelineLayers is pipeline.layers: the forward and backward time of each child module
+	// (layer) of the rank's model over the step's micro-batches: `training.pipeline.layers`,
+	// `training.pipeline.layer.forward`, `training.pipeline.layer.backward`,
+	// `training.pipeline.microbatches` (what the Collector proposes a stage partition from; the
+	// rank's stage is the Collector's, from its point-to-point messages, as for every verdict).
+	// Layers are the model's child modules, through a wrapper whose only child is a container; a
+	// layer's backward runs from its output's gradient to its input's
+	spanPipelineLayers = "pipeline.layers"
+
 	// spanPacingDelay is pacing.delay: a delay applied by the pacer client
 	spanPacingDelay = "pacing.delay"
 
@@ -479,6 +488,45 @@ const (
 	// the point-to-point messages: a rank whose first message of the step is a send is stage 0,
 	// one whose first is a receive is one more than its sender's
 	attrPipelineStage = "training.pipeline.stage"
+
+	// attrPipelineLayers is training.pipeline.layers (string[]): the names of the rank's layers
+	// (its model's child modules), in order
+	attrPipelineLayers = "training.pipeline.layers"
+
+	// attrPipelineLayerForward is training.pipeline.layer.forward (float[] s): each layer's
+	// forward seconds in the step, summed over its micro-batches (one per
+	// `training.pipeline.layers` name)
+	attrPipelineLayerForward = "training.pipeline.layer.forward"
+
+	// attrPipelineLayerBackward is training.pipeline.layer.backward (float[] s): each layer's
+	// backward seconds in the step, summed over its micro-batches
+	attrPipelineLayerBackward = "training.pipeline.layer.backward"
+
+	// attrPipelineMicrobatches is training.pipeline.microbatches (int): the forwards of the rank's
+	// model in the step (its micro-batches)
+	attrPipelineMicrobatches = "training.pipeline.microbatches"
+
+	// attrImbalancePartition is training.imbalance.partition (int[]): the advised layers per stage
+	// (contiguous, stages in order): the partition of all stages' layers that minimizes the
+	// slowest stage's layer time (then the sum of squares, then the smaller counts first)
+	attrImbalancePartition = "training.imbalance.partition"
+
+	// attrImbalancePartitionCurrent is training.imbalance.partition.current (int[]): the layers
+	// per stage now (from the profiles)
+	attrImbalancePartitionCurrent = "training.imbalance.partition.current"
+
+	// attrImbalancePartitionBefore is training.imbalance.partition.before (float[] s): each
+	// stage's layer time per step now (forward plus backward, summed over micro-batches)
+	attrImbalancePartitionBefore = "training.imbalance.partition.before"
+
+	// attrImbalancePartitionAfter is training.imbalance.partition.after (float[] s): each stage's
+	// layer time per step under the advised partition
+	attrImbalancePartitionAfter = "training.imbalance.partition.after"
+
+	// attrImbalancePartitionSaving is training.imbalance.partition.saving (float s): seconds of
+	// the step the advised partition saves: the step replayed with each stage's layer time moved
+	// from now to the advice (its other pipeline work kept), against the step replayed as it is
+	attrImbalancePartitionSaving = "training.imbalance.partition.saving"
 
 	// attrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated;
 	// on a step's `data_imbalance` root cause, the step's slowest replica (one rank: a replica

@@ -92,7 +92,23 @@ class CheckpointEvent(NamedTuple):
     """``training.checkpoint.path_kind``: ``local``, ``network``, ``memory``, ``stream``, ..."""
 
 
-Event = PhaseEvent | StepEvent | CollectiveEvent | PacingEvent | CheckpointEvent
+class LayersEvent(NamedTuple):
+    """One sampled step's per-layer times of the rank's model (``pipeline.layers``)."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    names: tuple[str, ...]
+    """The model's layers (child modules), in order."""
+    forward_s: tuple[float, ...]
+    """Each layer's forward seconds in the step, summed over its calls."""
+    backward_s: tuple[float, ...]
+    """Each layer's backward seconds in the step, summed over its calls."""
+    microbatches: int
+    """The model's forwards in the step."""
+
+
+Event = PhaseEvent | StepEvent | CollectiveEvent | PacingEvent | CheckpointEvent | LayersEvent
 
 PHASE = 0
 """Kind of a raw :class:`PhaseEvent`."""
@@ -104,6 +120,8 @@ PACING = 3
 """Kind of a raw :class:`PacingEvent`."""
 CHECKPOINT = 4
 """Kind of a raw :class:`CheckpointEvent`."""
+LAYERS = 5
+"""Kind of a raw :class:`LayersEvent`."""
 
 EVENT_CLASSES: tuple[type[Event], ...] = (
     PhaseEvent,
@@ -111,6 +129,7 @@ EVENT_CLASSES: tuple[type[Event], ...] = (
     CollectiveEvent,
     PacingEvent,
     CheckpointEvent,
+    LayersEvent,
 )
 """The event class of each kind, indexed by kind."""
 

@@ -126,6 +126,14 @@ class Settings:
     ``torch.distributed`` functions on older PyTorch; ``functions`` always wraps the
     functions (DDP buckets and ``torch.distributed`` calls only)."""
 
+    layer_profile_every: int = option(50, parse=integer, check=at_least(0))
+    """On a pipeline stage (a rank that sends or receives point-to-point messages), every
+    this many steps the forward and backward of each layer (child module) of the model are
+    timed for one step and sent as a ``pipeline.layers`` span: what the Collector proposes a
+    stage partition from. 0 turns it off. The sampled step costs a few hooks per layer and
+    micro-batch (and, on CUDA, a synchronize around each); the others cost one comparison per
+    forward (``docs/performance.md``)."""
+
     def __post_init__(self) -> None:
         check_fields(self)
 

@@ -355,6 +355,20 @@ class Session:
         from skewtrace.rank.hooks.module import instrument_module
 
         hooks = instrument_module(self.ctx, model, use_cuda, self.patches)
+        if self.settings.layer_profile_every > 0:
+            from skewtrace.rank.hooks.layers import install_layer_profiler
+
+            try:
+                install_layer_profiler(
+                    self.ctx,
+                    hooks,
+                    model,
+                    self.settings.layer_profile_every,
+                    use_cuda,
+                    self.patches,
+                )
+            except Exception:
+                logger.warning("skewtrace: no layer profile for this model", exc_info=True)
         if isinstance(model, DistributedDataParallel):
             instrument_ddp(self.ctx, model)
             self.patches.on_restore(lambda: detach_ddp(model))

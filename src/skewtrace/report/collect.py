@@ -26,6 +26,7 @@ from skewtrace.report.model import (
     FabricSuspect,
     FlagChange,
     Imbalance,
+    Partition,
     RankInfo,
     RankRow,
     RankVerdict,
@@ -153,6 +154,41 @@ def _imbalance(attrs: Mapping[str, Any]) -> Imbalance:
         excess=_float(attrs.get(semconv.IMBALANCE_EXCESS)),
         cost_s=_float(attrs.get(semconv.IMBALANCE_COST)),
         fix=_str(attrs.get(semconv.IMBALANCE_FIX)),
+        partition=_partition(attrs),
+    )
+
+
+def _partition(attrs: Mapping[str, Any]) -> Partition | None:
+    """``training.imbalance.partition*`` (None unless every list is there, of one length,
+    the counts positive integers and the times finite)."""
+
+    def ints(key: str) -> tuple[int, ...] | None:
+        v = attrs.get(key)
+        if not isinstance(v, list) or not all(type(x) is int and x > 0 for x in v):
+            return None
+        return tuple(v)
+
+    def floats(key: str) -> tuple[float, ...] | None:
+        v = attrs.get(key)
+        if not isinstance(v, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v
+        ):
+            return None
+        return tuple(float(x) for x in v)
+
+    layers, current = ints(semconv.IMBALANCE_PARTITION), ints(semconv.IMBALANCE_PARTITION_CURRENT)
+    before = floats(semconv.IMBALANCE_PARTITION_BEFORE)
+    after = floats(semconv.IMBALANCE_PARTITION_AFTER)
+    if layers is None or current is None or before is None or after is None:
+        return None
+    if not layers or not len(layers) == len(current) == len(before) == len(after):
+        return None
+    return Partition(
+        layers=layers,
+        current=current,
+        before_s=before,
+        after_s=after,
+        saving_s=_seconds(attrs.get(semconv.IMBALANCE_PARTITION_SAVING)),
     )
 
 

@@ -104,6 +104,41 @@ class FabricSuspect:
 
 
 @dataclass(frozen=True)
+class Partition:
+    """The layers per stage the Collector advises for a heavy stage
+    (``training.imbalance.partition*``)."""
+
+    layers: tuple[int, ...]
+    """Advised layers per stage, stages in order."""
+    current: tuple[int, ...]
+    """Layers per stage now."""
+    before_s: tuple[float, ...]
+    """Each stage's layer seconds per step now (forward plus backward, all micro-batches)."""
+    after_s: tuple[float, ...]
+    """Each stage's layer seconds per step under the advice."""
+    saving_s: float
+    """What the step replay says the advice saves per step."""
+
+    @property
+    def split_points(self) -> tuple[int, ...]:
+        """Each stage's first layer after stage 0 (``--split-points``)."""
+        return split_points(self.layers)
+
+    @property
+    def current_points(self) -> tuple[int, ...]:
+        return split_points(self.current)
+
+
+def split_points(layers: tuple[int, ...]) -> tuple[int, ...]:
+    """Each stage's first layer after stage 0, from the layers per stage."""
+    out, at = [], 0
+    for n in layers[:-1]:
+        at += n
+        out.append(at)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Imbalance:
     """A ``stage_imbalance`` or ``data_imbalance`` of the job (a root cause without a rank, or
     a flagged ``training.imbalance``)."""
@@ -114,6 +149,9 @@ class Imbalance:
     excess: float
     cost_s: float
     fix: str
+    partition: Partition | None = None
+    """A ``stage_imbalance``'s advised partition of the layers (from the ranks' layer
+    profiles; None without them)."""
 
 
 @dataclass

@@ -18,7 +18,14 @@ import statistics
 
 from skewtrace.report.causes import meaning
 from skewtrace.report.charts import lateness_chart, skew_chart, step_time_chart
-from skewtrace.report.model import InfoTable, ReportData, RunInfo, StepSummary, Waterfall
+from skewtrace.report.model import (
+    Imbalance,
+    InfoTable,
+    ReportData,
+    RunInfo,
+    StepSummary,
+    Waterfall,
+)
 from skewtrace.report.replay import replay_html
 from skewtrace.report.svg import CLEARED, FLAGGED, FLAGGED_BAND, esc, fmt_ms
 from skewtrace.report.waterfall import legend_html, waterfall_svg
@@ -292,7 +299,7 @@ def _imbalances_html(last: StepSummary) -> str:
             f'<tr class="imbalance" data-cause="{esc(im.cause)}"><td>{esc(im.cause)}</td>'
             f"<td>{stage}</td><td>{esc(im.ranks) or _DASH}</td>"
             f'<td class="num">{100 * im.excess:.0f}%</td><td class="num">{_ms(im.cost_s)}</td>'
-            f"<td>{esc(im.fix)}</td></tr>"
+            f"<td>{esc(im.fix)}{_partition_html(im)}</td></tr>"
         )
     parts.append("</table>")
     parts.append(
@@ -302,6 +309,21 @@ def _imbalances_html(last: StepSummary) -> str:
         "rebalancing the batch can.</p>"
     )
     return "".join(parts)
+
+
+def _partition_html(im: Imbalance) -> str:
+    """The advised partition beside a stage's fix (``skewtrace advise`` prints it whole)."""
+    p = im.partition
+    if p is None:
+        return ""
+    layers = "/".join(map(str, p.layers))
+    points = ",".join(map(str, p.split_points))
+    return (
+        f'<div class="partition">advised: {esc(layers)} layers per stage (now '
+        f"{esc('/'.join(map(str, p.current)))}), <code>--split-points {esc(points)}</code>, "
+        f"slowest stage {_ms(max(p.before_s))} &rarr; {_ms(max(p.after_s))}, saves "
+        f"{_ms(p.saving_s)} per step</div>"
+    )
 
 
 def _waterfall(data: ReportData) -> str:

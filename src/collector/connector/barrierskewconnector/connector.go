@@ -175,6 +175,14 @@ func (c *barrierSkewConnector) ConsumeTraces(_ context.Context, td ptrace.Traces
 			return
 		}
 		if kind != spanio.KindPhase {
+			if spanio.IsLayers(span) && c.cfg.Join != JoinAnnotated {
+				res := &c.resources[i]
+				if _, joined := c.joinedJobs[res.Job]; !joined {
+					if lp, ok := spanio.ParseLayers(span, res); ok {
+						c.engine.AddLayers(res.Job, res.Rank, lp)
+					}
+				}
+			}
 			return
 		}
 		res := &c.resources[i]

@@ -309,7 +309,7 @@ func (m *model) whatIf(a *Analyzer, j *jobState, sd *stepData, candidates []int3
 		if hasData {
 			gaps = m.balancedGap
 		}
-		for _, im := range m.stageImbalance(sd, m.idealGap, gaps, hasData, threshold) {
+		for _, im := range m.stageImbalance(j, sd, m.idealGap, gaps, hasData, threshold) {
 			// Named where the stage at the job's ideal (as fast as the other stages) saves
 			// what a root cause must, more than its largest rank; and a stage's fix evens out
 			// its replicas too, so beside a data imbalance it needs half of what that saves.

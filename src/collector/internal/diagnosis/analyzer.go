@@ -109,6 +109,11 @@ type jobState struct {
 	// world is the job's world size (training.world_size of its ranks' resources; 0 while
 	// unknown): a step is complete once every rank of it has ended the step.
 	world int
+	// layers holds each rank's latest layer profiles (pipeline.layers), nil before one.
+	layers map[int32]*profiles
+	// layersVersion counts the profiles taken; advice is the partition last advised.
+	layersVersion uint64
+	advice        *adviceCache
 	// activity counts the collectives observed: past max_jobs the job with the least goes,
 	// so a training job keeps its state however many one-off job ids arrive.
 	activity int64

@@ -14,3 +14,6 @@ func VerifyTape() func() int {
 
 // TraceWhatIf makes whatIf report what it weighed through f (nil: stop).
 func TraceWhatIf(f func(step int64, format string, args ...any)) { traceWhatIf = f }
+
+// PartitionText is the fix text of a stage imbalance with an advised partition.
+var PartitionText = partitionText

@@ -116,6 +116,8 @@ type imbalance struct {
 	fixTo       int32
 	repartition float64
 	balanced    bool
+	// partition is the partition the job's layer profiles advise (nil without them).
+	partition *Partition
 }
 
 // dataImbalance replays the step with each class's work split evenly over its members
@@ -376,7 +378,7 @@ func (m *model) replicaAgreement() (int32, float64, bool) {
 // replica, and a repartition alone shows little of what it saves once they are evened out.
 // Whether a stage is named is the caller's (whatIf: what the stage at the job's ideal
 // saves). The scales that put every stage at the mean are left in m.scale.
-func (m *model) stageImbalance(sd *stepData, work, gaps []float64, balanced bool,
+func (m *model) stageImbalance(j *jobState, sd *stepData, work, gaps []float64, balanced bool,
 	threshold float64,
 ) []imbalance {
 	s := int(m.nStages)
@@ -431,6 +433,7 @@ func (m *model) stageImbalance(sd *stepData, work, gaps []float64, balanced bool
 	m.stageGap = grow(m.stageGap, n)
 	m.scale = grow(m.scale, s)
 	ref := m.simulate(sd, gaps, m.replayT)
+	advice, advised := m.advise(j, sd, gaps, ref)
 	var out []imbalance
 	for _, st := range longer {
 		excess := stageWork[st] - mean
@@ -458,6 +461,9 @@ func (m *model) stageImbalance(sd *stepData, work, gaps []float64, balanced bool
 		}
 		out = append(out, imbalance{cause: semconv.CauseStageImbalance, stage: int32(st),
 			excess: excess / mean, fixTo: to, repartition: max(0, saves), balanced: balanced})
+		if advised {
+			out[len(out)-1].partition = advice
+		}
 	}
 	for o := range s {
 		m.scale[o] = 1
@@ -504,6 +510,7 @@ func (m *model) rootCause(im imbalance, step float64) RootCause {
 		rc.Ranks = []int{int(im.slowest)}
 	}
 	rc.Fix = fixText(im, step)
+	rc.Partition = im.partition
 	return rc
 }
 
@@ -526,10 +533,14 @@ func fixText(im imbalance, step float64) string {
 		if im.balanced {
 			with = " once each global batch is split by work"
 		}
-		return fmt.Sprintf("stage %d does %.0f%% more work than the mean stage, and the step "+
-			"would be %.0f%% shorter with it as fast as the others: moving about %.0f%% of "+
-			"its work %s saves about %.0f%% of the step%s", im.stage, 100*im.excess,
-			share(im.cost), 100*move, where, share(im.repartition), with)
+		head := fmt.Sprintf("stage %d does %.0f%% more work than the mean stage, and the step "+
+			"would be %.0f%% shorter with it as fast as the others", im.stage, 100*im.excess,
+			share(im.cost))
+		if im.partition != nil {
+			return partitionText(head, im.partition, share, with)
+		}
+		return fmt.Sprintf("%s: moving about %.0f%% of its work %s saves about %.0f%% of the "+
+			"step%s", head, 100*move, where, share(im.repartition), with)
 	default:
 		return fmt.Sprintf("the slowest replica did %.0f%% more work than the mean replica, "+
 			"a different one from step to step: splitting each global batch by work "+

@@ -38,6 +38,10 @@ func feed(t *testing.T, e *join.Engine[int], td ptrace.Traces) {
 					if ph, ok := spanio.ParsePhase(span, &res, phase); ok {
 						e.AddPhase(ph)
 					}
+				case pass == 0 && spanio.IsLayers(span):
+					if lp, ok := spanio.ParseLayers(span, &res); ok {
+						e.AddLayers(res.Job, res.Rank, lp)
+					}
 				case pass == 1 && kind == spanio.KindCollective:
 					var a join.Arrival[int]
 					if reason := spanio.ParseCollective(span, &res, &a); reason != "" {

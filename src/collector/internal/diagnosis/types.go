@@ -164,6 +164,9 @@ type RootCause struct {
 	// Excess is an imbalance's work over balanced, minus 1; Fix says what to change.
 	Excess float64
 	Fix    string
+	// Partition is a stage_imbalance's advised partition of the layers, when every stage
+	// sent a layer profile (nil otherwise).
+	Partition *Partition
 }
 
 // ImbalanceFlag is a flagged imbalance of a job: a pipeline stage longer than the mean
@@ -180,6 +183,8 @@ type ImbalanceFlag struct {
 	Cost float64
 	// Fix says what to change.
 	Fix string
+	// Partition is the advised partition of a stage_imbalance (nil without layer profiles).
+	Partition *Partition
 }
 
 // Saving is what fixing one kind of work alone would save in a step: the step replayed with

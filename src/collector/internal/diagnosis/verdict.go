@@ -396,7 +396,7 @@ func updateImbalances(cfg *Config, j *flagState, roots []RootCause, slowest int3
 		}
 		if t.flagged {
 			im := ImbalanceFlag{Cause: t.last.Cause, Stage: t.last.Stage, Ranks: t.last.Ranks,
-				Excess: t.last.Excess, Cost: t.cost, Fix: t.last.Fix}
+				Excess: t.last.Excess, Cost: t.cost, Fix: t.last.Fix, Partition: t.last.Partition}
 			if im.Cause == semconv.CauseDataImbalance {
 				im.Ranks = nil // no rank is the data's: the slowest differs from step to step
 			}

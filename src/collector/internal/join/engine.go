@@ -691,3 +691,11 @@ func (e *Engine[R]) judge(r *Released[R], lateIdx int, bytes int64) {
 		}
 	}
 }
+
+// AddLayers records one rank's layer profile (pipeline.layers) for the stage partition advice.
+func (e *Engine[R]) AddLayers(job string, rank int, p diagnosis.LayerProfile) {
+	if rank < 0 || rank >= MaxRanks {
+		return
+	}
+	e.analysis.ObserveLayers(job, rank, p, e.clock.Now().UnixNano())
+}

@@ -102,6 +102,15 @@ const (
 	// `_into_tensor`/`_tensor`/`_single` variants map to their base op)
 	SpanCollectivePrefix = "collective."
 
+	// SpanPipelineLayers is pipeline.layers: the forward and backward time of each child module
+	// (layer) of the rank's model over the step's micro-batches: `training.pipeline.layers`,
+	// `training.pipeline.layer.forward`, `training.pipeline.layer.backward`,
+	// `training.pipeline.microbatches` (what the Collector proposes a stage partition from; the
+	// rank's stage is the Collector's, from its point-to-point messages, as for every verdict).
+	// Layers are the model's child modules, through a wrapper whose only child is a container; a
+	// layer's backward runs from its output's gradient to its input's
+	SpanPipelineLayers = "pipeline.layers"
+
 	// SpanPacingDelay is pacing.delay: a delay applied by the pacer client
 	SpanPacingDelay = "pacing.delay"
 
@@ -480,6 +489,45 @@ const (
 	// the point-to-point messages: a rank whose first message of the step is a send is stage 0,
 	// one whose first is a receive is one more than its sender's
 	AttrPipelineStage = "training.pipeline.stage"
+
+	// AttrPipelineLayers is training.pipeline.layers (string[]): the names of the rank's layers
+	// (its model's child modules), in order
+	AttrPipelineLayers = "training.pipeline.layers"
+
+	// AttrPipelineLayerForward is training.pipeline.layer.forward (float[] s): each layer's
+	// forward seconds in the step, summed over its micro-batches (one per
+	// `training.pipeline.layers` name)
+	AttrPipelineLayerForward = "training.pipeline.layer.forward"
+
+	// AttrPipelineLayerBackward is training.pipeline.layer.backward (float[] s): each layer's
+	// backward seconds in the step, summed over its micro-batches
+	AttrPipelineLayerBackward = "training.pipeline.layer.backward"
+
+	// AttrPipelineMicrobatches is training.pipeline.microbatches (int): the forwards of the rank's
+	// model in the step (its micro-batches)
+	AttrPipelineMicrobatches = "training.pipeline.microbatches"
+
+	// AttrImbalancePartition is training.imbalance.partition (int[]): the advised layers per stage
+	// (contiguous, stages in order): the partition of all stages' layers that minimizes the
+	// slowest stage's layer time (then the sum of squares, then the smaller counts first)
+	AttrImbalancePartition = "training.imbalance.partition"
+
+	// AttrImbalancePartitionCurrent is training.imbalance.partition.current (int[]): the layers
+	// per stage now (from the profiles)
+	AttrImbalancePartitionCurrent = "training.imbalance.partition.current"
+
+	// AttrImbalancePartitionBefore is training.imbalance.partition.before (float[] s): each
+	// stage's layer time per step now (forward plus backward, summed over micro-batches)
+	AttrImbalancePartitionBefore = "training.imbalance.partition.before"
+
+	// AttrImbalancePartitionAfter is training.imbalance.partition.after (float[] s): each stage's
+	// layer time per step under the advised partition
+	AttrImbalancePartitionAfter = "training.imbalance.partition.after"
+
+	// AttrImbalancePartitionSaving is training.imbalance.partition.saving (float s): seconds of
+	// the step the advised partition saves: the step replayed with each stage's layer time moved
+	// from now to the advice (its other pipeline work kept), against the step replayed as it is
+	AttrImbalancePartitionSaving = "training.imbalance.partition.saving"
 
 	// AttrImbalanceRanks is training.imbalance.ranks (string): the stage's ranks, comma separated;
 	// on a step's `data_imbalance` root cause, the step's slowest replica (one rank: a replica

@@ -5,6 +5,7 @@
 package spanio
 
 import (
+	"math"
 	"strconv"
 	"strings"
 
@@ -503,4 +504,70 @@ func ParseRanks(text string) []int {
 		ranks = append(ranks, rank)
 	}
 	return ranks
+}
+
+// IsLayers reports whether a span is a rank's layer profile (pipeline.layers).
+func IsLayers(span ptrace.Span) bool { return span.Name() == semconv.SpanPipelineLayers }
+
+// ParseLayers reads a pipeline.layers span: the step, the layer names (each at most the
+// resource's maxLen long), each layer's forward and backward seconds (one per name, finite,
+// >= 0; ints are read as seconds too) and the micro-batches. ok is false when any of it is
+// missing or malformed (the span only passes through then).
+func ParseLayers(span ptrace.Span, res *Resource) (diagnosis.LayerProfile, bool) {
+	var p diagnosis.LayerProfile
+	if res.Reason != "" {
+		return p, false
+	}
+	attrs := span.Attributes()
+	step, reason := spanInt(attrs, semconv.AttrStep)
+	if reason != "" {
+		return p, false
+	}
+	p.Step = step
+	names, ok := attrs.Get(semconv.AttrPipelineLayers)
+	if !ok || names.Type() != pcommon.ValueTypeSlice || names.Slice().Len() == 0 ||
+		names.Slice().Len() > diagnosis.MaxProfileLayers {
+		return p, false
+	}
+	n := names.Slice().Len()
+	p.Names = make([]string, 0, n)
+	for i := range n {
+		v := names.Slice().At(i)
+		if v.Type() != pcommon.ValueTypeStr || len(v.Str()) > res.maxLen {
+			return p, false
+		}
+		p.Names = append(p.Names, v.Str())
+	}
+	times := func(key string) []float64 {
+		v, ok := attrs.Get(key)
+		if !ok || v.Type() != pcommon.ValueTypeSlice || v.Slice().Len() != n {
+			return nil
+		}
+		out := make([]float64, 0, n)
+		for i := range n {
+			x := v.Slice().At(i)
+			var f float64
+			switch x.Type() {
+			case pcommon.ValueTypeDouble:
+				f = x.Double()
+			case pcommon.ValueTypeInt:
+				f = float64(x.Int())
+			default:
+				return nil
+			}
+			if !(f >= 0) || math.IsInf(f, 1) {
+				return nil
+			}
+			out = append(out, f)
+		}
+		return out
+	}
+	p.Forward, p.Backward = times(semconv.AttrPipelineLayerForward), times(semconv.AttrPipelineLayerBackward)
+	if p.Forward == nil || p.Backward == nil {
+		return p, false
+	}
+	if mb, reason := spanInt(attrs, semconv.AttrPipelineMicrobatches); reason == "" && mb > 0 {
+		p.Microbatches = int(min(mb, 1<<30))
+	}
+	return p, true
 }

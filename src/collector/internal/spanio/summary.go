@@ -114,6 +114,7 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		}
 		if isImbalance(rc.Cause) {
 			putImbalance(a, rc.Cause, rc.Stage, rc.Ranks, rc.Excess, rc.Cost, rc.Fix)
+			putPartition(a, rc.Partition)
 		}
 	}
 	for i := range res.Attribution {
@@ -145,6 +146,7 @@ func AppendSummary(td ptrace.Traces, res *diagnosis.StepResult) {
 		a := ev.Attributes()
 		a.PutStr(semconv.AttrStragglerCause, im.Cause)
 		putImbalance(a, im.Cause, im.Stage, im.Ranks, im.Excess, im.Cost, im.Fix)
+		putPartition(a, im.Partition)
 	}
 	for i := range res.Flagged {
 		f := &res.Flagged[i]
@@ -190,6 +192,78 @@ func putImbalance(a pcommon.Map, cause string, stage int, ranks []int, excess, c
 	a.PutDouble(semconv.AttrImbalanceExcess, excess)
 	a.PutDouble(semconv.AttrImbalanceCost, cost)
 	a.PutStr(semconv.AttrImbalanceFix, fix)
+}
+
+// putPartition writes an advised partition (training.imbalance.partition*); nothing for nil.
+func putPartition(a pcommon.Map, p *diagnosis.Partition) {
+	if p == nil {
+		return
+	}
+	ints := func(key string, v []int) {
+		s := a.PutEmptySlice(key)
+		s.EnsureCapacity(len(v))
+		for _, x := range v {
+			s.AppendEmpty().SetInt(int64(x))
+		}
+	}
+	doubles := func(key string, v []float64) {
+		s := a.PutEmptySlice(key)
+		s.EnsureCapacity(len(v))
+		for _, x := range v {
+			s.AppendEmpty().SetDouble(x)
+		}
+	}
+	ints(semconv.AttrImbalancePartition, p.Layers)
+	ints(semconv.AttrImbalancePartitionCurrent, p.Current)
+	doubles(semconv.AttrImbalancePartitionBefore, p.Before)
+	doubles(semconv.AttrImbalancePartitionAfter, p.After)
+	a.PutDouble(semconv.AttrImbalancePartitionSaving, p.Saving)
+}
+
+// readPartition reads putPartition's attributes: nil unless the advised and current layer
+// counts are positive, of one length (at most diagnosis.MaxProfileLayers stages), and each
+// stage has its time before and after.
+func readPartition(a pcommon.Map) *diagnosis.Partition {
+	ints := func(key string) []int {
+		v, ok := a.Get(key)
+		if !ok || v.Type() != pcommon.ValueTypeSlice || v.Slice().Len() > diagnosis.MaxProfileLayers {
+			return nil
+		}
+		out := make([]int, 0, v.Slice().Len())
+		for i := range v.Slice().Len() {
+			x := v.Slice().At(i)
+			if x.Type() != pcommon.ValueTypeInt || x.Int() < 1 || x.Int() > diagnosis.MaxProfileLayers {
+				return nil
+			}
+			out = append(out, int(x.Int()))
+		}
+		return out
+	}
+	doubles := func(key string) []float64 {
+		v, ok := a.Get(key)
+		if !ok || v.Type() != pcommon.ValueTypeSlice || v.Slice().Len() > diagnosis.MaxProfileLayers {
+			return nil
+		}
+		out := make([]float64, 0, v.Slice().Len())
+		for i := range v.Slice().Len() {
+			x := v.Slice().At(i)
+			if x.Type() != pcommon.ValueTypeDouble {
+				return nil
+			}
+			out = append(out, x.Double())
+		}
+		return out
+	}
+	p := &diagnosis.Partition{Layers: ints(semconv.AttrImbalancePartition),
+		Current: ints(semconv.AttrImbalancePartitionCurrent),
+		Before:  doubles(semconv.AttrImbalancePartitionBefore),
+		After:   doubles(semconv.AttrImbalancePartitionAfter),
+		Saving:  seconds(a, semconv.AttrImbalancePartitionSaving)}
+	n := len(p.Layers)
+	if n == 0 || len(p.Current) != n || len(p.Before) != n || len(p.After) != n {
+		return nil
+	}
+	return p
 }
 
 // parseRanks reads FormatRanks' text; a value that is not a rank ends it (unlike
@@ -298,6 +372,7 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 			}
 			if isImbalance(rc.Cause) {
 				rc.Stage, rc.Ranks, rc.Excess, rc.Cost, rc.Fix = readImbalance(a)
+				rc.Partition = readPartition(a)
 			}
 			out.RootCauses = append(out.RootCauses, rc)
 		case semconv.EventStraggler:
@@ -334,6 +409,7 @@ func ReadSummary(span ptrace.Span, res pcommon.Resource, maxLen int) (diagnosis.
 			}
 			im := diagnosis.ImbalanceFlag{Cause: cause}
 			im.Stage, im.Ranks, im.Excess, im.Cost, im.Fix = readImbalance(a)
+			im.Partition = readPartition(a)
 			out.Imbalances = append(out.Imbalances, im)
 		case semconv.EventSuspect:
 			s, ok := suspectOf(a)

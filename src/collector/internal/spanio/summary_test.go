@@ -17,12 +17,14 @@ import (
 func TestStepResultRoundTripsThroughTheSummary(t *testing.T) {
 	nic := diagnosis.Suspect{Kind: diagnosis.SuspectNIC, Name: "eth0", Host: "node4"}
 	topo := diagnosis.Topology{Host: "node4", Switch: "leaf1", NIC: "eth0"}
+	advice := &diagnosis.Partition{Layers: []int{4, 4, 5, 4}, Current: []int{4, 4, 4, 5},
+		Before: []float64{4, 4, 4, 5.6}, After: []float64{4, 4, 5, 4.6}, Saving: 0.05}
 	res := diagnosis.StepResult{
 		Job: "job", Step: 7, Duration: 1.2, WhatIf: 0.9, Slowdown: 1.3, EndUnixNano: 5e9,
 		ReplayError: 0.004, ReplayChecked: true, Ranks: 16, SlowCollectives: 3, MinSaving: 0.021,
 		RootCauses: []diagnosis.RootCause{
 			{Rank: -1, Cause: semconv.CauseStageImbalance, Cost: 0.2, Stage: 3,
-				Ranks: []int{12, 13}, Excess: 0.4, Fix: "move work"},
+				Ranks: []int{12, 13}, Excess: 0.4, Fix: "move work", Partition: advice},
 			{Rank: 9, Topology: topo, Cause: semconv.CauseNetwork, Cost: 0.15, Stage: -1,
 				Suspect: &nic},
 			{Rank: -1, Cause: semconv.CauseNetwork, Cost: 0.15, Stage: -1, Suspect: &nic},
@@ -38,7 +40,7 @@ func TestStepResultRoundTripsThroughTheSummary(t *testing.T) {
 			{Suspect: diagnosis.Suspect{Kind: diagnosis.SuspectSwitch, Name: "leaf1"}, Cost: 0.1,
 				Derived: true}},
 		Imbalances: []diagnosis.ImbalanceFlag{{Cause: semconv.CauseStageImbalance, Stage: 3,
-			Ranks: []int{12, 13}, Excess: 0.4, Cost: 0.18, Fix: "move work"}},
+			Ranks: []int{12, 13}, Excess: 0.4, Cost: 0.18, Fix: "move work", Partition: advice}},
 		Groups: []diagnosis.GroupPhase{{PG: "dp0", Op: semconv.OpAllReduce, Start: 0.3,
 			Duration: 0.05, Switches: "leaf0,leaf1", Hosts: "node0,node4"},
 			{PG: "tp2", Op: semconv.OpAllGather, Start: 0.01, Duration: 0.002, Switches: "leaf1",

@@ -213,6 +213,10 @@ func (p *barrierSkewProcessor) ConsumeTraces(ctx context.Context, td ptrace.Trac
 					if ph, ok := spanio.ParsePhase(span, res, phase); ok {
 						p.engine.AddPhase(ph)
 					}
+				} else if spanio.IsLayers(span) {
+					if lp, ok := spanio.ParseLayers(span, res); ok {
+						p.engine.AddLayers(res.Job, res.Rank, lp)
+					}
 				}
 			}
 		}

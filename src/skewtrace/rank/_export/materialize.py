@@ -46,6 +46,7 @@ from skewtrace.rank._events import (
     CheckpointEvent,
     CollectiveEvent,
     Event,
+    LayersEvent,
     PacingEvent,
     PhaseEvent,
     RawEvent,
@@ -274,6 +275,22 @@ class SpanMaterializer:
             )
         elif isinstance(event, CheckpointEvent):
             self._checkpoint_span(event, spans)
+        elif isinstance(event, LayersEvent):
+            layers: dict[str, Any] = {
+                semconv.STEP: event.step,
+                semconv.PIPELINE_LAYERS: tuple(event.names),
+                semconv.PIPELINE_LAYER_FORWARD: tuple(float(v) for v in event.forward_s),
+                semconv.PIPELINE_LAYER_BACKWARD: tuple(float(v) for v in event.backward_s),
+                semconv.PIPELINE_MICROBATCHES: int(event.microbatches),
+            }
+            self._child(
+                spans,
+                semconv.SPAN_PIPELINE_LAYERS,
+                event.step,
+                event.start_ns,
+                event.end_ns,
+                layers,
+            )
         else:
             raise ValueError(f"unknown event {event!r}")
 

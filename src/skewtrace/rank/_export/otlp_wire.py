@@ -34,7 +34,10 @@ def _field(tag: bytes, payload: bytes) -> bytes:
 
 
 def _any_value(value: Any) -> bytes:
-    """OTLP AnyValue wire bytes for a scalar attribute."""
+    """OTLP AnyValue wire bytes for an attribute: a scalar, or a sequence of them (an
+    ``ArrayValue``, field 5, of AnyValues)."""
+    if isinstance(value, (tuple, list)):
+        return _field(b"\x2a", b"".join(_field(b"\x0a", _any_value(v)) for v in value))
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
@@ -69,6 +72,8 @@ class FastSpanEncoder:
         self._resources: dict[int, tuple[Resource, bytes]] = {}
 
     def _attribute(self, key: str, value: Any) -> bytes:
+        if isinstance(value, (tuple, list)):  # rare (pipeline.layers) and seldom repeated
+            return _field(b"\x4a", _key_value(key, value))
         # The type is in the key so that True and 1 (equal, same hash) stay apart.
         cache_key = (key, type(value), value)
         encoded = self._kv.get(cache_key)

@@ -71,6 +71,9 @@ class HookContext:
         self.works = WorkWaits(recorder.count_drop)
         # The process-group hooks (hooks.process_group), where the installed PyTorch has them.
         self.process_groups: Any | None = None
+        # Set once the rank sent or received a point-to-point message: a pipeline stage
+        # (hooks.layers profiles its model's layers then).
+        self.p2p_seen = False
         self._groups: dict[Any, GroupState] = {}
         self._groups_lock = threading.Lock()
         self._pacing_failed_logged = False

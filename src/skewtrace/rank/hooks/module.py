@@ -43,6 +43,8 @@ class ModuleHooks:
 
         self._tensor: Any = Tensor
         self._forward_handle: int | None = None
+        # The layer profiler (hooks.layers), told of each forward; None when off.
+        self.layer_profiler: Any | None = None
         self._handles = [
             model.register_forward_pre_hook(self._pre_forward, with_kwargs=True),
             model.register_forward_hook(self._post_forward),
@@ -60,6 +62,9 @@ class ModuleHooks:
             return
         if ctx.pacer is not None:
             ctx.maybe_pace(at_forward=True)
+        profiler = self.layer_profiler
+        if profiler is not None:
+            profiler.model_forward()
         self._forward_input = input_size(args, kwargs, self._tensor)
         start = now_ns()
         if recorder.step_start_ns is None:

@@ -82,6 +82,7 @@ class PointToPoint:
         me = dist.get_rank()
         src, dst = (me, peer) if op == SEND else (peer, me)
         seq = state.next_message(src, dst)
+        self.ctx.p2p_seen = True
         fields = (
             op,
             state.name,
