@@ -468,3 +468,50 @@ def test_real_ddp_work_split_learns_exactly_what_equal_counts_learn(tmp_path: Pa
     assert ranks[0]["work"]["cost_versions"][-1] >= 1
     shares = ranks[0]["work-shares"]["work"][-1]
     assert shares[0] < min(shares[1:])
+
+
+# ------------------------------------------------------------------ the report
+
+
+def _balance_file(path: Path, modes: Sequence[str], step_ms: Sequence[float]) -> Path:
+    """Two ranks' train.step and dataloader.fetch spans, each step tagged with its mode."""
+    from report_fixtures import line, span_json
+
+    lines = []
+    for rank in range(2):
+        resource = {semconv.JOB_ID: "balanced", semconv.RANK: rank, "host.name": "h0"}
+        spans = []
+        start = 1_700_000_000.0
+        for step, (mode, ms) in enumerate(zip(modes, step_ms, strict=True)):
+            trace = f"{step + 1:032x}"
+            fetch = {semconv.STEP: step, semconv.BALANCE_MODE: mode, semconv.BALANCE_VERSION: 0}
+            spans.append(span_json("dataloader.fetch", start, start + 0.001, fetch, trace_id=trace))
+            end = start + ms / 1e3 * (1.0 if rank == 0 else 0.99)
+            spans.append(span_json("train.step", start, end, {semconv.STEP: step}, trace_id=trace))
+            start += ms / 1e3
+        lines.append(line(resource, spans))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_report_shows_step_time_by_split_mode(tmp_path: Path) -> None:
+    from skewtrace.report import build_report, collect
+    from skewtrace.report.balance import balance_rows
+
+    modes = ["count"] * 6 + ["work"] * 6 + ["count"] * 2
+    step_ms = [500.0] + [200.0] * 5 + [160.0] * 6 + [210.0, 190.0]
+    path = _balance_file(tmp_path / "spans.jsonl", modes, step_ms)
+    data = collect(path)
+    assert data.balance_modes == dict(enumerate(modes))
+    rows = {row.mode: row for row in balance_rows(data.balance_modes, data.step_time_s)}
+    # The first step (start-up) is left out.
+    assert rows["count"].steps == 7 and rows["count"].mean_s == pytest.approx(0.2)
+    assert rows["work"].steps == 6 and rows["work"].mean_s == pytest.approx(0.16)
+    html, _ = build_report(path)
+    assert '<section id="balance">' in html
+    assert 'data-ratio="1.2500"' in html
+    assert '<tr class="balance-mode" data-mode="work">' in html
+    # One mode only: the section says so; no tagged step: no section.
+    only = collect(_balance_file(tmp_path / "one.jsonl", ["work"] * 3, [100.0] * 3))
+    assert "no steps of the other mode" in build_report(only.source)[0]
+    assert balance_rows({}, {0: 1.0}) == []
