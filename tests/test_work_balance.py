@@ -515,3 +515,50 @@ def test_the_report_shows_step_time_by_split_mode(tmp_path: Path) -> None:
     only = collect(_balance_file(tmp_path / "one.jsonl", ["work"] * 3, [100.0] * 3))
     assert "no steps of the other mode" in build_report(only.source)[0]
     assert balance_rows({}, {0: 1.0}) == []
+
+
+# ------------------------------------------------------------------ a framework: Lightning
+
+
+@pytest.mark.slow
+def test_lightning_keeps_the_batch_sampler_and_sets_its_epoch(tmp_path: Path) -> None:
+    """Lightning with use_distributed_sampler=False (tests/work_balance_lightning.py, 2 gloo
+    ranks under torchrun): each rank trains on exactly the sampler's plan (nothing re-shards
+    it), the ranks' batches make up each global batch, and Lightning's set_epoch reaches the
+    batch sampler (epoch 1 is the permutation of seed + 1)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("pytorch_lightning")
+    repo = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo / "src")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(repo / "tests" / "work_balance_lightning.py"), "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [len(r) for r in ranks] == [6, 6]  # 3 steps per epoch, 2 epochs
+    config = JobConfig(samples=16 * 3, global_batch=16)
+    for epoch in (0, 1):
+        reference = WorkBalancedSampler(
+            len(Sequences(config)), 16, lengths=Sequences(config).lengths,
+            num_replicas=2, rank=0, seed=5,
+        )  # fmt: skip
+        reference.set_epoch(epoch)
+        list(reference)
+        for index in range(3):
+            steps = [r[epoch * 3 + index] for r in ranks]
+            assert [s["epoch"] for s in steps] == [epoch, epoch]
+            for step in steps:
+                assert step["got"] == step["planned"]
+                assert step["mode"] == "work"
+            union = sorted(i for s in steps for i in s["got"])
+            assert union == sorted(reference.step_plan(index).global_indices)
+            assert steps[0]["global"] == list(reference.step_plan(index).global_indices)

@@ -224,6 +224,13 @@ class WorkBalancedSampler(ShareSampler):
         return full + (1 if rest >= parts and not self.drop_last else 0)
 
     @property
+    def sampler(self) -> WorkBalancedSampler:
+        """This sampler: frameworks that set the epoch through the loader's
+        ``batch_sampler.sampler.set_epoch`` (Lightning, as for torch's ``BatchSampler``)
+        reach :meth:`set_epoch` this way."""
+        return self
+
+    @property
     def cost(self) -> TokenCost:
         """The cost model in force (agreed at the latest sync point)."""
         return self._cost
