@@ -520,17 +520,12 @@ def test_the_report_shows_step_time_by_split_mode(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ a framework: Lightning
 
 
-@pytest.mark.slow
-def test_lightning_keeps_the_batch_sampler_and_sets_its_epoch(tmp_path: Path) -> None:
-    """Lightning with use_distributed_sampler=False (tests/work_balance_lightning.py, 2 gloo
-    ranks under torchrun): each rank trains on exactly the sampler's plan (nothing re-shards
-    it), the ranks' batches make up each global batch, and Lightning's set_epoch reaches the
-    batch sampler (epoch 1 is the permutation of seed + 1)."""
+def _torchrun(script: str, out: Path, *args: str) -> None:
+    """``script`` (under tests/) on 2 gloo ranks under torchrun, writing to ``out``."""
     import os
     import subprocess
     import sys
 
-    pytest.importorskip("pytorch_lightning")
     repo = Path(__file__).resolve().parent.parent
     env = {
         **os.environ,
@@ -539,10 +534,62 @@ def test_lightning_keeps_the_batch_sampler_and_sets_its_epoch(tmp_path: Path) ->
     }
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         str(repo / "tests" / "work_balance_lightning.py"), "--out", str(tmp_path)],
+         str(repo / "tests" / script), "--out", str(out), *args],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def _reference_plans(mode: str = "work") -> dict[tuple[int, int, int], Any]:
+    """(epoch, step, rank) -> the plan of the frameworks' job (48 samples, 16 a step, seed 5)."""
+    data = Sequences(JobConfig(samples=16 * 3, global_batch=16))
+    plans = {}
+    for epoch in (0, 1):
+        for rank in (0, 1):
+            sampler = WorkBalancedSampler(
+                len(data), 16, lengths=data.lengths, num_replicas=2, rank=rank, seed=5, mode=mode
+            )
+            sampler.set_epoch(epoch)
+            list(sampler)
+            for index in range(3):
+                plans[epoch, index, rank] = sampler.step_plan(index)
+    return plans
+
+
+@pytest.mark.slow
+def test_transformers_trainer_without_prepare_learns_what_equal_counts_learn(
+    tmp_path: Path,
+) -> None:
+    """transformers.Trainer (tests/work_balance_trainer.py, 2 gloo ranks under torchrun): a
+    subclass's get_train_dataloader without accelerator.prepare; each rank trains on its plan,
+    epoch by epoch, and the Trainer's own loss normalization (num_items_in_batch over the
+    devices) makes the work split's parameters after 6 steps those of equal counts."""
+    pytest.importorskip("transformers")
+    runs = {}
+    for mode in ("work", "count"):
+        _torchrun("work_balance_trainer.py", tmp_path / mode, "--mode", mode)
+        runs[mode] = [json.loads((tmp_path / mode / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for mode, ranks in runs.items():
+        plans = _reference_plans(mode)
+        for step in range(6):
+            for rank in (0, 1):
+                planned = plans[step // 3, step % 3, rank].indices
+                assert sorted(ranks[rank]["seen"][step]) == sorted(planned), (mode, step, rank)
+    assert any(
+        sorted(runs["work"][0]["seen"][s]) != sorted(runs["count"][0]["seen"][s]) for s in range(6)
+    )
+    for a, b in zip(runs["work"][0]["params"], runs["count"][0]["params"], strict=True):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_lightning_keeps_the_batch_sampler_and_sets_its_epoch(tmp_path: Path) -> None:
+    """Lightning with use_distributed_sampler=False (tests/work_balance_lightning.py, 2 gloo
+    ranks under torchrun): each rank trains on exactly the sampler's plan (nothing re-shards
+    it), the ranks' batches make up each global batch, and Lightning's set_epoch reaches the
+    batch sampler (epoch 1 is the permutation of seed + 1)."""
+    pytest.importorskip("pytorch_lightning")
+    _torchrun("work_balance_lightning.py", tmp_path)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [len(r) for r in ranks] == [6, 6]  # 3 steps per epoch, 2 epochs
     config = JobConfig(samples=16 * 3, global_batch=16)
