@@ -365,7 +365,7 @@ class WorkBalancedSampler(ShareSampler):
         """Time every training-mode forward of ``model`` (the DDP model, or the stage under
         pipelining: one forward per yielded micro-batch) and :meth:`observe` it. Host clock on
         the CPU; CUDA events (read at the next sync point, long finished by then) when the
-        output is on a CUDA device. Returns a function that removes the hooks."""
+        model's parameters are on a CUDA device. Returns a function that removes the hooks."""
         state: dict[str, Any] = {}
 
         def pre(module: Any, _args: Any) -> None:
