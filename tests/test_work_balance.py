@@ -556,18 +556,12 @@ def _reference_plans(mode: str = "work") -> dict[tuple[int, int, int], Any]:
     return plans
 
 
-@pytest.mark.slow
-def test_transformers_trainer_without_prepare_learns_what_equal_counts_learn(
-    tmp_path: Path,
-) -> None:
-    """transformers.Trainer (tests/work_balance_trainer.py, 2 gloo ranks under torchrun): a
-    subclass's get_train_dataloader without accelerator.prepare; each rank trains on its plan,
-    epoch by epoch, and the Trainer's own loss normalization (num_items_in_batch over the
-    devices) makes the work split's parameters after 6 steps those of equal counts."""
-    pytest.importorskip("transformers")
+def _work_equals_count(script: str, tmp_path: Path) -> None:
+    """``script`` by work and by count: each rank trained on its plan, epoch by epoch, the
+    splits differed, and the parameters after 6 steps are the same (float64)."""
     runs = {}
     for mode in ("work", "count"):
-        _torchrun("work_balance_trainer.py", tmp_path / mode, "--mode", mode)
+        _torchrun(script, tmp_path / mode, "--mode", mode)
         runs[mode] = [json.loads((tmp_path / mode / f"rank{r}.json").read_text()) for r in (0, 1)]
     for mode, ranks in runs.items():
         plans = _reference_plans(mode)
@@ -580,6 +574,27 @@ def test_transformers_trainer_without_prepare_learns_what_equal_counts_learn(
     )
     for a, b in zip(runs["work"][0]["params"], runs["count"][0]["params"], strict=True):
         assert a == pytest.approx(b, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_transformers_trainer_without_prepare_learns_what_equal_counts_learn(
+    tmp_path: Path,
+) -> None:
+    """transformers.Trainer (tests/work_balance_trainer.py, 2 gloo ranks under torchrun): a
+    subclass's get_train_dataloader without accelerator.prepare; the Trainer's own loss
+    normalization (num_items_in_batch over the devices) needs nothing more."""
+    pytest.importorskip("transformers")
+    _work_equals_count("work_balance_trainer.py", tmp_path)
+
+
+@pytest.mark.slow
+def test_accelerate_without_preparing_the_loader_learns_what_equal_counts_learn(
+    tmp_path: Path,
+) -> None:
+    """Accelerate (tests/work_balance_accelerate.py, 2 gloo ranks under torchrun): the model
+    and the optimizer prepared, the loader not; the token loss scaled by token_loss_scale."""
+    pytest.importorskip("accelerate")
+    _work_equals_count("work_balance_accelerate.py", tmp_path)
 
 
 @pytest.mark.slow
