@@ -624,3 +624,17 @@ def test_lightning_keeps_the_batch_sampler_and_sets_its_epoch(tmp_path: Path) ->
             union = sorted(i for s in steps for i in s["got"])
             assert union == sorted(reference.step_plan(index).global_indices)
             assert steps[0]["global"] == list(reference.step_plan(index).global_indices)
+
+
+@pytest.mark.usefixtures("world_of_one")
+def test_in_a_group_of_one_each_sampler_reads_its_own_source() -> None:
+    """A process group of one (a single-process job, or ranks simulated in one process) is
+    as no group: no collective, each sampler's own reading and fit."""
+    lengths = _lengths(64 * 3)
+    source = _Source(shares={0: 0.1, 1: 0.3, 2: 0.3, 3: 0.3}, balance=("work", 4))
+    samplers = _samplers(len(lengths), 64, lengths=lengths, mode="pacer", source=source)
+    _passes(samplers)
+    plans = [s.step_plan(2) for s in samplers]
+    assert len({(p.sizes, p.work, p.mode, p.version) for p in plans}) == 1
+    assert plans[0].mode == "work" and plans[0].version == 4
+    assert plans[0].work[0] < min(plans[0].work[1:])
