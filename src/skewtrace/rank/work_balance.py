@@ -12,10 +12,10 @@ share of the total (:func:`skewtrace.remedy.work_split.split_by_work`, largest f
     import skewtrace
     from skewtrace.rank.work_balance import WorkBalancedSampler
 
-    skewtrace.instrument(model=ddp_model, optimizer=optimizer)
     sampler = WorkBalancedSampler(dataset, global_batch_size=64, lengths=token_counts)
     sampler.time_forward(ddp_model)          # the online cost fit (or cost=TokenCost(...))
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=pack)
+    skewtrace.instrument(model=ddp_model, optimizer=optimizer, dataloader=loader)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         for index, batch in enumerate(loader):
