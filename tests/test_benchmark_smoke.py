@@ -22,7 +22,8 @@ The smoke runs that take well over 25 s even at their smallest carry the ``eval`
 leaves them out of any run whose ``-m`` does not name ``eval``). They are collision.py in
 both layouts (six or more runs of up to four ranks each on the fabric), scenarios.py (one
 six-rank job on the fabric) and rebalance.py's real sections (five training runs and three
-stacks); rebalance.py's model runs in `make test`. pacing.py's smoke run (20 s) is marked
+stacks), and work_balance.py (four runs of four gloo ranks, mostly their start-up);
+rebalance.py's model runs in `make test`. pacing.py's smoke run (20 s) is marked
 too, to keep this file near 90 s in `make test`: tests/test_pacer_e2e.py runs its harness.
 no_harm.py, one run of two two-rank jobs with the loop closed, is the fabric benchmark
 `make test` runs.
@@ -281,7 +282,7 @@ NAMESPACE_SMOKES = [
         ),
     ),
 ]
-EVAL_ONLY = {"pacing", "rebalance", "collision", "collision-sets", "scenarios"}
+EVAL_ONLY = {"pacing", "rebalance", "collision", "collision-sets", "scenarios", "work_balance"}
 """Smoke runs marked ``eval``: `make eval`'s, not `make test`'s. All but pacing take well
 over 25 s at their smallest; pacing's 20 s (two 2-rank training runs, mostly their start-up)
 would put this file 20 s past its 90 s in `make test`, where tests/test_pacer_e2e.py runs its
@@ -297,6 +298,18 @@ PLAIN_SMOKES = [
         ),
         args="--sections model",
         name="rebalance-model",
+    ),
+    # Four runs of four gloo ranks (equal counts and balanced, twice): about 50 s.
+    Smoke(
+        "work_balance",
+        (
+            r"^loss curves, balanced vs equal: max abs diff \S+, max rel diff \S+ "
+            r"\(target <= 0\.0001\): met$",
+            rf"^ +0 +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}$",
+            rf"^balanced over equal throughput: mean {NUMBER} .* {NOT_JUDGED}",
+            SMOKE_DONE,
+        ),
+        args="--median 32 --max-len 256",
     ),
     Smoke(
         "node_telemetry_overhead",

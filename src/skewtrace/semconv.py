@@ -172,6 +172,17 @@ INPUT_SIZE = "training.input.size"
 PACING_DELAY = "training.pacing.delay"
 #: training.pacing.version (int): the controller decision version it came from
 PACING_VERSION = "training.pacing.version"
+#: training.balance.mode (string): how the work-balanced sampler
+#: (`skewtrace.rank.work_balance.WorkBalancedSampler`) split the global batch of the batch this
+#: fetch returned; absent with any other sampler
+BALANCE_MODE = "training.balance.mode"
+#: training.balance.version (int): with `training.balance.mode`: the controller's
+#: `balance_version` the mode came from (sampler mode `pacer`), else 0
+BALANCE_VERSION = "training.balance.version"
+#: training.balance.cost_version (int): with `training.balance.mode`: the cost model the split
+#: priced samples with: 0 for the configured or default one, n for the n-th fit the ranks agreed
+#: on at a sync point
+BALANCE_COST_VERSION = "training.balance.cost_version"
 #: training.checkpoint.bytes (int): the checkpoint file's size (absent when written to or read
 #: from a stream)
 CHECKPOINT_BYTES = "training.checkpoint.bytes"
@@ -224,6 +235,12 @@ TIMING_HOST = "host"
 TIMING_CUDA_EVENT = "cuda_event"
 #: device timing from NCCL's completion hook
 TIMING_NCCL_HOOK = "nccl_hook"
+
+# Values of training.balance.mode.
+#: samples assigned to ranks by their cost (equal work per rank, within its share)
+BALANCE_WORK = "work"
+#: consecutive slices of equal count (within its share), as `DistributedSampler`
+BALANCE_COUNT = "count"
 
 # Annotations the barrierskew processor adds to collective spans.
 #: training.barrier.skew (float s): latest arrival minus earliest: max(duration) - min(duration)

@@ -228,6 +228,20 @@ const (
 	// from
 	attrPacingVersion = "training.pacing.version"
 
+	// attrBalanceMode is training.balance.mode (string): how the work-balanced sampler
+	// (`skewtrace.rank.work_balance.WorkBalancedSampler`) split the global batch of the batch this
+	// fetch returned; absent with any other sampler
+	attrBalanceMode = "training.balance.mode"
+
+	// attrBalanceVersion is training.balance.version (int): with `training.balance.mode`: the
+	// controller's `balance_version` the mode came from (sampler mode `pacer`), else 0
+	attrBalanceVersion = "training.balance.version"
+
+	// attrBalanceCostVersion is training.balance.cost_version (int): with `training.balance.mode`:
+	// the cost model the split priced samples with: 0 for the configured or default one, n for the
+	// n-th fit the ranks agreed on at a sync point
+	attrBalanceCostVersion = "training.balance.cost_version"
+
 	// attrCheckpointBytes is training.checkpoint.bytes (int): the checkpoint file's size (absent
 	// when written to or read from a stream)
 	attrCheckpointBytes = "training.checkpoint.bytes"
@@ -306,6 +320,17 @@ const (
 
 	// timingNCCLHook is "nccl_hook": device timing from NCCL's completion hook
 	timingNCCLHook = "nccl_hook"
+)
+
+// Values of training.balance.mode.
+const (
+	// balanceWork is "work": samples assigned to ranks by their cost (equal work per rank, within
+	// its share)
+	balanceWork = "work"
+
+	// balanceCount is "count": consecutive slices of equal count (within its share), as
+	// `DistributedSampler`
+	balanceCount = "count"
 )
 
 // Annotations the barrierskew processor adds to collective spans.

@@ -36,6 +36,10 @@ class PhaseEvent(NamedTuple):
     input_size: int | None = None
     """``forward``: the elements of the tensors the call received (``training.input.size``);
     None for other phases and for a call that received no tensor."""
+    balance: tuple[str, int, int] | None = None
+    """``dataloader.fetch`` of a batch from a work-balanced sampler: (``training.balance.mode``,
+    ``training.balance.version``, ``training.balance.cost_version``); None otherwise. Optional
+    in a raw event: the hooks that never fill it record the fields before it only."""
 
 
 class StepEvent(NamedTuple):
@@ -138,11 +142,16 @@ RawEvent = tuple[Any, ...]
 
 
 def typed(raw: RawEvent) -> Event:
-    """The event ``raw`` stands for; raises when its kind is unknown or its field count wrong."""
+    """The event ``raw`` stands for; raises when its kind is unknown or its field count wrong
+    (fields with a default, at the end, may be left out)."""
     if type(raw) in EVENT_CLASSES:
         return raw  # type: ignore[return-value]  # already an Event
     kind = raw[0]
     if type(kind) is not int or not 0 <= kind < len(EVENT_CLASSES):
         raise ValueError(f"unknown event kind in {raw!r}")
-    event: Event = EVENT_CLASSES[kind]._make(raw[1:])
+    cls = EVENT_CLASSES[kind]
+    if len(raw) - 1 == len(cls._fields):
+        event: Event = cls._make(raw[1:])
+    else:
+        event = cls(*raw[1:])  # TypeError when a field without a default is missing
     return event

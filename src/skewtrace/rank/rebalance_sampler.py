@@ -276,6 +276,17 @@ def _group_rank_and_size(group: Any | None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
+def collective_device(group: Any | None) -> Any:
+    """Where a small tensor for a collective of ``group`` lives: the current CUDA device
+    under NCCL, else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _broadcast(values: list[float] | None, length: int, group: Any | None) -> list[float] | None:
     """Group rank 0's ``values`` on every rank of ``group``; None without a process group."""
     import torch
@@ -285,9 +296,7 @@ def _broadcast(values: list[float] | None, length: int, group: Any | None) -> li
         return None
     if dist.get_world_size(group) == 1:
         return values
-    device = torch.device("cpu")
-    if dist.get_backend(group) == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = collective_device(group)
     if values is not None:
         tensor = torch.tensor(values, dtype=torch.float64, device=device)
     else:

@@ -276,6 +276,7 @@ class _JobPass:
     roots: dict[int, float] = field(default_factory=dict)
     rank_steps: dict[int, float] = field(default_factory=dict)
     trace_ids: dict[int, set[str]] = field(default_factory=dict)
+    balance: dict[int, str] = field(default_factory=dict)
     spans: int = 0
 
     def add(self, span: FileSpan) -> None:
@@ -302,6 +303,12 @@ class _JobPass:
             self.ranks[rank] = _rank_info(rank, span.resource)
         if span.name == semconv.SPAN_STEP:
             self.rank_steps[step] = max(self.rank_steps.get(step, 0.0), span.duration_s)
+        elif span.name == semconv.SPAN_DATALOADER_FETCH:
+            mode = span.attributes.get(semconv.BALANCE_MODE)
+            if isinstance(mode, str):
+                known = self.balance.setdefault(step, mode)
+                if known != mode:
+                    self.balance[step] = "mixed"
         elif span.name.startswith(semconv.SPAN_COLLECTIVE_PREFIX):
             a = span.attributes
             skew = a.get(semconv.BARRIER_SKEW)
@@ -626,4 +633,6 @@ def collect(
         malformed_lines=stats.malformed_lines,
         malformed_spans=stats.malformed_spans,
         other_jobs=others,
+        balance_modes=dict(sorted(job.balance.items())),
+        step_time_s=dict(sorted(job.rank_steps.items())),
     )

@@ -329,6 +329,11 @@ class ReportData:
     malformed_lines: int
     malformed_spans: int
     other_jobs: list[str] = field(default_factory=list)
+    balance_modes: dict[int, str] = field(default_factory=dict)
+    """Step -> ``training.balance.mode`` of its ``dataloader.fetch`` spans (``work`` or
+    ``count``; ``mixed`` where ranks disagree), for steps of a work-balanced sampler."""
+    step_time_s: dict[int, float] = field(default_factory=dict)
+    """Step -> the longest ``train.step`` of any rank (the job's step time)."""
 
     @property
     def hosts(self) -> list[str]:

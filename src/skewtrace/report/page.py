@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import statistics
 
+from skewtrace.report.balance import balance_html
 from skewtrace.report.causes import meaning
 from skewtrace.report.charts import lateness_chart, skew_chart, step_time_chart
 from skewtrace.report.model import (
@@ -426,6 +427,7 @@ def render_page(data: ReportData, *, generated_at: _dt.datetime | None = None) -
             _run_info(data.run_info),
             _verdicts(data),
             replay_html(data),
+            balance_html(data),
             _waterfall(data),
             _charts(data),
         ]

@@ -229,6 +229,20 @@ const (
 	// from
 	AttrPacingVersion = "training.pacing.version"
 
+	// AttrBalanceMode is training.balance.mode (string): how the work-balanced sampler
+	// (`skewtrace.rank.work_balance.WorkBalancedSampler`) split the global batch of the batch this
+	// fetch returned; absent with any other sampler
+	AttrBalanceMode = "training.balance.mode"
+
+	// AttrBalanceVersion is training.balance.version (int): with `training.balance.mode`: the
+	// controller's `balance_version` the mode came from (sampler mode `pacer`), else 0
+	AttrBalanceVersion = "training.balance.version"
+
+	// AttrBalanceCostVersion is training.balance.cost_version (int): with `training.balance.mode`:
+	// the cost model the split priced samples with: 0 for the configured or default one, n for the
+	// n-th fit the ranks agreed on at a sync point
+	AttrBalanceCostVersion = "training.balance.cost_version"
+
 	// AttrCheckpointBytes is training.checkpoint.bytes (int): the checkpoint file's size (absent
 	// when written to or read from a stream)
 	AttrCheckpointBytes = "training.checkpoint.bytes"
@@ -307,6 +321,17 @@ const (
 
 	// TimingNCCLHook is "nccl_hook": device timing from NCCL's completion hook
 	TimingNCCLHook = "nccl_hook"
+)
+
+// Values of training.balance.mode.
+const (
+	// BalanceWork is "work": samples assigned to ranks by their cost (equal work per rank, within
+	// its share)
+	BalanceWork = "work"
+
+	// BalanceCount is "count": consecutive slices of equal count (within its share), as
+	// `DistributedSampler`
+	BalanceCount = "count"
 )
 
 // Annotations the barrierskew processor adds to collective spans.

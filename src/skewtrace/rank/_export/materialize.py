@@ -363,6 +363,11 @@ class SpanMaterializer:
                 attributes[semconv.TIMING] = timing
             if event.input_size is not None:
                 attributes[semconv.INPUT_SIZE] = int(event.input_size)
+            if event.balance is not None:
+                mode, version, cost_version = event.balance
+                attributes[semconv.BALANCE_MODE] = str(mode)
+                attributes[semconv.BALANCE_VERSION] = int(version)
+                attributes[semconv.BALANCE_COST_VERSION] = int(cost_version)
             name = event.name
         self._child(spans, name, event.step, start, end, attributes)
 

@@ -23,12 +23,24 @@ _SUBCLASSES: dict[type, type] = {}
 _ORIGINAL_CLASS = "_skewtrace_original_class"
 
 
+BALANCE_TAG = "skewtrace_balance_tag"
+"""A batch sampler's method ``(fetch index in the pass) -> (mode, version, cost version) or
+None`` (:class:`skewtrace.rank.work_balance.WorkBalancedSampler` has it): each fetch's
+``dataloader.fetch`` span carries the tag of the batch it returned. A DataLoader yields its
+batches in its batch sampler's order, so the n-th fetch of a pass returns the sampler's n-th
+batch of that pass, however far ahead the sampler and the workers run."""
+
+
 class TracedIterator:
     """Wraps one pass over the loader; attribute access falls through to the real iterator."""
 
     def __init__(self, inner: Iterator[Any], ctx: HookContext) -> None:
         self._inner = inner
         self._ctx = ctx
+        # The batch sampler's tag, read once per pass (a DataLoader's iterator holds its
+        # batch sampler as _index_sampler); None for every other loader.
+        self._tag = getattr(getattr(inner, "_index_sampler", None), BALANCE_TAG, None)
+        self._fetches = 0
 
     def __iter__(self) -> TracedIterator:
         return self
@@ -36,13 +48,22 @@ class TracedIterator:
     def __next__(self) -> Any:
         recorder = self._ctx.recorder
         if not recorder.active:
-            return next(self._inner)
+            batch = next(self._inner)
+            self._fetches += 1
+            return batch
         start = now_ns()
         batch = next(self._inner)
         end = now_ns()
         recorder.mark_activity(start)
+        tag = None
+        if self._tag is not None:
+            try:
+                tag = self._tag(self._fetches)
+            except Exception:  # a tag never fails a fetch
+                tag = None
+        self._fetches += 1
         recorder.record(
-            (PHASE, semconv.SPAN_DATALOADER_FETCH, recorder.step, start, end, None, None, None)
+            (PHASE, semconv.SPAN_DATALOADER_FETCH, recorder.step, start, end, None, None, None, tag)
         )
         return batch
 
