@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from skewtrace.remedy.partition import best_partition, stage_costs
+from skewtrace.remedy.partition import advise_partition, stage_costs
 from skewtrace.remedy.work_split import TokenCost, split_by_count, split_by_work
 
 GENERATOR_VERSION = "whatif-gen-1"
@@ -257,7 +257,7 @@ class Layers(Cause):
     stage's forward and backward take its layers' cost over the mean stage's cost times as long
     (the spec's ``forward`` and ``backward`` are a stage of the mean stage's work), so moving
     layers moves work and keeps the total. The remedy (:func:`with_remedy`) is the product's
-    ``best_partition`` of the same costs."""
+    advice, ``advise_partition`` of the same costs."""
 
     costs: tuple[float, ...]
     partition: tuple[int, ...]
@@ -280,7 +280,9 @@ class Layers(Cause):
 
 def with_remedy(spec: JobSpec) -> JobSpec:
     """The same job with the remedies applied: every :class:`TokenLengths` split by work, every
-    :class:`Layers` at ``best_partition`` of its costs over the job's stages; the same seed, so
+    :class:`Layers` at the product's advice (``advise_partition``: the least slowest stage,
+    then the shortest 1F1B replay, from the layers' forward and backward times as the
+    Collector gets them from the ranks' profiles, no transfer) over the job's stages; the same seed, so
     the same samples and the same jitter. Named ``<name>+remedy``."""
     from dataclasses import replace
 
@@ -289,7 +291,13 @@ def with_remedy(spec: JobSpec) -> JobSpec:
         if isinstance(cause, TokenLengths):
             cause = replace(cause, balanced=True)
         elif isinstance(cause, Layers):
-            cause = replace(cause, partition=best_partition(cause.costs, spec.pp).layers)
+            advice = advise_partition(
+                [c * spec.forward for c in cause.costs],
+                [c * spec.backward for c in cause.costs],
+                spec.pp,
+                spec.microbatches,
+            )
+            cause = replace(cause, partition=advice.layers)
         causes.append(cause)
     return replace(spec, name=spec.name + "+remedy", causes=tuple(causes))
 

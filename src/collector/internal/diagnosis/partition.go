@@ -77,18 +77,23 @@ type profiles struct {
 
 func (h *profiles) latest() *LayerProfile { return &h.recent[len(h.recent)-1] }
 
-// costs are each layer's forward plus backward seconds: the median over the kept profiles.
-func (h *profiles) costs() []float64 {
+// times are each layer's forward and backward seconds: each the median over the kept
+// profiles.
+func (h *profiles) times() (forward, backward []float64) {
 	n := len(h.latest().Names)
-	out := make([]float64, n)
+	forward, backward = make([]float64, n), make([]float64, n)
 	vals := make([]float64, len(h.recent))
 	for i := range n {
 		for k := range h.recent {
-			vals[k] = h.recent[k].Forward[i] + h.recent[k].Backward[i]
+			vals[k] = h.recent[k].Forward[i]
 		}
-		out[i] = median(vals)
+		forward[i] = median(vals)
+		for k := range h.recent {
+			vals[k] = h.recent[k].Backward[i]
+		}
+		backward[i] = median(vals)
 	}
-	return out
+	return forward, backward
 }
 
 // ObserveLayers records a rank's layer profile; the job keeps each rank's latest
@@ -193,6 +198,216 @@ func BestPartition(costs []float64, stages int) []int {
 		return nil
 	}
 	return best[stages][n].counts
+}
+
+// MaxTies is the most partitions with the least slowest stage AdvisePartition replays.
+const MaxTies = 512
+
+// relTol is the relative tolerance under which two costs or two replayed steps are equal.
+const relTol = 1e-9
+
+// TiedPartitions lists every contiguous partition of costs into stages whose slowest stage is
+// the least possible (within relTol), in lexicographic order of the counts, at most limit of
+// them: skewtrace.remedy.partition.tied_partitions.
+func TiedPartitions(costs []float64, stages, limit int) [][]int {
+	n := len(costs)
+	if stages < 1 || n < stages {
+		return nil
+	}
+	suffix := make([]float64, n+1)
+	for i := n - 1; i >= 0; i-- {
+		suffix[i] = suffix[i+1] + costs[i]
+	}
+	inf := math.Inf(1)
+	tail := make([][]float64, stages+1)
+	for s := range tail {
+		tail[s] = make([]float64, n+1)
+		for i := range tail[s] {
+			tail[s][i] = inf
+		}
+	}
+	tail[0][n] = 0
+	for s := 1; s <= stages; s++ {
+		for i := n - s; i >= 0; i-- {
+			best := inf
+			for j := i + 1; j <= n-(s-1); j++ {
+				best = min(best, max(suffix[i]-suffix[j], tail[s-1][j]))
+			}
+			tail[s][i] = best
+		}
+	}
+	bound := tail[stages][0]
+	slack := relTol * max(bound, 1e-300)
+	var out [][]int
+	counts := make([]int, 0, stages)
+	var walk func(i, left int)
+	walk = func(i, left int) {
+		if len(out) >= limit {
+			return
+		}
+		if left == 0 {
+			if i == n {
+				out = append(out, slices.Clone(counts))
+			}
+			return
+		}
+		cost := 0.0
+		for j := i + 1; j <= n-(left-1); j++ {
+			cost += costs[j-1]
+			if cost > bound+slack {
+				break
+			}
+			if tail[left-1][j] > bound+slack {
+				continue
+			}
+			counts = append(counts, j-i)
+			walk(j, left-1)
+			counts = counts[:len(counts)-1]
+			if len(out) >= limit {
+				return
+			}
+		}
+	}
+	walk(0, stages)
+	return out
+}
+
+// AdvisePartition is the advice from each layer's forward and backward seconds per step
+// (summed over its microbatches): among the partitions with the least slowest stage of
+// forward plus backward (TiedPartitions, and BestPartition's always), the one whose 1F1B step
+// Replay1F1B replays shortest; then the least sum of squared stage costs, then the smallest
+// counts. skewtrace.remedy.partition.advise_partition: both give the same answer.
+func AdvisePartition(forward, backward []float64, stages, microbatches int, transfer float64) []int {
+	n := len(forward)
+	if len(backward) != n || stages < 1 || n < stages || microbatches < 1 {
+		return nil
+	}
+	costs := make([]float64, n)
+	for i := range n {
+		costs[i] = forward[i] + backward[i]
+	}
+	even := BestPartition(costs, stages)
+	candidates := TiedPartitions(costs, stages, MaxTies)
+	if even != nil && !slices.ContainsFunc(candidates, func(c []int) bool { return slices.Equal(c, even) }) {
+		candidates = append(candidates, even)
+	}
+	slices.SortFunc(candidates, slices.Compare[[]int])
+	var best []int
+	var bestPrice, bestSq float64
+	m := float64(microbatches)
+	for _, layers := range candidates {
+		f, b := StageCosts(forward, layers), StageCosts(backward, layers)
+		for i := range f {
+			f[i] /= m
+			b[i] /= m
+		}
+		price := Replay1F1B(f, b, microbatches, transfer)
+		var sq float64
+		for _, c := range StageCosts(costs, layers) {
+			sq += c * c
+		}
+		if best == nil || rankedBefore(price, sq, layers, bestPrice, bestSq, best) {
+			best, bestPrice, bestSq = layers, price, sq
+		}
+	}
+	return best
+}
+
+// rankedBefore: a shorter replay, then a smaller sum of squares (each beyond relTol), then
+// smaller counts.
+func rankedBefore(price, sq float64, layers []int, bestPrice, bestSq float64, best []int) bool {
+	for _, pair := range [][2]float64{{price, bestPrice}, {sq, bestSq}} {
+		x, y := pair[0], pair[1]
+		if math.Abs(x-y) > relTol*max(math.Abs(x), math.Abs(y), 1e-300) {
+			return x < y
+		}
+	}
+	return slices.Compare(layers, best) < 0
+}
+
+// Replay1F1B is one step of 1F1B from each stage's forward and backward seconds per
+// micro-batch: skewtrace.remedy.partition.replay_1f1b (the same schedule and dependencies).
+func Replay1F1B(forward, backward []float64, microbatches int, transfer float64) float64 {
+	stages := len(forward)
+	if stages < 1 || len(backward) != stages || microbatches < 1 {
+		return 0
+	}
+	type op struct {
+		backward bool
+		mb       int
+	}
+	programs := make([][]op, stages)
+	for s := range stages {
+		warm := min(stages-s-1, microbatches)
+		var prog []op
+		for m := range warm {
+			prog = append(prog, op{false, m})
+		}
+		f, b := warm, 0
+		for f < microbatches {
+			prog = append(prog, op{false, f}, op{true, b})
+			f++
+			b++
+		}
+		for m := b; m < microbatches; m++ {
+			prog = append(prog, op{true, m})
+		}
+		programs[s] = prog
+	}
+	nan := math.NaN()
+	fend := make([][]float64, stages)
+	bend := make([][]float64, stages)
+	for s := range stages {
+		fend[s] = make([]float64, microbatches)
+		bend[s] = make([]float64, microbatches)
+		for m := range microbatches {
+			fend[s][m], bend[s][m] = nan, nan
+		}
+	}
+	free := make([]float64, stages)
+	pos := make([]int, stages)
+	remaining := 0
+	for _, p := range programs {
+		remaining += len(p)
+	}
+	for remaining > 0 {
+		progressed := false
+		for s := range stages {
+			for pos[s] < len(programs[s]) {
+				o := programs[s][pos[s]]
+				var dep, duration float64
+				if !o.backward {
+					dep, duration = 0, forward[s]
+					if s > 0 {
+						dep = fend[s-1][o.mb] + transfer
+					}
+				} else {
+					duration = backward[s]
+					if s == stages-1 {
+						dep = fend[s][o.mb]
+					} else {
+						dep = bend[s+1][o.mb] + transfer
+					}
+				}
+				if math.IsNaN(dep) {
+					break
+				}
+				free[s] = max(free[s], dep) + duration
+				if o.backward {
+					bend[s][o.mb] = free[s]
+				} else {
+					fend[s][o.mb] = free[s]
+				}
+				pos[s]++
+				remaining--
+				progressed = true
+			}
+		}
+		if !progressed {
+			return math.NaN()
+		}
+	}
+	return slices.Max(free)
 }
 
 // lexLess reports whether prev followed by last is lexicographically less than other (of
@@ -314,17 +529,25 @@ const maxAdviceWork = 1 << 25
 func partitionOf(j *jobState, pick []int32) *Partition {
 	s := len(pick)
 	adv := &Partition{Current: make([]int, s)}
-	var costs []float64
+	var forward, backward, costs []float64
+	microbatches := 1
 	for st, rank := range pick {
 		h := j.layers[rank]
 		adv.Current[st] = len(h.latest().Names)
 		adv.Names = append(adv.Names, h.latest().Names...)
-		costs = append(costs, h.costs()...)
+		f, b := h.times()
+		forward, backward = append(forward, f...), append(backward, b...)
+		microbatches = max(microbatches, h.latest().Microbatches)
+	}
+	for i := range forward {
+		costs = append(costs, forward[i]+backward[i])
 	}
 	if n := len(costs); n*n*s > maxAdviceWork {
 		return nil
 	}
-	adv.Layers = BestPartition(costs, s)
+	// The transfer between stages is not in the profiles: the replay that ranks the tied
+	// partitions takes none (it ranks by where the stages' work lies, not its messages).
+	adv.Layers = AdvisePartition(forward, backward, s, microbatches, 0)
 	if adv.Layers == nil || slices.Equal(adv.Layers, adv.Current) {
 		return nil
 	}

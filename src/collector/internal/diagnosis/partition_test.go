@@ -3,6 +3,7 @@ package diagnosis_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -154,7 +155,8 @@ func (l *layered) Step(step int) []*fixture.Batch {
 
 // TestHeavyStageGetsThePartitionItsLayersAdvise: 4 stages of 4 layers of equal cost, the
 // last stage's layers 1.4x as long (a loss head); with profiles, the stage_imbalance names
-// the best partition of the 16 layers (exhaustive search agrees), its split points and a
+// the advised partition of the 16 layers (the least slowest stage, as exhaustive search
+// finds it, then the shortest 1F1B replay), its split points and a
 // replayed saving close to what the stages' new times give; without profiles the fix is as
 // before.
 func TestHeavyStageGetsThePartitionItsLayersAdvise(t *testing.T) {
@@ -194,17 +196,26 @@ func TestHeavyStageGetsThePartitionItsLayersAdvise(t *testing.T) {
 			if im.Partition == nil {
 				t.Fatalf("no partition: fix %q", im.Fix)
 			}
-			var costs []float64
+			var costs, fwd, bwd []float64
 			for s, n := range job.perStage {
 				for range n {
-					costs = append(costs, (p.Forward[s].Seconds()+p.Backward[s].Seconds())*
-						float64(p.Microbatches)/float64(n))
+					f := p.Forward[s].Seconds() * float64(p.Microbatches) / float64(n)
+					b := p.Backward[s].Seconds() * float64(p.Microbatches) / float64(n)
+					fwd, bwd, costs = append(fwd, f), append(bwd, b), append(costs, f+b)
 				}
 			}
-			want := exhaustive(costs, 4)
+			// The advice has the least slowest stage (exhaustive search agrees) and, of the
+			// partitions that have it, the shortest 1F1B replay.
+			least := slices.Max(diagnosis.StageCosts(costs, exhaustive(costs, 4)))
+			want := diagnosis.AdvisePartition(fwd, bwd, 4, p.Microbatches, 0)
 			adv := im.Partition
 			if !slices.Equal(adv.Layers, want) || !slices.Equal(adv.Current, []int{4, 4, 4, 4}) {
-				t.Fatalf("partition %v (now %v), exhaustive %v", adv.Layers, adv.Current, want)
+				t.Fatalf("partition %v (now %v), advised from the layers' times %v", adv.Layers,
+					adv.Current, want)
+			}
+			if mx := slices.Max(diagnosis.StageCosts(costs, adv.Layers)); mx > least*(1+1e-9) {
+				t.Fatalf("partition %v's slowest stage %v, exhaustive search's %v", adv.Layers,
+					mx, least)
 			}
 			if got := adv.SplitPoints(); len(got) != 3 {
 				t.Fatalf("split points %v", got)
@@ -279,5 +290,103 @@ func TestPartitionFixTextStaysReadable(t *testing.T) {
 		if stages == 4 && !strings.Contains(text, "split points 10,21,33") {
 			t.Errorf("4 stages: %q", text)
 		}
+	}
+}
+
+// TestAdvisePartitionSharedCases: the advice and its replayed step on the cases Python's
+// advise_partition and replay_1f1b are tested on too (tests/data/partition/cases.json).
+func TestAdvisePartitionSharedCases(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "tests", "data", "partition",
+		"cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Advice []struct {
+			Name              string
+			Stages            int
+			Microbatches      int
+			Forward, Backward []float64
+			Layers            []int
+			Replay            float64
+		}
+	}
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.Advice) == 0 {
+		t.Fatal("no advice cases")
+	}
+	for _, c := range table.Advice {
+		got := diagnosis.AdvisePartition(c.Forward, c.Backward, c.Stages, c.Microbatches, 0)
+		if !slices.Equal(got, c.Layers) {
+			t.Errorf("%s: got %v, want %v", c.Name, got, c.Layers)
+			continue
+		}
+		f, b := diagnosis.StageCosts(c.Forward, got), diagnosis.StageCosts(c.Backward, got)
+		for i := range f {
+			f[i] /= float64(c.Microbatches)
+			b[i] /= float64(c.Microbatches)
+		}
+		if r := diagnosis.Replay1F1B(f, b, c.Microbatches, 0); math.Abs(r-c.Replay) > 1e-9 {
+			t.Errorf("%s: replay %v, want %v", c.Name, r, c.Replay)
+		}
+	}
+}
+
+// TestAdvisePartitionIsTheShortestReplayOfTheTies: against every composition, the advice has
+// the least slowest stage and, among those, the shortest 1F1B replay; equal stages replay in
+// (M + P - 1)(f + b).
+func TestAdvisePartitionIsTheShortestReplayOfTheTies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(46, 1))
+	for _, shape := range [][2]int{{6, 3}, {8, 4}, {10, 4}, {12, 3}, {17, 4}} {
+		for trial := range 12 {
+			n, stages := shape[0], shape[1]
+			fwd, bwd := make([]float64, n), make([]float64, n)
+			for i := range n {
+				fwd[i] = float64(1 + rng.IntN(3))
+				if trial%2 == 1 {
+					fwd[i] = rng.Float64()
+				}
+				bwd[i] = 2 * fwd[i]
+			}
+			mb := 2 + rng.IntN(8)
+			costs := make([]float64, n)
+			for i := range n {
+				costs[i] = fwd[i] + bwd[i]
+			}
+			replay := func(layers []int) float64 {
+				f, b := diagnosis.StageCosts(fwd, layers), diagnosis.StageCosts(bwd, layers)
+				for i := range f {
+					f[i] /= float64(mb)
+					b[i] /= float64(mb)
+				}
+				return diagnosis.Replay1F1B(f, b, mb, 0)
+			}
+			got := diagnosis.AdvisePartition(fwd, bwd, stages, mb, 0)
+			least := slices.Max(diagnosis.StageCosts(costs, diagnosis.BestPartition(costs, stages)))
+			if mx := slices.Max(diagnosis.StageCosts(costs, got)); mx > least*(1+1e-9) {
+				t.Fatalf("%v: advice %v's slowest stage %v above the least %v", costs, got, mx, least)
+			}
+			var walk func(at int, counts []int)
+			walk = func(at int, counts []int) {
+				left := stages - len(counts)
+				if left == 0 {
+					if at == n && slices.Max(diagnosis.StageCosts(costs, counts)) <= least*(1+1e-9) &&
+						replay(counts) < replay(got)*(1-1e-9) {
+						t.Errorf("%v (mb %d): %v replays %v, shorter than the advice %v's %v",
+							costs, mb, counts, replay(counts), got, replay(got))
+					}
+					return
+				}
+				for k := 1; at+k <= n-(left-1); k++ {
+					walk(at+k, append(counts, k))
+				}
+			}
+			walk(0, nil)
+		}
+	}
+	if r := diagnosis.Replay1F1B([]float64{1, 1, 1, 1}, []float64{2, 2, 2, 2}, 8, 0); r != 33 {
+		t.Errorf("equal stages: %v, want (8 + 4 - 1) x 3 = 33", r)
 	}
 }
