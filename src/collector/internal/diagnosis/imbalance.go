@@ -543,8 +543,9 @@ func fixText(im imbalance, step float64) string {
 			"step%s", head, 100*move, where, share(im.repartition), with)
 	default:
 		return fmt.Sprintf("the slowest replica did %.0f%% more work than the mean replica, "+
-			"a different one from step to step: splitting each global batch by work "+
-			"(tokens, not samples) saves about %.0f%% of the step", 100*im.excess, share(im.cost))
+			"a different one each step: splitting each global batch by work (tokens, not "+
+			"samples: WorkBalancedSampler for DistributedSampler, docs/rebalancing.md) saves "+
+			"about %.0f%% of the step", 100*im.excess, share(im.cost))
 	}
 }
 

@@ -135,6 +135,11 @@ var pipelineCases = []pipelineCase{
 					t.Fatalf("data imbalance: imbalances %+v, roots %+v", r.Imbalances,
 						r.RootCauses)
 				}
+				// The fix names the remedy, within the 256 characters a summary keeps.
+				if fix := r.Imbalances[0].Fix; !strings.Contains(fix, "WorkBalancedSampler") ||
+					len(fix) > 256 {
+					t.Errorf("data imbalance fix %q (%d characters)", fix, len(fix))
+				}
 			}, func(step int) time.Duration {
 				return p.Ideal(step, p.MedianWork(work), false)
 			}
