@@ -203,6 +203,7 @@ def test_the_top_level_holds_only_shared_modules_and_the_entry_points() -> None:
         "decision.py",  # the pacer's answer body: the controller writes it, the rank reads it
         "importer",
         "rank",
+        "remedy",  # the remedies' pure functions: the rank's sampler, the Collector's twin, advice
         "report",
         "semconv.py",
         "timeline",
@@ -244,3 +245,10 @@ def test_a_users_pacing_client_is_a_rank_pacer() -> None:
     assert as_rank_pacer(client) is client
     client.note_step_start(3.0)
     assert client.step_started_at == 3.0
+
+
+def test_the_remedies_are_pure_functions_of_the_standard_library() -> None:
+    """skewtrace.remedy is imported by a rank's sampler, the CLI and the benchmarks alike: it
+    loads neither torch nor any module of the service side."""
+    code = "import skewtrace.remedy.work_split, skewtrace.remedy.partition"
+    assert _loaded(code, ("torch", *SERVICE)) == []
