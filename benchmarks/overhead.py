@@ -142,21 +142,40 @@ def bench_hot_path(n: int, smoke: bool = False) -> dict[str, float]:
     }
 
 
-COLLECTIVE_HOOK_TARGET_US = 3.0
-PHASE_HOOK_TARGET_US = 5.0
+COLLECTIVE_HOOK_TARGET_US = 5.0
+FORWARD_BACKWARD_TARGET_US = 5.0
 
 
-def bench_hook_overhead(n: int, smoke: bool = False) -> dict[str, float]:
+def median_interval(values: list[float], z: float = 1.96) -> tuple[float, float, float]:
+    """The median of ``values`` and a distribution-free ~95% interval for it (the order
+    statistics n/2 -/+ z*sqrt(n)/2, from the binomial distribution of values below the
+    median): no assumption that a shared machine's noise is normal."""
+    ordered = sorted(values)
+    n = len(ordered)
+    half = z * n**0.5 / 2
+    lo = max(0, int(n / 2 - half))
+    hi = min(n - 1, int(n / 2 + half + 0.5))
+    return statistics.median(ordered), ordered[lo], ordered[hi]
+
+
+def bench_hook_overhead(n: int, rounds: int, smoke: bool = False) -> dict[str, float]:
     """Per-call cost the hooks add on the training thread, instrumented minus the bare call
-    in the same process, rounds of each interleaved and each mode's fastest round kept.
+    in the same process, in training-thread CPU time (``time.thread_time_ns``: what another
+    process does on a shared core is not counted).
+
+    Each round times a block of ``n`` calls of every kind bare and instrumented, in
+    alternating order; its difference is one sample, and the figure is the median of the
+    rounds with a distribution-free ~95% interval (:func:`median_interval`).
 
     Collectives run on PyTorch's fake process group (torch.testing._internal's
     FakeProcessGroup): the real c10d dispatcher path and the real process-group hooks, on a
     backend that completes at once, so the bare call is a few microseconds with no thread
     hand-off (gloo's wake-up of its worker thread alone varies by tens of microseconds run to
-    run and would drown the figure). The export thread is held off (a long export interval
-    and a buffer for every event): this is what the training thread pays; turning events
-    into spans happens later on the export thread."""
+    run and would drown the figure). An asynchronous work's future is complete when the hook
+    asks, so its callback (recording the span's end) runs inline and is counted here; on a
+    real backend it runs on a c10d thread. The export thread is held off (a long export
+    interval and a buffer for every event): this is what the training thread pays; turning
+    events into spans happens later on the export thread."""
     import torch
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
@@ -185,18 +204,20 @@ def bench_hook_overhead(n: int, smoke: bool = False) -> dict[str, float]:
         "forward_backward": lambda: model(x).sum().backward(),
         "optimizer_step": lambda: optimizer.step(),
     }
+    targets = {
+        "all_reduce": COLLECTIVE_HOOK_TARGET_US,
+        "all_reduce_async_wait": COLLECTIVE_HOOK_TARGET_US,
+        "functional_all_reduce_wait": COLLECTIVE_HOOK_TARGET_US,
+        "forward_backward": FORWARD_BACKWARD_TARGET_US,
+    }
 
     def timed(fn: Any) -> float:
-        start = time.perf_counter()
+        start = time.thread_time_ns()
         for _ in range(n):
             fn()
-        return (time.perf_counter() - start) / n
+        return (time.thread_time_ns() - start) / n / 1e3
 
-    plain = dict.fromkeys(calls, float("inf"))
-    instrumented = dict(plain)
-    for _ in range(2 if smoke else 7):
-        for name, fn in calls.items():
-            plain[name] = min(plain[name], timed(fn))
+    def instrument() -> None:
         skewtrace.instrument(
             model=model,
             optimizer=optimizer,
@@ -205,27 +226,51 @@ def bench_hook_overhead(n: int, smoke: bool = False) -> dict[str, float]:
             buffer_events=16 * n * len(calls) + 16,
             export_interval_millis=3_600_000,
         )
-        for name, fn in calls.items():
-            instrumented[name] = min(instrumented[name], timed(fn))
-        skewtrace.uninstrument()
+
+    for fn in calls.values():  # warm up both modes (first calls build caches)
+        timed(fn)
+    instrument()
+    for fn in calls.values():
+        timed(fn)
+    skewtrace.uninstrument()
+    diffs: dict[str, list[float]] = {name: [] for name in calls}
+    bare: dict[str, list[float]] = {name: [] for name in calls}
+    for index in range(rounds):
+        first_plain = index % 2 == 0
+        plain: dict[str, float] = {}
+        instrumented: dict[str, float] = {}
+        for mode_plain in (first_plain, not first_plain):
+            if not mode_plain:
+                instrument()
+            for name, fn in calls.items():
+                (plain if mode_plain else instrumented)[name] = timed(fn)
+            if not mode_plain:
+                skewtrace.uninstrument()
+        for name in calls:
+            diffs[name].append(instrumented[name] - plain[name])
+            bare[name].append(plain[name])
     dist.destroy_process_group()
-    added = {name: (instrumented[name] - plain[name]) * 1e6 for name in plain}
-    bare = {name: plain[name] * 1e6 for name in plain}
-    print("[1] hooks, added per call on the training thread (bare call beside it):")
+    result: dict[str, float] = {}
+    print(
+        f"[1] hooks, added per call on the training thread (thread CPU time; median of "
+        f"{rounds} interleaved rounds of {n} calls, ~95% interval; bare call beside it):"
+    )
     for name in calls:
-        target = None
-        if "all_reduce" in name:
-            target = COLLECTIVE_HOOK_TARGET_US
-        elif name == "forward":
-            target = PHASE_HOOK_TARGET_US
-        elif name == "forward_backward":
-            target = 2 * PHASE_HOOK_TARGET_US
+        added, lo, hi = median_interval(diffs[name])
+        result[name] = added
+        result[f"{name}_ci_low"] = lo
+        result[f"{name}_ci_high"] = hi
+        result[f"bare_{name}"] = statistics.median(bare[name])
+        target = targets.get(name)
         judged = ""
         if target is not None:
-            word = verdict(added[name] <= target, smoke, "OK", "OVER")
+            word = verdict(added <= target, smoke, "OK", "OVER")
             judged = f"  (target <= {target:.1f} us)  {word}"
-        print(f"    {name:28s} +{added[name]:6.2f} us   bare {bare[name]:7.2f} us{judged}")
-    return {**added, **{f"bare_{name}": value for name, value in bare.items()}}
+        print(
+            f"    {name:28s} +{added:6.2f} us [{lo:+6.2f}, {hi:+6.2f}]   bare "
+            f"{result[f'bare_{name}']:7.2f} us{judged}"
+        )
+    return result
 
 
 # ------------------------------------------------------------------------------ 2. step time
@@ -508,7 +553,11 @@ def main() -> int:
         summary["hot_path"] = bench_hot_path(
             2_000 if smoke else 20_000 if args.quick else 200_000, smoke
         )
-        summary["hooks"] = bench_hook_overhead(50 if smoke else 500 if args.quick else 3000, smoke)
+        summary["hooks"] = bench_hook_overhead(
+            50 if smoke else 200 if args.quick else 400,
+            2 if smoke else 15 if args.quick else 41,
+            smoke,
+        )
     if "ddp" not in args.skip:
         conf = {
             # One rank in a smoke run: the same code (DDP, the hooks, the export) at the

@@ -63,7 +63,12 @@ class ModuleHooks:
         if ctx.pacer is not None:
             ctx.maybe_pace(at_forward=True)
         profiler = self.layer_profiler
-        if profiler is not None:
+        if (
+            profiler is not None
+            and profiler._layers
+            and (profiler._seen_step != recorder.step or profiler._sampled is not None)
+        ):
+            # Only the first forward of a step, or one in a sampled step, has work there.
             profiler.model_forward()
         self._forward_input = input_size(args, kwargs, self._tensor)
         start = now_ns()
@@ -104,6 +109,8 @@ def input_size(args: Any, kwargs: Any, tensor: Any) -> int | None:
     arguments, and the items of a list, tuple or dict among them (one level: a batch is a
     tensor, a few tensors, or a dict of them). None when it received no tensor. Shapes only:
     ``numel`` reads no device memory."""
+    if not kwargs and len(args) == 1 and isinstance(args[0], tensor):
+        return args[0].numel()  # the usual call, model(batch): no loop
     total = 0
     found = False
     for group in (args, kwargs.values() if kwargs else ()):
