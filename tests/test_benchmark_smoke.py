@@ -326,6 +326,16 @@ PLAIN_SMOKES = [
             SMOKE_DONE,
         ),
     ),
+    Smoke(
+        "thread_cpu",
+        (
+            rf"^ +training-thread CPU added per step: .* \(target <= 1%\) {NOT_JUDGED}",
+            r"^ +export thread: .* of a core",
+            rf"^\[projection\] .* \(target <= 1%\) {NOT_JUDGED}$",
+            r"^SUMMARY \{",
+            SMOKE_DONE,
+        ),
+    ),
 ]
 
 
