@@ -327,6 +327,17 @@ PLAIN_SMOKES = [
         ),
     ),
     Smoke(
+        "hook_breakdown",
+        (
+            r"^\[a\] c10d calling Python: two empty group hooks",
+            r"^ +PreHookArgs\.name +[\d.]+ us$",
+            r"^ +async collective: pre \+ post .* [\d.]+ us$",
+            r"^\[e\] backward, median of",
+            r"^SUMMARY \{",
+            SMOKE_DONE,
+        ),
+    ),
+    Smoke(
         "thread_cpu",
         (
             rf"^ +training-thread CPU added per step: .* \(target <= 1%\) {NOT_JUDGED}",

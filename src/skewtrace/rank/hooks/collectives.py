@@ -198,6 +198,9 @@ class CommHookSlot:
         self.ctx = ctx
         self.hook: Callable[[Any, Any], Any] | None = None
         self.state: Any = None
+        # (session, its counter of the model's group): looked up at the session's first
+        # bucket, not at every one.
+        self.group: tuple[HookContext, Any] | None = None
 
 
 def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any, Any], Any]:
@@ -215,8 +218,13 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
         recorder = ctx.recorder
         tls = ctx.tls
         try:
-            group_state = ctx.group_state(process_group)
-            nbytes = tensor_bytes(bucket.buffer())
+            cached = slot.group
+            if cached is not None and cached[0] is ctx:
+                group_state = cached[1]
+            else:
+                group_state = ctx.group_state(process_group)
+                slot.group = (ctx, group_state)
+            nbytes = bucket.buffer().nbytes
             if group_state is not None:
                 ctx.maybe_pace()
         except Exception:
@@ -248,8 +256,10 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
 
         def done(_future: Any) -> None:
             # Runs on a c10d thread: never raise there.
-            with contextlib.suppress(Exception):
+            try:
                 record((COLLECTIVE, step, start, now_ns(), *fields))
+            except Exception:
+                pass
 
         try:
             future.add_done_callback(done)

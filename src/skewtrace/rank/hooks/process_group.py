@@ -80,11 +80,14 @@ def supported() -> bool:
     return hasattr(ProcessGroup, "register_pre_hook") and hasattr(HookOpName, "ALLREDUCE")
 
 
-def _op_table() -> dict[Any, str]:
+def _op_table() -> dict[int, str]:
+    """The traced ops by their ``HookOpName`` value: the hooks look an op up by
+    ``args.name.value``, an int (0.1 us), not by the enum object (whose hash and equality are
+    pybind calls: 0.35 us; docs/performance.md)."""
     from torch._C._distributed_c10d import HookOpName
 
     return {
-        member: _OP_NAMES[name]
+        int(member.value): _OP_NAMES[name]
         for name, member in HookOpName.__members__.items()
         if name in _OP_NAMES
     }
@@ -97,6 +100,12 @@ class ProcessGroupHooks:
         self.ctx = ctx
         self._ops = _op_table()
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()
+        import torch.distributed.distributed_c10d as c10d
+
+        self._c10d = c10d
+        # The ids of the groups attach_existing last went through (ids, not the groups: a
+        # destroyed group is not kept alive here).
+        self._known: tuple[int, ...] = ()
 
     # -- groups ---------------------------------------------------------------------------
     def attach(self, pg: Any) -> None:
@@ -113,10 +122,16 @@ class ProcessGroupHooks:
                            "traced", exc_info=True)  # fmt: skip
 
     def attach_existing(self) -> None:
-        import torch.distributed.distributed_c10d as c10d
-
-        for pg in list(getattr(c10d._world, "pg_map", {})):
+        """Hook the groups c10d knows of that are not hooked yet. Called at every step's end:
+        when the groups are the ones of the last call (compared by identity, a few tens of
+        nanoseconds) there is nothing to do."""
+        groups = list(getattr(self._c10d._world, "pg_map", ()))
+        known = tuple(map(id, groups))
+        if known == self._known:
+            return
+        for pg in groups:
             self.attach(pg)
+        self._known = known
 
     def detach_all(self) -> None:
         for pg in list(self._hooked):
@@ -124,6 +139,7 @@ class ProcessGroupHooks:
                 pg.unregister_pre_hook(HOOK_ID)
                 pg.unregister_post_hook(HOOK_ID)
         self._hooked = weakref.WeakSet()
+        self._known = ()
 
     # -- the hooks ------------------------------------------------------------------------
     def _hooks_for(
@@ -155,7 +171,7 @@ class ProcessGroupHooks:
             try:
                 if tls.depth or not recorder.active:
                     return
-                op = ops.get(args.name)
+                op = ops.get(args.name.value)
                 if op is None:
                     return
                 if not group:
