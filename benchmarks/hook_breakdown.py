@@ -163,7 +163,12 @@ def main() -> int:
         work = a.work
         loop("work.get_future()", lambda v: work.get_future(), a, reps)
         future = work.get_future()
-        loop("future.add_done_callback (done future)", lambda v: future.add_done_callback(nothing), a, reps)
+        loop(
+            "future.add_done_callback (done future)",
+            lambda v: future.add_done_callback(nothing),
+            a,
+            reps,
+        )
 
     pg.register_pre_hook(hook_id, read_pre)
     pg.register_post_hook(hook_id, read_post)

@@ -258,9 +258,7 @@ def bench_hook_overhead(n: int, rounds: int, smoke: bool = False) -> dict[str, f
         "differences and its ~95% interval, as this machine's load saw it; bare call beside it):"
     )
     for name in calls:
-        fastest = min(d + b for d, b in zip(diffs[name], bare[name], strict=True)) - min(
-            bare[name]
-        )
+        fastest = min(d + b for d, b in zip(diffs[name], bare[name], strict=True)) - min(bare[name])
         median, lo, hi = median_interval(diffs[name])
         result[name] = fastest
         result[f"{name}_median"] = median

@@ -87,6 +87,7 @@ def _build(job: str, device: Any) -> tuple[Any, Any, Any]:
     generator = torch.Generator().manual_seed(dist.get_rank())
     if job == "ddp":
         from torch.nn.parallel import DistributedDataParallel
+
         from train_ddp import Net
 
         model: Any = DistributedDataParallel(Net(64, 256, 4))
@@ -269,9 +270,7 @@ def bench_job(job: str, pairs: int, steps: int, endpoint: str, smoke: bool) -> d
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, world, port, conf, queue)) for r in range(world)
-    ]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, conf, queue)) for r in range(world)]
     for proc in procs:
         proc.start()
     try:
@@ -346,7 +345,9 @@ def project(hooks: dict[str, float], smoke: bool) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
-    parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated, of " + ",".join(JOBS))
+    parser.add_argument(
+        "--jobs", default=",".join(JOBS), help="comma-separated, of " + ",".join(JOBS)
+    )
     parser.add_argument("--pairs", type=int, default=30, help="instrumented/plain block pairs")
     parser.add_argument("--steps", type=int, default=9, help="steps per block")
     parser.add_argument("--hook-rounds", type=int, default=21)
@@ -370,7 +371,9 @@ def main() -> int:
         sink.stop()
     import overhead
 
-    hooks = overhead.bench_hook_overhead(50 if smoke else 300, 2 if smoke else args.hook_rounds, smoke)
+    hooks = overhead.bench_hook_overhead(
+        50 if smoke else 300, 2 if smoke else args.hook_rounds, smoke
+    )
     summary["hooks"] = hooks
     summary["projection"] = project(hooks, smoke)
     summary["loadavg_end"] = os.getloadavg()

@@ -105,7 +105,7 @@ def when_done(work: Any, on_done: Callable[[], None], waits: WorkWaits) -> None:
 
     def done(_future: Any) -> None:
         # Runs on a c10d thread: never raise there.
-        try:
+        try:  # noqa: SIM105 (contextlib.suppress: a context manager per call, ~0.5 us)
             on_done()
         except Exception:
             pass
@@ -128,7 +128,7 @@ def patch_work_wait(waits: WorkWaits, patches: Patches) -> None:
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original_wait(self, *args, **kwargs)
         if waiting:
-            try:
+            try:  # noqa: SIM105 (as above: on every wait())
                 waited(self)
             except Exception:
                 pass

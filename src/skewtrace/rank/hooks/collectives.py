@@ -256,7 +256,7 @@ def make_ddp_comm_hook(process_group: Any, slot: CommHookSlot) -> Callable[[Any,
 
         def done(_future: Any) -> None:
             # Runs on a c10d thread: never raise there.
-            try:
+            try:  # noqa: SIM105 (contextlib.suppress: ~0.5 us per bucket)
                 record((COLLECTIVE, step, start, now_ns(), *fields))
             except Exception:
                 pass
