@@ -322,24 +322,35 @@ def bench_job(job: str, pairs: int, steps: int, endpoint: str, smoke: bool) -> d
 
 
 def project(hooks: dict[str, float], smoke: bool) -> dict[str, float]:
-    """A 32-layer FSDP2 x TP model on a 100 ms GPU step, from the per-call figures."""
+    """A 32-layer FSDP2 x TP model on a 100 ms GPU step, from the per-call figures: once from
+    the fastest rounds (a quiet machine; the figure judged) and once from the rounds' medians
+    (this machine's load, an upper reading)."""
     collectives = PROJECTED_LAYERS * COLLECTIVES_PER_LAYER
-    per_collective = max(
-        hooks["all_reduce_async_wait"], hooks["functional_all_reduce_wait"], hooks["all_reduce"]
-    )
-    phases = hooks["forward_backward"] + max(hooks["optimizer_step"], 0.0)
-    total_us = collectives * per_collective + phases
-    share = total_us / (GPU_STEP_S * 1e6)
-    print(
-        f"[projection] {PROJECTED_LAYERS} layers x {COLLECTIVES_PER_LAYER} collectives = "
-        f"{collectives} collectives x {per_collective:.2f} us (the dearest of sync, async and "
-        f"functional per-call figures above) + forward/backward and optimizer "
-        f"{phases:.1f} us = {total_us / 1e3:.2f} ms of training-thread CPU on a "
-        f"{GPU_STEP_S * 1e3:.0f} ms step = {share:.2%} (target <= {STEP_CPU_TARGET:.0%}) "
-        f"{verdict(share <= STEP_CPU_TARGET, smoke, 'OK', 'OVER TARGET')}"
-    )
-    return {"collectives": collectives, "per_collective_us": per_collective,
-            "total_us": total_us, "share": share}  # fmt: skip
+    kinds = ("all_reduce", "all_reduce_async_wait", "functional_all_reduce_wait")
+    result: dict[str, float] = {"collectives": collectives}
+    for label, suffix in (("fastest rounds", ""), ("medians", "_median")):
+        per_collective = max(hooks[f"{kind}{suffix}"] for kind in kinds)
+        phases = hooks[f"forward_backward{suffix}"] + max(hooks[f"optimizer_step{suffix}"], 0.0)
+        total_us = collectives * per_collective + phases
+        share = total_us / (GPU_STEP_S * 1e6)
+        judged = (
+            f"(target <= {STEP_CPU_TARGET:.0%}) "
+            f"{verdict(share <= STEP_CPU_TARGET, smoke, 'OK', 'OVER TARGET')}"
+            if not suffix
+            else "(this machine's load: an upper reading, not judged)"
+        )
+        print(
+            f"[projection, {label}] {PROJECTED_LAYERS} layers x {COLLECTIVES_PER_LAYER} "
+            f"collectives = {collectives} collectives x {per_collective:.2f} us (the dearest of "
+            f"sync, async and functional) + forward/backward and optimizer {phases:.1f} us = "
+            f"{total_us / 1e3:.2f} ms of training-thread CPU on a {GPU_STEP_S * 1e3:.0f} ms "
+            f"step = {share:.2%} {judged}"
+        )
+        key = "fastest" if not suffix else "median"
+        result[f"{key}_per_collective_us"] = per_collective
+        result[f"{key}_total_us"] = total_us
+        result[f"{key}_share"] = share
+    return result
 
 
 def main() -> int:

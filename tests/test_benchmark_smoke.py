@@ -342,7 +342,8 @@ PLAIN_SMOKES = [
         (
             rf"^ +training-thread CPU added per step: .* \(target <= 1%\) {NOT_JUDGED}",
             r"^ +export thread: .* of a core",
-            rf"^\[projection\] .* \(target <= 1%\) {NOT_JUDGED}$",
+            rf"^\[projection, fastest rounds\] .* \(target <= 1%\) {NOT_JUDGED}$",
+            r"^\[projection, medians\] .*not judged\)$",
             r"^SUMMARY \{",
             SMOKE_DONE,
         ),
