@@ -172,7 +172,7 @@ def proofs(smoke: bool) -> list[str]:
     if not exact:
         failed.append("advice is not the exhaustive best")
     replays = ", ".join(f"{p} {priced(p):.1f}" for p in sorted(best, key=priced))
-    print(f"  the ties replayed by replay_1f1b ({STAGE_MICROBATCHES} micro-batches, units): {replays}")
+    print(f"  the ties by replay_1f1b ({STAGE_MICROBATCHES} micro-batches, units): {replays}")
     micro = (8,) if smoke else (8, STAGE_MICROBATCHES, 32)
     print(
         "| micro-batches | advice | replay_1f1b (compute only) | generator, compute only | "
