@@ -434,6 +434,11 @@ func (m *model) stageImbalance(j *jobState, sd *stepData, work, gaps []float64, 
 	m.scale = grow(m.scale, s)
 	ref := m.simulate(sd, gaps, m.replayT)
 	advice, advised := m.advise(j, sd, gaps, ref)
+	// A verdict is what its fix saves: a partition whose replayed saving is under the step's
+	// naming bar is not advised (a head that alone outweighs a stage leaves nothing to move
+	// that the replay sees); the fix then says what moving the excess would save, as without
+	// profiles.
+	advised = advised && advice.Saving >= threshold
 	var out []imbalance
 	for _, st := range longer {
 		excess := stageWork[st] - mean
