@@ -265,6 +265,8 @@ def test_collector_advises_the_partition_of_the_profiled_layers(
     advice = json.loads(done.stdout)
     assert advice["layers_advised"] == list(want.layers)
     assert advice["split_points"] == list(want.split_points)
+    # Its replayed saving reaches the step's naming bar: the fix above recommends it.
+    assert advice["recommended"] is True and advice["saving_s"] >= advice["min_saving_s"] > 0
     assert advice["first_layer_advised"][1] == f"stage{_stage_of(want.split_points[0])}.layer" + (
         str(_index_in_stage(want.split_points[0]))
     )
