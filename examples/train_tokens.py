@@ -214,11 +214,13 @@ def worker(local_rank: int, args: argparse.Namespace, world: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.job_id is None:
-        args.job_id = os.environ.get("SKEWTRACE_JOB_ID") or f"tokens-{uuid.uuid4().hex[:8]}"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        # torchrun: the job id is --job-id, SKEWTRACE_JOB_ID or the launcher's (skewtrace reads
+        # them; with none the ranks agree on one through the process group's store).
         worker(int(os.environ["RANK"]), args, int(os.environ["WORLD_SIZE"]))
         return 0
+    if args.job_id is None:
+        args.job_id = os.environ.get("SKEWTRACE_JOB_ID") or f"tokens-{uuid.uuid4().hex[:8]}"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         os.environ.setdefault("MASTER_PORT", str(sock.getsockname()[1]))
