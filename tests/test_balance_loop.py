@@ -195,8 +195,8 @@ def test_the_collector_flags_the_imbalance_the_pacer_splits_by_work_and_the_span
             job_proc.wait()
         collector.stop()
         harness._stop(pacer)
-    pacer_log = (tmp_path / "pacer.log").read_text(errors="replace")[-3000:]
-    log = f"{collector.log_tail(30)}\n--- pacer.log\n{pacer_log}"
+    pacer_log = (tmp_path / "pacer.log").read_text(errors="replace")
+    log = f"{collector.log_tail(30)}\n--- pacer.log\n{pacer_log[-3000:]}"
     timeline = _timeline(samples)
     print(timeline)
     assert job_proc.returncode == 0, "".join(output)[-4000:]
@@ -238,6 +238,7 @@ def test_the_collector_flags_the_imbalance_the_pacer_splits_by_work_and_the_span
     for a, b in itertools.pairwise(answers):
         same = a["balance_version"] == b["balance_version"]
         assert (a["balance"] == b["balance"]) == same, (a, b)
+    assert f"job {job!r}: each global batch split by work" in pacer_log, pacer_log[-3000:]
     effects = [d["effect"] for d in answers if d.get("effect")]
     assert effects, timeline
     assert max(e["pairs"] for e in effects) >= 1, effects
