@@ -52,6 +52,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.collector]
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PHASE_MS = 4000
 PAIRS = 2
+SYNC_EVERY = 2
 # Deadlines for events, not figures: generous for a loaded 2-core machine.
 JOB_DEADLINE_S = 240.0
 
@@ -168,7 +169,8 @@ def test_the_collector_flags_the_imbalance_the_pacer_splits_by_work_and_the_span
         env.pop("SKEWTRACE_JOB_ID", None)
         job_proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "examples" / "train_tokens.py"), "--nprocs", "4",
-             "--balance", "pacer", "--steps", "100000", "--sync-every", "2", "--job-id", job],
+             "--balance", "pacer", "--steps", "100000", "--sync-every", str(SYNC_EVERY),
+             "--job-id", job],
             env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         output: list[str] = []
@@ -220,6 +222,9 @@ def test_the_collector_flags_the_imbalance_the_pacer_splits_by_work_and_the_span
         else:
             runs.append((mode, version, step, step))
     print("fetch spans:", runs)
+    # The split changes only at sync points (every SYNC_EVERY steps; an epoch of the example is
+    # 40 steps, so they fall on multiples of SYNC_EVERY).
+    assert all(first % SYNC_EVERY == 0 for _, _, first, _ in runs), runs
 
     # The Collector flagged the job's data imbalance while the split was by count.
     flagged = _data_imbalance_steps(spans, job)
