@@ -216,9 +216,10 @@ const (
 	attrTiming = "training.timing"
 
 	// attrInputSize is training.input.size (int): elements of the tensors the forward call
-	// received (its arguments, and tensors one list, tuple or dict deep): the size of its work
-	// where sequence lengths or batch sizes vary per rank and step, the evidence of a
-	// `data_imbalance` on jobs without pipeline stages; absent when the call received no tensor
+	// received (its arguments, tensors one list, tuple or dict deep, and two deep: a batch given
+	// as a list of samples, each a tuple or dict of tensors): the size of its work where sequence
+	// lengths or batch sizes vary per rank and step, the evidence of a `data_imbalance` on jobs
+	// without pipeline stages; absent when the call received no tensor
 	attrInputSize = "training.input.size"
 
 	// attrPacingDelay is training.pacing.delay (float s): the delay applied
