@@ -235,6 +235,13 @@ TIMING_HOST = "host"
 TIMING_CUDA_EVENT = "cuda_event"
 #: device timing from NCCL's completion hook
 TIMING_NCCL_HOOK = "nccl_hook"
+#: read from c10d's Flight Recorder: start when the entry was created (the call enqueued it),
+#: end when the backend's watchdog saw it complete (NCCL)
+TIMING_FLIGHT_RECORDER = "flight_recorder"
+#: read from c10d's Flight Recorder of a backend that records no completion (gloo): start when
+#: the entry was created, end when skewtrace's reader first saw it retired, up to one read
+#: interval late
+TIMING_FLIGHT_RECORDER_POLLED = "flight_recorder_polled"
 
 # Values of training.balance.mode.
 #: samples assigned to ranks by their cost (equal work per rank, within its share)

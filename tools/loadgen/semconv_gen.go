@@ -320,6 +320,16 @@ const (
 
 	// timingNCCLHook is "nccl_hook": device timing from NCCL's completion hook
 	timingNCCLHook = "nccl_hook"
+
+	// timingFlightRecorder is "flight_recorder": read from c10d's Flight Recorder: start when the
+	// entry was created (the call enqueued it), end when the backend's watchdog saw it complete
+	// (NCCL)
+	timingFlightRecorder = "flight_recorder"
+
+	// timingFlightRecorderPolled is "flight_recorder_polled": read from c10d's Flight Recorder of
+	// a backend that records no completion (gloo): start when the entry was created, end when
+	// skewtrace's reader first saw it retired, up to one read interval late
+	timingFlightRecorderPolled = "flight_recorder_polled"
 )
 
 // Values of training.balance.mode.
