@@ -1,0 +1,353 @@
+"""Collectives read from c10d's Flight Recorder (skewtrace.rank.flight_recorder).
+
+The parser runs on dumps in the format ``torch._C._distributed_c10d._dump_fr_trace`` writes
+(tests/data/flight_recorder/*.json, recorded from gloo here and written after torch's
+FlightRecorder.hpp for NCCL). The reader runs for real in a gloo job of two processes
+(this file is the rank worker when run as a script), once with
+``SKEWTRACE_COLLECTIVES=flight_recorder`` and once with ``hooks``: each path has a span for
+every collective the job ran (counted by the job itself, and by c10d's own per-group
+sequence numbers), and the two paths give the same (step, op, group, seq, bytes) per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from conftest import free_port  # noqa: E402
+
+DATA = HERE.parent / "data" / "flight_recorder"
+STEPS = 3
+WORLD = 2
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def test_parse_gloo_dump_recorded_here() -> None:
+    from skewtrace.rank.flight_recorder import parse_dump
+
+    dump = json.loads((DATA / "gloo_torch_2.15.json").read_text())
+    entries = parse_dump(dump)
+    # send/recv are not in a gloo dump at all; every entry is a collective.
+    assert [e.op for e in entries] == [
+        "all_reduce", "all_reduce", "all_gather", "broadcast", "all_reduce", "all_reduce",
+        "barrier",
+    ]  # fmt: skip
+    first = entries[0]
+    assert (first.pg_name, first.pg_desc, first.backend) == ("0", "default_pg", "gloo")
+    assert first.seq == 1 and first.nbytes == 4000
+    assert first.completed_ns is None and first.retired  # gloo records no completion time
+    assert entries[2].nbytes == 4000  # all_gather: the input, not the gathered output
+    assert entries[5].pg_name == "1" and entries[5].seq == 1  # a second group counts its own
+    assert entries[6].nbytes == 0
+
+
+def test_parse_nccl_dump_takes_completion_and_skips_p2p() -> None:
+    from skewtrace.rank.flight_recorder import parse_dump
+
+    dump = json.loads((DATA / "nccl_shape.json").read_text())
+    entries = parse_dump(dump)
+    assert [(e.op, e.seq) for e in entries] == [
+        ("all_reduce", 1), ("reduce_scatter", 2), ("all_gather", 3),
+    ]  # fmt: skip
+    assert entries[0].completed_ns == 1700000000002000000
+    assert entries[0].duration_ms == pytest.approx(0.5)
+    assert entries[1].nbytes == 2 * 1024 * 2  # [2, 1024] BFloat16
+    assert entries[2].completed_ns is None and not entries[2].retired  # still in flight
+
+
+class _FakeApi:
+    """``_dump_fr_trace`` over a list of entry dicts the test edits."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.status = 0
+
+    def _dump_fr_trace(self, collectives: bool, stacks: bool, active: bool, backend: str) -> bytes:
+        import pickle
+
+        data: dict[str, Any] = {"version": "2.10", "pg_status": {"0": {"n": self.status}}}
+        if collectives:
+            data["entries"] = [e for e in self.entries if e["profiling_name"].startswith(backend)]
+        return pickle.dumps(data)
+
+
+def _entry(seq: int, *, retired: bool = True, created: int = 0) -> dict[str, Any]:
+    return {
+        "profiling_name": "gloo:all_reduce", "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq, "input_sizes": [[2]], "input_dtypes": ["Float"],
+        "time_created_ns": created or time.time_ns(), "retired": retired, "state": "scheduled",
+        "is_p2p": False,
+    }  # fmt: skip
+
+
+def test_reader_records_each_entry_once_waits_for_retirement_and_counts_the_lost() -> None:
+    from skewtrace.rank._events import CollectiveEvent, typed
+    from skewtrace.rank._recorder import Recorder
+    from skewtrace.rank.flight_recorder import (
+        DROP_REASON_NEVER_COMPLETED,
+        DROP_REASON_OVERWRITTEN,
+        FlightRecorderReader,
+        GroupInfo,
+    )
+
+    api = _FakeApi()
+    recorder = Recorder(1000)
+    reader = FlightRecorderReader(
+        recorder, lambda name: GroupInfo("default", 2), backends=("gloo",), c10d_c=api
+    )
+    api.entries = [_entry(1), _entry(2, retired=False)]
+    api.status = 1
+    assert reader.poll() == 1
+    assert reader.poll() == 0  # nothing new, the pending one still in flight
+    api.entries[1]["retired"] = True
+    api.entries.append(_entry(3))
+    api.status = 2
+    assert reader.poll() == 2
+    # The ring wrapped: 4 and 5 were overwritten before a read saw them.
+    api.entries = [_entry(6), _entry(7, retired=False)]
+    api.status = 3
+    assert reader.poll() == 1
+    reader.stop(timeout_s=0.1)
+    events = [typed(e) for e in recorder.drain(100)]
+    assert all(isinstance(e, CollectiveEvent) for e in events)
+    assert [e.seq for e in events] == [0, 1, 2, 5]  # type: ignore[union-attr]
+    assert recorder.dropped() == {DROP_REASON_OVERWRITTEN: 2, DROP_REASON_NEVER_COMPLETED: 1}
+
+
+def test_step_is_the_first_step_ending_after_the_call() -> None:
+    from skewtrace.rank._recorder import Recorder
+    from skewtrace.rank.flight_recorder import step_at
+
+    recorder = Recorder(10)
+    assert step_at(recorder, 5) == 0
+    recorder.end_step(100)
+    recorder.end_step(200)
+    assert [step_at(recorder, t) for t in (50, 100, 150, 250)] == [0, 1, 1, 2]
+
+
+def test_a_failing_read_is_counted_never_raised() -> None:
+    from skewtrace.rank._recorder import Recorder
+    from skewtrace.rank.flight_recorder import (
+        DROP_REASON_READ_FAILED,
+        FlightRecorderReader,
+        GroupInfo,
+    )
+
+    class Broken:
+        def _dump_fr_trace(self, *args: Any) -> bytes:
+            raise RuntimeError("no recorder")
+
+    recorder = Recorder(10)
+    reader = FlightRecorderReader(
+        recorder, lambda name: GroupInfo("g", 1), backends=("gloo",), c10d_c=Broken()
+    )
+    assert reader.poll() == 0
+    assert recorder.dropped() == {DROP_REASON_READ_FAILED: 1}
+
+
+# ---------------------------------------------------------------------------- rank side
+
+
+def _job(rank: int) -> dict[str, Any]:
+    """A few steps of every collective kind, sync and async; returns what it ran."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    sub = dist.new_group([0, 1])
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    import skewtrace
+
+    exporter, provider = _memory_provider()
+    skewtrace.instrument(optimizer=optimizer, tracer_provider=provider)
+    world = dist.group.WORLD
+    before = {
+        "default": world._get_sequence_number_for_group(),
+        "sub": sub._get_sequence_number_for_group(),
+    }
+    ran: dict[str, int] = {"default": 0, "sub": 0}
+    n = 256
+    for _ in range(STEPS):
+        t = torch.ones(n) * (rank + 1)
+        dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+        works = [dist.all_reduce(torch.ones(n), async_op=True) for _ in range(2)]
+        for w in works:
+            w.wait()
+        dist.all_gather([torch.empty(n) for _ in range(WORLD)], t)
+        dist.all_gather_into_tensor(torch.empty(n * WORLD), t)
+        dist.reduce_scatter_tensor(torch.empty(n), torch.ones(n * WORLD))
+        dist.broadcast(t, src=0)
+        dist.broadcast(t, src=1, async_op=True).wait()
+        funcol.wait_tensor(funcol.all_reduce(t, "sum", world))
+        ran["default"] += 10
+        dist.all_reduce(t, group=sub)
+        ran["sub"] += 1
+        dist.barrier()
+        ran["default"] += 1
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = {
+        "default": world._get_sequence_number_for_group(),
+        "sub": sub._get_sequence_number_for_group(),
+    }
+    skewtrace.uninstrument()
+    spans = []
+    for s in exporter.get_finished_spans():
+        if not s.name.startswith("collective."):
+            continue
+        spans.append(
+            {"name": s.name, "start": s.start_time, "end": s.end_time, **dict(s.attributes)}
+        )
+    return {
+        "rank": rank,
+        "ran": ran,
+        "c10d_ran": {k: after[k] - before[k] for k in after},
+        "sub_name": str(sub.group_name),
+        "spans": spans,
+    }  # fmt: skip
+
+
+def _memory_provider() -> tuple[Any, Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, provider
+
+
+def worker_main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    result = _job(dist.get_rank())
+    dist.destroy_process_group()
+    Path(os.environ["FR_TEST_OUT"]).joinpath(f"rank{result['rank']}.json").write_text(
+        json.dumps(result)
+    )
+
+
+def _run_job(tmp: Path, collectives: str) -> list[dict[str, Any]]:
+    out = tmp / collectives
+    out.mkdir()
+    port = free_port()
+    procs = []
+    for rank in range(WORLD):
+        env = dict(os.environ)
+        env.update(
+            RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), FR_TEST_OUT=str(out),
+            SKEWTRACE_JOB_ID="fr-test", SKEWTRACE_COLLECTIVES=collectives,
+            SKEWTRACE_FLIGHT_RECORDER_INTERVAL_MILLIS="5", SKEWTRACE_EXPORT_INTERVAL_MILLIS="50",
+            OTEL_METRICS_EXPORTER="none", OTEL_TRACES_EXPORTER="none",
+            TORCH_FR_BUFFER_SIZE="256",
+        )  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, str(HERE), "--worker"], env=env))
+    for p in procs:
+        assert p.wait(timeout=240) == 0
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module")
+def both_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("fr")
+    return {path: _run_job(tmp, path) for path in ("flight_recorder", "hooks")}
+
+
+def _key(span: dict[str, Any], sub_name: str) -> tuple[Any, ...]:
+    op = span["training.collective.op"]
+    return (
+        span["training.step"],
+        op,
+        span["training.collective.pg"].replace(sub_name, "sub"),
+        span["training.collective.seq"],
+        span["training.collective.bytes"],
+    )
+
+
+def _complete(result: dict[str, Any]) -> None:
+    """Every collective the job ran has exactly one span (counted per group by the job, and
+    by c10d's own sequence numbers), numbered 0..n-1 on each group."""
+    ran = result["ran"]
+    assert result["c10d_ran"] == ran
+    for group, count in ran.items():
+        pg = "default" if group == "default" else result["sub_name"]
+        seqs = sorted(
+            s["training.collective.seq"] for s in result["spans"]
+            if s["training.collective.pg"] == pg
+        )  # fmt: skip
+        assert seqs == list(range(count)), (group, seqs)
+
+
+@pytest.mark.parametrize("path", ["flight_recorder", "hooks"])
+def test_every_collective_the_job_ran_has_a_span(
+    both_paths: dict[str, list[dict[str, Any]]], path: str
+) -> None:
+    for result in both_paths[path]:
+        _complete(result)
+
+
+def test_completeness_check_fails_when_a_span_is_missing(
+    both_paths: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The check above is not vacuous: one span less fails it."""
+    result = dict(both_paths["flight_recorder"][0])
+    result["spans"] = result["spans"][1:]
+    with pytest.raises(AssertionError):
+        _complete(result)
+
+
+def test_timing_says_where_times_came_from(both_paths: dict[str, list[dict[str, Any]]]) -> None:
+    for result in both_paths["flight_recorder"]:
+        assert {s["training.timing"] for s in result["spans"]} == {"flight_recorder_polled"}
+    for result in both_paths["hooks"]:
+        assert {s["training.timing"] for s in result["spans"]} == {"host"}
+
+
+def test_both_paths_give_the_same_spans(both_paths: dict[str, list[dict[str, Any]]]) -> None:
+    """Same (step, op, group, seq, bytes) on each rank, but for one difference of the backend:
+    gloo runs reduce_scatter_tensor as an all-reduce and records it so in the Flight Recorder
+    (NCCL records reduce_scatter)."""
+    for fr, hooks in zip(both_paths["flight_recorder"], both_paths["hooks"], strict=True):
+        fr_keys = sorted(_key(s, fr["sub_name"]) for s in fr["spans"])
+        hook_keys = sorted(
+            tuple("all_reduce" if v == "reduce_scatter" else v for v in _key(s, hooks["sub_name"]))
+            for s in hooks["spans"]
+        )
+        assert fr_keys == hook_keys
+
+
+def test_both_paths_times_agree_within_reason(
+    both_paths: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Span starts within a few ms of the hook's (the entry is created as the call enqueues);
+    ends no earlier than the collective's and at most a few read intervals later."""
+    for result in both_paths["flight_recorder"]:
+        for s in result["spans"]:
+            assert s["end"] >= s["start"]
+        steps = sorted(s["training.step"] for s in result["spans"])
+        assert steps[0] == 0 and steps[-1] == STEPS - 1
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        worker_main()
