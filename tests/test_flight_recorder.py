@@ -157,6 +157,95 @@ def test_a_failing_read_is_counted_never_raised() -> None:
     assert recorder.dropped() == {DROP_REASON_READ_FAILED: 1}
 
 
+# ---------------------------------------------------------------------------- one rank
+
+
+def _spans_after_uninstrument(exporter: Any) -> list[Any]:
+    import skewtrace
+
+    skewtrace.uninstrument()
+    return [s for s in exporter.get_finished_spans() if s.name.startswith("collective.")]
+
+
+@pytest.mark.usefixtures("unit_job")
+def test_flight_recorder_path_on_one_rank_every_api(
+    world_of_one: None, memory_provider: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every API on the Flight Recorder path, no group hook installed: functional
+    collectives included, and the functional all-gather and reduce-scatter too, whose gloo
+    works never report completion to the hooks (they lose those spans; gloo still retires
+    the entries)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    import skewtrace
+
+    monkeypatch.setenv("SKEWTRACE_COLLECTIVES", "flight_recorder")
+    monkeypatch.setenv("SKEWTRACE_FLIGHT_RECORDER_INTERVAL_MILLIS", "5")
+    provider, exporter = memory_provider
+    skewtrace.instrument(tracer_provider=provider)
+    session = skewtrace.SkewtraceInstrumentor().session
+    assert session is not None and session.flight_recorder is not None
+    group = dist.group.WORLD
+    assert not session.ctx.process_groups._hooked  # type: ignore[union-attr]
+    before = group._get_sequence_number_for_group()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    dist.all_reduce(t, async_op=True).wait()
+    funcol.all_reduce(t, "sum", group).wait()
+    funcol.all_gather_single(t, 0, group).wait()
+    funcol.reduce_scatter_single(t, "sum", 0, group).wait()
+    dist.broadcast(t, src=0)
+    dist.barrier()
+    ran = group._get_sequence_number_for_group() - before
+    spans = _spans_after_uninstrument(exporter)
+    assert sorted(s.attributes["training.collective.seq"] for s in spans) == [
+        before + i for i in range(ran)
+    ]
+    assert [s.attributes["training.collective.op"] for s in spans].count("all_gather") == 1
+    assert session.recorder.dropped() == {}
+
+
+@pytest.mark.usefixtures("unit_job")
+def test_without_the_flight_recorder_api_the_hooks_run_logged_once(
+    world_of_one: None,
+    memory_provider: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import skewtrace
+    from skewtrace.rank import flight_recorder
+
+    monkeypatch.setenv("SKEWTRACE_COLLECTIVES", "flight_recorder")
+    monkeypatch.setattr(flight_recorder, "api", lambda: None)
+    provider, exporter = memory_provider
+    with caplog.at_level("WARNING", logger="skewtrace"):
+        skewtrace.instrument(tracer_provider=provider)
+    assert sum("no Flight Recorder" in r.getMessage() for r in caplog.records) == 1
+    dist.all_reduce(torch.ones(2))
+    (span,) = _spans_after_uninstrument(exporter)
+    assert span.attributes["training.timing"] == "host"
+
+
+@pytest.mark.usefixtures("unit_job")
+def test_auto_keeps_gloo_on_the_hooks(world_of_one: None, memory_provider: Any) -> None:
+    """gloo records no completion times: auto reads no gloo group from the Flight Recorder."""
+    import torch
+    import torch.distributed as dist
+
+    import skewtrace
+
+    provider, exporter = memory_provider
+    skewtrace.instrument(tracer_provider=provider)
+    dist.all_reduce(torch.ones(2))
+    (span,) = _spans_after_uninstrument(exporter)
+    assert span.attributes["training.timing"] == "host"
+
+
 # ---------------------------------------------------------------------------- rank side
 
 

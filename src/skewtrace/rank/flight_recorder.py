@@ -288,6 +288,9 @@ class FlightRecorderReader:
         self._done: dict[tuple[str, str], int] = {}
         self._pending: dict[tuple[str, str], dict[int, FrEntry]] = {}
         self._last_status: dict[str, Any] = {}
+        # Entries created before this are not ours: the ring is process-wide and outlives
+        # groups (a group made later may reuse a destroyed one's name and numbers).
+        self.since_ns = time.time_ns()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -313,6 +316,16 @@ class FlightRecorderReader:
         while self.in_flight() and time.monotonic() < deadline:
             time.sleep(min(self.interval_s, 0.01))
             self.poll(final=True)
+
+    def forget_groups(self) -> None:
+        """Groups are going (``destroy_process_group``): what is read next is of new ones."""
+        with self._lock:
+            left = sum(len(p) for p in self._pending.values())
+            self._pending.clear()
+            self._done.clear()
+            self.since_ns = time.time_ns()
+        if left:
+            self.recorder.count_drop(DROP_REASON_NEVER_COMPLETED, left)
 
     def in_flight(self) -> int:
         with self._lock:
@@ -381,7 +394,10 @@ class FlightRecorderReader:
         """Record the entries that completed; keep the ones in flight; count gaps."""
         recorder = self.recorder
         by_group: dict[tuple[str, str], list[FrEntry]] = {}
+        since = self.since_ns
         for e in entries:
+            if e.created_ns < since:
+                continue
             by_group.setdefault((e.backend, e.pg_name), []).append(e)
         recorded = 0
         for key, group_entries in by_group.items():

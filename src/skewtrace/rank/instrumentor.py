@@ -402,6 +402,9 @@ class Session:
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
             with contextlib.suppress(Exception):
                 reader.drain()
+                # A group made later may take a destroyed one's name.
+                reader.forget_groups()
+                self._fr_groups.clear()
             return original(*args, **kwargs)
 
         self.patches.replace(c10d, "destroy_process_group", destroy_process_group, original)
