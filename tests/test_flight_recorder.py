@@ -126,6 +126,35 @@ def test_reader_records_each_entry_once_waits_for_retirement_and_counts_the_lost
     assert recorder.dropped() == {DROP_REASON_OVERWRITTEN: 2, DROP_REASON_NEVER_COMPLETED: 1}
 
 
+def test_entries_overwritten_before_the_first_read_are_counted() -> None:
+    """The ring wrapped before the reader's first read: the group's sequence number when
+    reading began says how many were lost."""
+    from skewtrace.rank._recorder import Recorder
+    from skewtrace.rank.flight_recorder import (
+        DROP_REASON_OVERWRITTEN,
+        FlightRecorderReader,
+        GroupInfo,
+    )
+
+    class Api(_FakeApi):
+        def _dump_fr_trace(self, c: bool, st: bool, a: bool, backend: str) -> bytes:
+            import pickle
+
+            data = pickle.loads(super()._dump_fr_trace(c, st, a, backend))
+            data["pg_status"] = {"0": {"last_enqueued_collective": 3}}
+            return pickle.dumps(data)
+
+    api = Api()
+    recorder = Recorder(100)
+    reader = FlightRecorderReader(
+        recorder, lambda name: GroupInfo("default", 2), backends=("gloo",), c10d_c=api
+    )
+    reader._snapshot()
+    api.entries = [dict(_entry(6), pg_id=0), dict(_entry(7), pg_id=0)]
+    assert reader.poll() == 2
+    assert recorder.dropped() == {DROP_REASON_OVERWRITTEN: 2}
+
+
 def test_step_is_the_first_step_ending_after_the_call() -> None:
     from skewtrace.rank._recorder import Recorder
     from skewtrace.rank.flight_recorder import step_at

@@ -127,6 +127,8 @@ class FrEntry(NamedTuple):
     """Epoch nanoseconds, when the backend saw it complete; None where it does not say."""
     retired: bool
     duration_ms: float | None
+    pg_id: int = -1
+    """c10d's id of the group in the recorder (the key of the dump's ``pg_status``)."""
 
 
 def _numel(dims: Iterable[int]) -> int:
@@ -169,6 +171,7 @@ def parse_entry(raw: Mapping[str, Any]) -> FrEntry | None:
         completed_ns=int(completed) if completed else None,
         retired=bool(raw.get("retired", False)) or raw.get("state") == "completed",
         duration_ms=float(duration) if duration is not None else None,
+        pg_id=int(raw.get("pg_id", -1)),
     )
 
 
@@ -291,6 +294,9 @@ class FlightRecorderReader:
         # Entries created before this are not ours: the ring is process-wide and outlives
         # groups (a group made later may reuse a destroyed one's name and numbers).
         self.since_ns = time.time_ns()
+        # Each group's last enqueued sequence number when reading began: entries after it
+        # that the ring overwrote before the first read are counted as lost too.
+        self._baseline: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -300,9 +306,21 @@ class FlightRecorderReader:
         self.read_ns = 0
 
     # -- lifecycle ------------------------------------------------------------------------
+    def _snapshot(self) -> None:
+        baseline: dict[tuple[str, int], int] = {}
+        for backend in self.backends:
+            try:
+                data = pickle.loads(self._api._dump_fr_trace(False, False, False, backend))  # type: ignore[union-attr]
+                for pg_id, status in (data.get("pg_status") or {}).items():
+                    baseline[(backend, int(pg_id))] = int(status["last_enqueued_collective"])
+            except Exception:
+                continue
+        self._baseline = baseline
+
     def start(self) -> None:
         if self._thread is not None or self._api is None:
             return
+        self._snapshot()
         self._thread = threading.Thread(
             target=self._run, name="skewtrace-flight-recorder", daemon=True
         )
@@ -324,6 +342,8 @@ class FlightRecorderReader:
             self._pending.clear()
             self._done.clear()
             self.since_ns = time.time_ns()
+            if self._api is not None:
+                self._snapshot()
         if left:
             self.recorder.count_drop(DROP_REASON_NEVER_COMPLETED, left)
 
@@ -408,9 +428,12 @@ class FlightRecorderReader:
             pending = self._pending.setdefault(key, {})
             group_entries.sort(key=lambda e: e.seq)
             if done is None:
-                # First read of this group: what is older than the oldest entry in the ring
-                # happened before we looked (before instrument(), or overwritten then).
-                done = group_entries[0].seq - 1
+                # First read of this group: it had enqueued this many when reading began (a
+                # group made since: none); entries older than that are not ours.
+                first = group_entries[0]
+                done = self._baseline.get((first.backend, first.pg_id), 0)
+                if done >= first.seq:  # enqueued between the snapshot's two reads
+                    done = first.seq - 1
             expected = done + 1
             for e in group_entries:
                 if e.seq <= done and e.seq not in pending:
