@@ -237,6 +237,43 @@ def test_flight_recorder_path_on_one_rank_every_api(
 
 
 @pytest.mark.usefixtures("unit_job")
+def test_ddp_buckets_on_the_flight_recorder_path_are_counted_once(
+    world_of_one: None, memory_provider: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No comm hook is installed where the Flight Recorder covers DDP's group: each bucket's
+    all-reduce has one span, read from the recorder, in the step that ran it."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import skewtrace
+
+    monkeypatch.setenv("SKEWTRACE_COLLECTIVES", "flight_recorder")
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Linear(64, 8)), bucket_cap_mb=0.001
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    provider, exporter = memory_provider
+    skewtrace.instrument(model=model, optimizer=optimizer, tracer_provider=provider)
+    assert not hasattr(model, "_skewtrace_comm_hook_slot")
+    group = dist.group.WORLD
+    before = group._get_sequence_number_for_group()
+    per_step = []
+    for _ in range(3):
+        start = group._get_sequence_number_for_group()
+        model(torch.ones(2, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        per_step.append(group._get_sequence_number_for_group() - start)
+    ran = group._get_sequence_number_for_group() - before
+    spans = _spans_after_uninstrument(exporter)
+    assert ran >= 3 and len(spans) == ran
+    assert {s.attributes["training.collective.source"] for s in spans} == {"api"}
+    steps = [s.attributes["training.step"] for s in spans]
+    assert [steps.count(i) for i in range(3)] == per_step
+
+
+@pytest.mark.usefixtures("unit_job")
 def test_without_the_flight_recorder_api_the_hooks_run_logged_once(
     world_of_one: None,
     memory_provider: Any,
