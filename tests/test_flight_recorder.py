@@ -155,6 +155,44 @@ def test_entries_overwritten_before_the_first_read_are_counted() -> None:
     assert recorder.dropped() == {DROP_REASON_OVERWRITTEN: 2}
 
 
+def test_nccl_spans_take_the_device_duration_else_the_watchdogs_discovery() -> None:
+    from skewtrace.rank._events import typed
+    from skewtrace.rank._recorder import Recorder
+    from skewtrace.rank.flight_recorder import FlightRecorderReader, GroupInfo, parse_dump
+
+    dump = json.loads((DATA / "nccl_shape.json").read_text())
+    recorder = Recorder(10)
+    reader = FlightRecorderReader(
+        recorder, lambda name: GroupInfo("default", 2), backends=("nccl",), c10d_c=object()
+    )
+    timed = parse_dump(dump)[0]
+    untimed = timed._replace(duration_ms=None, seq=4)
+    for entry in (timed, untimed):
+        reader._record(entry, GroupInfo("default", 2), 0)
+    a, b = (typed(e) for e in recorder.drain(10))
+    anchor = recorder.epoch_anchor_ns
+    assert (a.start_ns + anchor, a.end_ns - a.start_ns) == (timed.created_ns, 500_000)  # type: ignore[union-attr]
+    assert a.timing == "flight_recorder"  # type: ignore[union-attr]
+    assert (b.end_ns + anchor, b.timing) == (timed.completed_ns, "flight_recorder_polled")  # type: ignore[union-attr]
+
+
+def test_auto_reads_nccl_only_with_device_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skewtrace.rank import flight_recorder as fr
+
+    monkeypatch.setattr(fr, "group_backends", lambda pg: ["nccl"])
+    monkeypatch.setattr(fr, "self_recording", lambda backend: True)
+    monkeypatch.delenv("TORCH_NCCL_ENABLE_TIMING", raising=False)
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
+    assert not fr.covers(object(), "auto")
+    assert fr.covers(object(), "flight_recorder")
+    monkeypatch.setenv("TORCH_NCCL_ENABLE_TIMING", "1")
+    assert fr.covers(object(), "auto")
+    assert not fr.covers(object(), "hooks")
+    monkeypatch.setattr(fr, "group_backends", lambda pg: ["gloo"])
+    assert not fr.covers(object(), "auto")
+    assert fr.covers(object(), "flight_recorder")
+
+
 def test_step_is_the_first_step_ending_after_the_call() -> None:
     from skewtrace.rank._recorder import Recorder
     from skewtrace.rank.flight_recorder import step_at

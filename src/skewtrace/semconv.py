@@ -236,11 +236,11 @@ TIMING_CUDA_EVENT = "cuda_event"
 #: device timing from NCCL's completion hook
 TIMING_NCCL_HOOK = "nccl_hook"
 #: read from c10d's Flight Recorder: start when the entry was created (the call enqueued it),
-#: end when the backend's watchdog saw it complete (NCCL)
+#: duration the device's own (NCCL's duration_ms, with TORCH_NCCL_ENABLE_TIMING=1)
 TIMING_FLIGHT_RECORDER = "flight_recorder"
-#: read from c10d's Flight Recorder of a backend that records no completion (gloo): start when
-#: the entry was created, end when skewtrace's reader first saw it retired, up to one read
-#: interval late
+#: read from c10d's Flight Recorder without a device duration: start when the entry was created,
+#: end when it was seen done by polling: NCCL's watchdog, or (gloo, which records no completion)
+#: skewtrace's reader, up to one read interval late
 TIMING_FLIGHT_RECORDER_POLLED = "flight_recorder_polled"
 
 # Values of training.balance.mode.

@@ -322,13 +322,14 @@ const (
 	timingNCCLHook = "nccl_hook"
 
 	// timingFlightRecorder is "flight_recorder": read from c10d's Flight Recorder: start when the
-	// entry was created (the call enqueued it), end when the backend's watchdog saw it complete
-	// (NCCL)
+	// entry was created (the call enqueued it), duration the device's own (NCCL's duration_ms,
+	// with TORCH_NCCL_ENABLE_TIMING=1)
 	timingFlightRecorder = "flight_recorder"
 
-	// timingFlightRecorderPolled is "flight_recorder_polled": read from c10d's Flight Recorder of
-	// a backend that records no completion (gloo): start when the entry was created, end when
-	// skewtrace's reader first saw it retired, up to one read interval late
+	// timingFlightRecorderPolled is "flight_recorder_polled": read from c10d's Flight Recorder
+	// without a device duration: start when the entry was created, end when it was seen done by
+	// polling: NCCL's watchdog, or (gloo, which records no completion) skewtrace's reader, up to
+	// one read interval late
 	timingFlightRecorderPolled = "flight_recorder_polled"
 )
 

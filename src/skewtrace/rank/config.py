@@ -131,8 +131,9 @@ class Settings:
     on a thread of skewtrace's own, for every group whose backends record to it (gloo, NCCL);
     no Python hook runs per collective on those groups. ``hooks``: the Python hooks
     (``SKEWTRACE_COLLECTIVE_HOOKS`` says which). ``auto``: the Flight Recorder for groups whose
-    backends also record when each collective completed (NCCL), the hooks elsewhere (gloo
-    records no completion, so its spans would end when skewtrace polled them). A PyTorch
+    backends also record each collective's device duration (NCCL with
+    ``TORCH_NCCL_ENABLE_TIMING=1``), the hooks elsewhere (gloo records no completion, so its
+    spans would end when skewtrace polled them). A PyTorch
     without the Flight Recorder API falls back to the hooks, logged once. Point-to-point stays
     on the hooks (``docs/performance.md``)."""
 

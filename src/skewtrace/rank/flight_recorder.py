@@ -24,8 +24,10 @@ What this build of PyTorch records (2.15.0, CPU build, measured; ``docs/performa
   nothing. The entry's ``retired`` flag turns true some time after the work completes. So on
   gloo the span's end is when this reader first saw the entry retired
   (``training.timing=flight_recorder_polled``): up to one poll interval late, more on a busy
-  host. NCCL entries carry ``time_discovered_completed_ns`` (the watchdog's discovery), used
-  as the end (``training.timing=flight_recorder``).
+  host. NCCL entries carry ``time_discovered_completed_ns`` (when its watchdog saw the work
+  done: also polled, ``flight_recorder_polled``) and, with ``TORCH_NCCL_ENABLE_TIMING=1``,
+  ``duration_ms``, the device's own duration: the span is then its creation plus that
+  (``training.timing=flight_recorder``).
 - A dump copies and pickles the whole ring while holding the GIL: about 15-20 us per entry
   in the buffer on the 2-core test machine (a 2000-entry dump stalled another Python thread
   25-40 ms). That cost is per read, whatever is new; size ``TORCH_FR_BUFFER_SIZE`` to the
@@ -65,8 +67,17 @@ DROP_REASON_READ_FAILED = "flight_recorder_read_failed"
 
 MAX_PENDING = 8192
 
-# Backends whose entries carry a completion time (NCCL's watchdog discovers it).
+# Backends whose entries carry a completion time (NCCL's watchdog discovers it) and, with
+# TORCH_NCCL_ENABLE_TIMING=1, the device duration (``duration_ms``).
 BACKENDS_WITH_COMPLETION = frozenset({"nccl", "nccl-legacy", "xccl"})
+TIMING_ENV = "TORCH_NCCL_ENABLE_TIMING"
+
+
+def device_timing_enabled() -> bool:
+    import os
+
+    return os.environ.get(TIMING_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
 
 # The op part of a profiling name -> training.collective.op. Others (split, new_window,
 # coalesced markers) are skipped; point-to-point entries are skipped by is_p2p.
@@ -244,15 +255,16 @@ def self_recording(backend: str) -> bool:
 
 def covers(pg: Any, mode: str) -> bool:
     """Whether collectives of ``pg`` are read from the Flight Recorder under ``mode``
-    (``auto``: where every backend of the group records itself *and* reports completion
-    times; ``flight_recorder``: wherever every backend records itself)."""
+    (``auto``: where every backend of the group records itself *and* reports each
+    collective's device duration, NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``;
+    ``flight_recorder``: wherever every backend records itself)."""
     if mode not in ("auto", "flight_recorder") or api() is None or buffer_size() <= 0:
         return False
     backends = group_backends(pg)
     if not backends or not all(self_recording(b) for b in backends):
         return False
     if mode == "auto":
-        return all(b in BACKENDS_WITH_COMPLETION for b in backends)
+        return device_timing_enabled() and all(b in BACKENDS_WITH_COMPLETION for b in backends)
     return True
 
 
@@ -466,13 +478,16 @@ class FlightRecorderReader:
         recorder = self.recorder
         anchor = recorder.epoch_anchor_ns
         start = e.created_ns - anchor
-        if e.completed_ns is not None:
-            end_epoch = e.completed_ns
+        if e.duration_ms is not None:
+            # The device's own duration (NCCL with TORCH_NCCL_ENABLE_TIMING=1): from the
+            # kernel's start, where this rank arrived on the device, to the collective's end.
+            end = start + int(e.duration_ms * 1e6)
             timing = semconv.TIMING_FLIGHT_RECORDER
         else:
-            end_epoch = now_epoch_ns
+            # When someone saw it done: NCCL's watchdog, else (gloo) this reader.
+            end_epoch = e.completed_ns if e.completed_ns is not None else now_epoch_ns
+            end = max(end_epoch - anchor, start)
             timing = semconv.TIMING_FLIGHT_RECORDER_POLLED
-        end = max(end_epoch - anchor, start)
         recorder.record(
             (
                 COLLECTIVE,
