@@ -34,6 +34,7 @@ import contextlib
 import functools
 import logging
 import threading
+import weakref
 from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -348,6 +349,7 @@ class Session:
                 )
             return
         self._fr_groups: dict[str, Any] = {}
+        self._fr_known: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
         self.flight_recorder = fr.FlightRecorderReader(
             self.recorder,
             self._fr_group,
@@ -357,15 +359,23 @@ class Session:
         self.flight_recorder.start()
 
     def _fr_covers(self, pg: Any) -> bool:
+        """Whether the reader covers ``pg`` (decided once per group: the group hooks ask at
+        every attach)."""
         if getattr(self, "_fr_mode", "hooks") == "hooks" or pg is None:
             return False
+        known = self._fr_known.get(pg)
+        if known is not None:
+            return known
         from skewtrace.rank import flight_recorder as fr
 
         try:
-            return fr.covers(pg, self._fr_mode)
+            covered = fr.covers(pg, self._fr_mode)
         except Exception:
             logger.debug("skewtrace: Flight Recorder coverage unknown", exc_info=True)
             return False
+        with contextlib.suppress(TypeError):
+            self._fr_known[pg] = covered
+        return covered
 
     def _fr_group(self, pg_name: str) -> Any | None:
         """The span group (name, size) of c10d's group ``pg_name``, if the reader covers it."""
