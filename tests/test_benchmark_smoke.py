@@ -318,6 +318,17 @@ PLAIN_SMOKES = [
         "node_telemetry_overhead",
         (rf"^local rank 0, total +{NUMBER}us +{NUMBER}% +-?{NUMBER}% +< 1% {NOT_JUDGED}$",),
     ),
+    # One gloo rank, the Flight Recorder path: seconds.
+    Smoke(
+        "overhead_flight_recorder",
+        (
+            rf"^ +all_reduce +\+ *-?{NUMBER} us +bare +{NUMBER} us +\(target <= 1\.0 us\) +"
+            rf"{NOT_JUDGED}$",
+            rf"^ +reader, amortized per collective read: {NUMBER} us .*{NOT_JUDGED}",
+            r"^SUMMARY \{",
+            SMOKE_DONE,
+        ),
+    ),
     Smoke(
         "overhead",
         (

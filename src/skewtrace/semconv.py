@@ -236,6 +236,13 @@ TIMING_HOST = "host"
 TIMING_CUDA_EVENT = "cuda_event"
 #: device timing from NCCL's completion hook
 TIMING_NCCL_HOOK = "nccl_hook"
+#: read from c10d's Flight Recorder: start when the entry was created (the call enqueued it),
+#: duration the device's own (NCCL's duration_ms, with TORCH_NCCL_ENABLE_TIMING=1)
+TIMING_FLIGHT_RECORDER = "flight_recorder"
+#: read from c10d's Flight Recorder without a device duration: start when the entry was created,
+#: end when it was seen done by polling: NCCL's watchdog, or (gloo, which records no completion)
+#: skewtrace's reader, up to one read interval late
+TIMING_FLIGHT_RECORDER_POLLED = "flight_recorder_polled"
 
 # Values of training.balance.mode.
 #: samples assigned to ranks by their cost (equal work per rank, within its share)

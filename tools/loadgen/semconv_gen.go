@@ -321,6 +321,17 @@ const (
 
 	// timingNCCLHook is "nccl_hook": device timing from NCCL's completion hook
 	timingNCCLHook = "nccl_hook"
+
+	// timingFlightRecorder is "flight_recorder": read from c10d's Flight Recorder: start when the
+	// entry was created (the call enqueued it), duration the device's own (NCCL's duration_ms,
+	// with TORCH_NCCL_ENABLE_TIMING=1)
+	timingFlightRecorder = "flight_recorder"
+
+	// timingFlightRecorderPolled is "flight_recorder_polled": read from c10d's Flight Recorder
+	// without a device duration: start when the entry was created, end when it was seen done by
+	// polling: NCCL's watchdog, or (gloo, which records no completion) skewtrace's reader, up to
+	// one read interval late
+	timingFlightRecorderPolled = "flight_recorder_polled"
 )
 
 // Values of training.balance.mode.

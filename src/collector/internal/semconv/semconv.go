@@ -322,6 +322,17 @@ const (
 
 	// TimingNCCLHook is "nccl_hook": device timing from NCCL's completion hook
 	TimingNCCLHook = "nccl_hook"
+
+	// TimingFlightRecorder is "flight_recorder": read from c10d's Flight Recorder: start when the
+	// entry was created (the call enqueued it), duration the device's own (NCCL's duration_ms,
+	// with TORCH_NCCL_ENABLE_TIMING=1)
+	TimingFlightRecorder = "flight_recorder"
+
+	// TimingFlightRecorderPolled is "flight_recorder_polled": read from c10d's Flight Recorder
+	// without a device duration: start when the entry was created, end when it was seen done by
+	// polling: NCCL's watchdog, or (gloo, which records no completion) skewtrace's reader, up to
+	// one read interval late
+	TimingFlightRecorderPolled = "flight_recorder_polled"
 )
 
 // Values of training.balance.mode.
