@@ -541,7 +541,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
-    parser.add_argument("--skip", action="append", default=[], choices=("hot", "ddp", "memory"))
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=("hot", "ddp", "memory", "fr")
+    )
     parser.add_argument("--blocks", type=int, default=None)
     parser.add_argument("--steps-per-block", type=int, default=None)
     parser.add_argument("--hidden", type=int, default=512)
@@ -583,6 +585,12 @@ def main() -> int:
             (400, 256) if smoke else (4_000, 2048) if args.quick else (24_000, 8192)
         )
         summary["memory"] = bench_memory(steps, buffer_events=buffer_events, smoke=smoke)
+    if "fr" not in args.skip:
+        from overhead_flight_recorder import bench_flight_recorder
+
+        summary["flight_recorder"] = bench_flight_recorder(
+            50 if smoke else 500 if args.quick else 3000, smoke
+        )
     summary["loadavg_end"] = os.getloadavg()
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print("SUMMARY " + json.dumps(summary))

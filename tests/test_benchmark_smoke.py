@@ -139,11 +139,14 @@ COLLECTOR_SMOKES = [
             rf"^data: split_by_work over equal counts [-+]{NUMBER}% \(.*\)  target >= \+20% "
             rf".*{NOT_JUDGED}$",
             r"^advice against an exhaustive search of all 560 contiguous partitions: .*: equal$",
-            rf"^stage: best_partition over as-is, 8 micro-batches, .* target >= \+10% "
+            rf"^stage: the advice over as-is, 8 micro-batches, stated timings .* target >= \+10% "
             rf".*{NOT_JUDGED}$",
+            r"^  sensitivity \(8 micro-batches\): at the generator's default timings .* the target "
+            r"depends on the ratio of compute",
+            r"^  the advice is the fastest of the ties on 1 of 1 seeds$",
             r"^balanced \(equal lengths\): change .* met$",
             r"^balanced \(equal layers\): change .* met$",
-            r"^\| layers-heavy-2stage \| 2x4, 8 mb \| .* \| best_partition \| stage 1: 10/10 \|",
+            r"^\| layers-heavy-2stage \| 2x4, 8 mb \| .* \| advise_partition \| stage 1: 10/10 \|",
             SMOKE_DONE,
         ),
     ),
@@ -314,6 +317,17 @@ PLAIN_SMOKES = [
     Smoke(
         "node_telemetry_overhead",
         (rf"^local rank 0, total +{NUMBER}us +{NUMBER}% +-?{NUMBER}% +< 1% {NOT_JUDGED}$",),
+    ),
+    # One gloo rank, the Flight Recorder path: seconds.
+    Smoke(
+        "overhead_flight_recorder",
+        (
+            rf"^ +all_reduce +\+ *-?{NUMBER} us +bare +{NUMBER} us +\(target <= 1\.0 us\) +"
+            rf"{NOT_JUDGED}$",
+            rf"^ +reader, amortized per collective read: {NUMBER} us .*{NOT_JUDGED}",
+            r"^SUMMARY \{",
+            SMOKE_DONE,
+        ),
     ),
     Smoke(
         "overhead",

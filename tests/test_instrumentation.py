@@ -920,3 +920,51 @@ def test_forward_spans_carry_their_input_size(
     assert [s.attributes.get(semconv.INPUT_SIZE) for s in forwards] == [2 * 2 * n for n in lengths]
     others = [s for s in exporter.get_finished_spans() if s.name != semconv.SPAN_FORWARD]
     assert others and not any(semconv.INPUT_SIZE in s.attributes for s in others)
+
+
+class _PerSampleModel(nn.Module):
+    """A model given its batch as a list of samples, each run at its own length (the shape of
+    variable-length training without padding: tests/work_balance_job.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(32, 4)
+
+    def forward(self, samples: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        return sum((self.embed(t) * m.unsqueeze(-1)).sum() for t, m in samples)
+
+
+def test_a_batch_given_as_a_list_of_samples_has_its_input_size(
+    world_of_one: None, memory_provider: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """A batch that is a list of samples (tuples or dicts of tensors) gives its elements too:
+    without them a job whose ranks get sequences of varying length this way would never be
+    told its data_imbalance (the Collector's evidence without pipeline stages)."""
+    from skewtrace.rank.hooks.module import _MAX_SAMPLE_ITEMS, input_size
+
+    provider, exporter = memory_provider
+    model = _PerSampleModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    skewtrace.instrument(model=model, optimizer=optimizer, tracer_provider=provider)
+    batches = ((5, 9), (30,), (2, 3, 4))
+    for lengths in batches:
+        samples = [(torch.randint(0, 32, (n,)), torch.ones(n)) for n in lengths]
+        optimizer.zero_grad()
+        model(samples).backward()
+        optimizer.step()
+    skewtrace.uninstrument()
+    forwards = sorted(
+        (s for s in exporter.get_finished_spans() if s.name == semconv.SPAN_FORWARD),
+        key=lambda s: s.attributes[semconv.STEP],
+    )
+    assert [s.attributes.get(semconv.INPUT_SIZE) for s in forwards] == [
+        2 * sum(lengths) for lengths in batches
+    ]
+    # Dicts per sample; non-tensors ignored; past the bound unknown rather than a part.
+    tensor = torch.Tensor
+    dicts = [{"input_ids": torch.ones(7), "labels": torch.ones(7), "id": 3}]
+    assert input_size((dicts,), {}, tensor) == 14
+    assert input_size(([(1, "a")],), {"x": [[2.0]]}, tensor) is None
+    many = [(torch.ones(1),)] * (_MAX_SAMPLE_ITEMS + 1)
+    assert input_size((many,), {}, tensor) is None
+    assert input_size((many[:_MAX_SAMPLE_ITEMS],), {}, tensor) == _MAX_SAMPLE_ITEMS

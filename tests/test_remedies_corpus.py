@@ -5,7 +5,7 @@ against realized").
 
 Each job (tests/whatif/corpus.py: ``tokens-*`` with real token lengths, ``layers-*`` with a loss
 head) is played through the built Collector as tests/test_whatif_corpus.py plays the corpus,
-and generated again with the product's remedy (split_by_work; best_partition). Per step: the
+and generated again with the product's remedy (split_by_work; advise_partition). Per step: the
 verdict's ``training.imbalance.cost`` and, for a stage, its fix's repartition share; the
 realized saving is the generator's step before minus after.
 
@@ -16,12 +16,19 @@ The tolerances, from what the verdicts price and what the remedies can move:
   stays whole. So the realized saving is below the predicted one, by more where the parts are
   many and small: 0.85 of it at 4 replicas x 4 stages, 0.59 at 8 x 4 (256 and 512 samples,
   8 a micro-batch). Asserted: between 0.4 and 1.1 of the prediction.
-- stage: the repartition figure moves the heavy stage's excess evenly to the others (its
-  slowest stage falls from 5.6 to the mean, 4.4 at 4 stages and 4.8 at 2); whole layers reach
-  5.0. The realized share of it is then about (5.6 - 5.0) / (5.6 - mean): 0.50 at 4 stages
-  and 0.75 at 2; observed 0.50 and 0.79. Asserted: within 0.15 of that (the fix quotes whole
-  percents of the step, about 1 ms here, and the 1F1B bubble is not linear in the slowest
-  stage).
+- stage: the repartition figure moves the heavy stage's excess evenly to the others (every
+  stage at the mean, 4.4 at 4 stages and 4.8 at 2); whole layers reach a slowest stage of
+  5.0, and the advice (advise_partition) takes, among the partitions that reach it, the one
+  whose 1F1B step replays shortest: under 1F1B a stage's place matters too, so the share to
+  expect is not the slowest stage's (5.6 - 5.0) / (5.6 - mean) but the replayed one,
+  (replay now - replay advised) / (replay now - replay at the mean), from replay_1f1b of the
+  stages' costs at the job's micro-batches (the generator at compute only is replay_1f1b's
+  step, tests/test_remedies_sim.py): 0.79 for layers-heavy-last (now (5, 4, 4, 4), 0.50 by
+  the slowest stage alone under the old most-even advice) and 0.82 for layers-heavy-2stage;
+  observed 0.79 and 0.79. Asserted: within the fix's rounding (it quotes whole percents N of
+  the step: up to 0.5 / N of the figure, N = 11 and 8 here) plus 0.05 for what a replay of the
+  compute leaves out (point-to-point transfers, host gaps, jitter and the data-parallel
+  collectives stay where they are).
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from skewtrace.remedy.partition import best_partition, stage_costs
+from skewtrace.remedy.partition import replay_1f1b, stage_costs
 from whatif.corpus import CORPUS
-from whatif.generate import Layers
+from whatif.generate import Layers, with_remedy
 from whatif.remedies import Compared, compare_corpus, remedy_of
 
 pytestmark = [pytest.mark.collector, pytest.mark.slow]
@@ -48,7 +55,7 @@ def compared(otelcol_path: Path, tmp_path_factory: pytest.TempPathFactory) -> di
 
 def test_the_corpus_has_remedy_jobs_of_both_kinds() -> None:
     kinds = {remedy_of(CORPUS[name]) for name in REMEDY_JOBS}
-    assert kinds == {"split_by_work", "best_partition"}
+    assert kinds == {"split_by_work", "advise_partition"}
     assert len(REMEDY_JOBS) >= 4
 
 
@@ -86,9 +93,16 @@ def test_the_realized_saving_is_near_the_predicted_one(
     # the verdict's cost (the stage as fast as the others) is more than its repartition
     assert row.predicted_s > row.repartition_s
     (layers,) = (c for c in row.spec.causes if isinstance(c, Layers))
-    heavy = max(stage_costs(layers.costs, layers.partition))
-    mean = sum(layers.costs) / row.spec.pp
-    whole = best_partition(layers.costs, row.spec.pp).slowest
-    expected = (heavy - whole) / (heavy - mean)
+    (advised,) = (c for c in with_remedy(row.spec).causes if isinstance(c, Layers))
+    pp, microbatches = row.spec.pp, row.spec.microbatches
+
+    def replayed(stages: tuple[float, ...]) -> float:
+        return replay_1f1b(list(stages), [2 * c for c in stages], microbatches)
+
+    now = replayed(stage_costs(layers.costs, layers.partition))
+    after = replayed(stage_costs(layers.costs, advised.partition))
+    even = replayed((sum(layers.costs) / pp,) * pp)
+    expected = (now - after) / (now - even)
+    quoted = round(row.repartition_s / row.step_s * 100)  # the fix's whole percent
     ratio = row.realized_s / row.repartition_s
-    assert abs(ratio - expected) <= 0.15, (ratio, expected)
+    assert abs(ratio - expected) <= expected * 0.5 / quoted + 0.05, (ratio, expected, quoted)

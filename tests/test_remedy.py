@@ -2,9 +2,9 @@
 
 What the simulations of tests/test_remedies_sim.py and benchmarks/remedies.py measure is these
 functions; here each is checked against its definition: the split covers the batch once,
-gives every part a sample, is deterministic and follows the weights; the partition is the best
-one an exhaustive search finds; the fit recovers the coefficients it was fed; the 1F1B replay
-equals the closed form where there is one.
+gives every part a sample, is deterministic and follows the weights; the partition and the
+advice are the best ones an exhaustive search finds; the fit recovers the coefficients it was
+fed; the 1F1B replay equals the closed form where there is one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ import random
 
 import pytest
 
-from skewtrace.remedy.partition import best_partition, replay_1f1b, stage_costs
+from skewtrace.remedy.partition import (
+    advise_partition,
+    best_partition,
+    replay_1f1b,
+    stage_costs,
+)
 from skewtrace.remedy.work_split import CostFit, TokenCost, split_by_count, split_by_work
 
 
@@ -154,6 +159,50 @@ def test_best_partition_refuses_what_it_cannot_partition() -> None:
         best_partition([1.0], 0)
     with pytest.raises(ValueError):
         best_partition([float("nan"), 1.0], 1)
+
+
+# -- advise_partition -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_advise_partition_is_the_exhaustive_best_by_its_rule(seed: int) -> None:
+    """The least slowest stage, then the shortest 1F1B replay, then the least sum of squares,
+    then the smallest counts: by brute force over every contiguous partition (integer costs
+    make ties common, so the tie-breaks are exercised)."""
+    rng = random.Random(1000 + seed)
+    n = rng.randint(2, 11)
+    stages = rng.randint(1, min(n, 5))
+    microbatches = rng.choice((1, 2, 4, 8))
+    forward = [float(rng.randint(1, 3)) for _ in range(n)]
+    backward = [f * rng.choice((1.0, 2.0, 2.5)) for f in forward]
+    costs = [f + b for f, b in zip(forward, backward, strict=True)]
+    advice = advise_partition(forward, backward, stages, microbatches)
+    everything = exhaustive(costs, stages)
+
+    def replayed(p: tuple[int, ...]) -> float:
+        f = [c / microbatches for c in stage_costs(forward, p)]
+        b = [c / microbatches for c in stage_costs(backward, p)]
+        return replay_1f1b(f, b, microbatches)
+
+    def key(p: tuple[int, ...]) -> tuple[float, float, float, tuple[int, ...]]:
+        c = stage_costs(costs, p)
+        return (round(max(c), 9), round(replayed(p), 9), round(sum(x * x for x in c), 9), p)
+
+    assert advice.layers == min(everything, key=key)
+    assert advice.costs == stage_costs(costs, advice.layers)
+    assert advice.slowest == pytest.approx(best_partition(costs, stages).slowest, rel=1e-12)
+
+
+def test_advise_partition_of_the_headed_model() -> None:
+    """16 equal layers and a head of 1.6 (backward twice the forward): 5/4/4/4 from 8
+    micro-batches on, not the most even tie 4/4/5/4; 5/5/4/3 at 4."""
+    forward = [1.0] * 16 + [1.6]
+    backward = [2 * f for f in forward]
+    for microbatches in (8, 16, 32):
+        advice = advise_partition(forward, backward, 4, microbatches)
+        assert advice.layers == (5, 4, 4, 4) and advice.split_points == (5, 9, 13)
+    assert advise_partition(forward, backward, 4, 4).layers == (5, 5, 4, 3)
+    assert advise_partition([1.0] * 16, [2.0] * 16, 4, 8).layers == (4, 4, 4, 4)
 
 
 # -- CostFit ----------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """Stage partition advice for a heavy pipeline stage (issue 46, item 2).
 
 - The partition rule is one in both languages: ``tests/data/partition/cases.json`` is read by
-  this file (``skewtrace.remedy.partition.best_partition``) and by the Collector's
-  ``partition_test.go`` (``diagnosis.BestPartition``), and the Collector's advice on played
-  spans is ``best_partition`` of the same layer costs.
+  this file and by the Collector's ``partition_test.go``: its ``cases`` by
+  ``skewtrace.remedy.partition.best_partition`` and ``diagnosis.BestPartition``, its
+  ``advice`` by ``advise_partition`` and ``replay_1f1b`` here and ``diagnosis.AdvisePartition``
+  and ``Replay1F1B`` there. The Collector's advice on played spans is ``advise_partition`` of
+  the profiles' per-layer forward and backward times (the median of each over a rank's last
+  three profiles; here one), at the profiles' micro-batches, no transfer.
 - The rank side: ``pipeline.layers`` times each layer of a stage's model on sampled steps
   only, and its arrays reach the wire.
 - The verdict on spans: a generated 4-stage job whose last stage computes 1.5x/1.4x, with a
@@ -29,7 +32,12 @@ from pathlib import Path
 import pytest
 
 from skewtrace import semconv
-from skewtrace.remedy.partition import best_partition, stage_costs
+from skewtrace.remedy.partition import (
+    advise_partition,
+    best_partition,
+    replay_1f1b,
+    stage_costs,
+)
 from whatif.generate import HeavyStage, JobSpec, generate, write_csv, write_metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +65,25 @@ def test_best_partition_answers_the_shared_cases() -> None:
     for case in cases:
         got = best_partition(case["costs"], case["stages"]).layers
         assert list(got) == case["layers"], case["name"]
+
+
+def test_advise_partition_answers_the_shared_advice_cases() -> None:
+    cases = json.loads(CASES.read_text())["advice"]
+    assert cases
+    for case in cases:
+        forward, backward = case["forward"], case["backward"]
+        stages, microbatches = case["stages"], case["microbatches"]
+        got = advise_partition(forward, backward, stages, microbatches)
+        assert list(got.layers) == case["layers"], case["name"]
+        assert got.costs == pytest.approx(
+            stage_costs([f + b for f, b in zip(forward, backward, strict=True)], got.layers)
+        )
+        replayed = replay_1f1b(
+            [c / microbatches for c in stage_costs(forward, case["layers"])],
+            [c / microbatches for c in stage_costs(backward, case["layers"])],
+            microbatches,
+        )
+        assert replayed == pytest.approx(case["replay"], rel=1e-9), case["name"]
 
 
 # ------------------------------------------------------------------ the rank side
@@ -157,8 +184,8 @@ _SHAPES = ((1.0, 2.0, 1.0, 1.0), (1.0, 1.0, 1.0, 1.0, 2.0), (2.0, 1.0, 1.0), (1.
 
 def _heavy_job(with_profiles: bool):  # type: ignore[no-untyped-def]
     """The generated heavy-last-stage job (dp 2, pp 4) read back as ``skewtrace import``
-    reads it, each rank given a pipeline.layers event at step 1 when asked, and the layer
-    costs of the whole pipeline in stage order."""
+    reads it, each rank given a pipeline.layers event at step 1 when asked, and each layer's
+    forward and backward seconds a step, the whole pipeline in stage order."""
     import tempfile
 
     from skewtrace.importer.whatif import read_whatif
@@ -179,7 +206,8 @@ def _heavy_job(with_profiles: bool):  # type: ignore[no-untyped-def]
         write_csv(job, csv_path)
         write_metadata(job, meta)
         imported = read_whatif([csv_path], job_id=spec.name, meta=meta, time_unit="us")
-    costs: list[float] = []
+    forward: list[float] = []
+    backward: list[float] = []
     per_stage: dict[int, tuple[tuple[str, ...], tuple[float, ...], tuple[float, ...]]] = {}
     for stage, shape in enumerate(_SHAPES):
         fwd = spec.forward * (1.5 if stage == 3 else 1.0) * spec.microbatches
@@ -189,25 +217,29 @@ def _heavy_job(with_profiles: bool):  # type: ignore[no-untyped-def]
         f = tuple(fwd * c / total for c in shape)
         b = tuple(bwd * c / total for c in shape)
         per_stage[stage] = (names, f, b)
-        costs += [x + y for x, y in zip(f, b, strict=True)]
+        forward += f
+        backward += b
     if with_profiles:
         for rank in imported.ranks.values():
             stage = int(rank.attributes[semconv.PIPELINE_STAGE])
             names, f, b = per_stage[stage]
             start = min(e.start_ns for e in rank.events if getattr(e, "step", None) == 1)
             rank.events.append(LayersEvent(1, start, start + 1000, names, f, b, spec.microbatches))
-    return imported, costs
+    return imported, forward, backward
 
 
 @pytest.mark.collector
 @pytest.mark.slow
-def test_collector_advises_the_best_partition_of_the_profiled_layers(
+def test_collector_advises_the_partition_of_the_profiled_layers(
     otelcol_path: Path, tmp_path: Path
 ) -> None:
     from span_replay import replay, requests_of_job
 
-    imported, costs = _heavy_job(with_profiles=True)
-    want = best_partition(costs, 4)
+    imported, forward, backward = _heavy_job(with_profiles=True)
+    costs = [f + b for f, b in zip(forward, backward, strict=True)]
+    want = advise_partition(forward, backward, 4, microbatches=8)  # the job's micro-batches
+    # (6, 4, 3, 3): the replay decides among the ties; the most even is (5, 5, 3, 3)
+    assert want.layers == (6, 4, 3, 3) != best_partition(costs, 4).layers
     summaries = replay(otelcol_path, requests_of_job(imported), tmp_path / "with")[JOB]
     stage_flags = [
         (step, im)
@@ -233,6 +265,8 @@ def test_collector_advises_the_best_partition_of_the_profiled_layers(
     advice = json.loads(done.stdout)
     assert advice["layers_advised"] == list(want.layers)
     assert advice["split_points"] == list(want.split_points)
+    # Its replayed saving reaches the step's naming bar: the fix above recommends it.
+    assert advice["recommended"] is True and advice["saving_s"] >= advice["min_saving_s"] > 0
     assert advice["first_layer_advised"][1] == f"stage{_stage_of(want.split_points[0])}.layer" + (
         str(_index_in_stage(want.split_points[0]))
     )
@@ -240,7 +274,7 @@ def test_collector_advises_the_best_partition_of_the_profiled_layers(
     assert f"--split-points {points}\n" in text, text
 
     # Without profiles: the fix as before, and the command says why it has no advice.
-    imported, _ = _heavy_job(with_profiles=False)
+    imported, _, _ = _heavy_job(with_profiles=False)
     summaries = replay(otelcol_path, requests_of_job(imported), tmp_path / "without")[JOB]
     flagged = [
         im

@@ -164,9 +164,10 @@ COLLECTIVE_SOURCE = "training.collective.source"
 #: training.timing (string): how the span's times were taken
 TIMING = "training.timing"
 #: training.input.size (int): elements of the tensors the forward call received (its arguments,
-#: and tensors one list, tuple or dict deep): the size of its work where sequence lengths or
-#: batch sizes vary per rank and step, the evidence of a `data_imbalance` on jobs without
-#: pipeline stages; absent when the call received no tensor
+#: tensors one list, tuple or dict deep, and two deep: a batch given as a list of samples, each
+#: a tuple or dict of tensors): the size of its work where sequence lengths or batch sizes vary
+#: per rank and step, the evidence of a `data_imbalance` on jobs without pipeline stages; absent
+#: when the call received no tensor
 INPUT_SIZE = "training.input.size"
 #: training.pacing.delay (float s): the delay applied
 PACING_DELAY = "training.pacing.delay"
@@ -235,6 +236,13 @@ TIMING_HOST = "host"
 TIMING_CUDA_EVENT = "cuda_event"
 #: device timing from NCCL's completion hook
 TIMING_NCCL_HOOK = "nccl_hook"
+#: read from c10d's Flight Recorder: start when the entry was created (the call enqueued it),
+#: duration the device's own (NCCL's duration_ms, with TORCH_NCCL_ENABLE_TIMING=1)
+TIMING_FLIGHT_RECORDER = "flight_recorder"
+#: read from c10d's Flight Recorder without a device duration: start when the entry was created,
+#: end when it was seen done by polling: NCCL's watchdog, or (gloo, which records no completion)
+#: skewtrace's reader, up to one read interval late
+TIMING_FLIGHT_RECORDER_POLLED = "flight_recorder_polled"
 
 # Values of training.balance.mode.
 #: samples assigned to ranks by their cost (equal work per rank, within its share)

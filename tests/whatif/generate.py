@@ -282,8 +282,8 @@ def with_remedy(spec: JobSpec) -> JobSpec:
     """The same job with the remedies applied: every :class:`TokenLengths` split by work, every
     :class:`Layers` at the product's advice (``advise_partition``: the least slowest stage,
     then the shortest 1F1B replay, from the layers' forward and backward times as the
-    Collector gets them from the ranks' profiles, no transfer) over the job's stages; the same seed, so
-    the same samples and the same jitter. Named ``<name>+remedy``."""
+    Collector gets them from the ranks' profiles, no transfer) over the job's stages; the same
+    seed, so the same samples and the same jitter. Named ``<name>+remedy``."""
     from dataclasses import replace
 
     causes: list[Cause] = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skewtrace.remedy.partition import stage_costs
+from skewtrace.remedy.partition import replay_1f1b, stage_costs
 
 from .generate import JobSpec, Layers, TokenLengths, generate, with_remedy
 
@@ -50,8 +50,42 @@ AS_IS = (4, 4, 4, 5)
 
 STAGE_MICROBATCHES = 16
 """The pipeline job's micro-batches: 4 per stage, the usual floor for 1F1B (its bubble, (P - 1)
-/ (M + P - 1) of the step, is 16% at 16 and 27% at 8). The gain of a repartition grows with
-M, toward the slowest stage's 5.6 / 5.0 - 1 = +12% as the bubble vanishes."""
+/ (M + P - 1) of the step, is 16% at 16 and 27% at 8). As the bubble vanishes the gain of a
+repartition tends to the slowest stage's 5.6 / 5.0 - 1 = +12%; at few micro-batches the place
+of the heavy stage adds to it (a heavy last stage costs 1F1B more than a heavy first one)."""
+
+MIB = 2**20
+
+STAGE_COMPUTE_SCALE = 4.5
+"""The stage job's compute over the generator's default (a stage of the mean stage's work 4 ms
+forward, 8 ms backward a micro-batch): see :data:`STAGE_TIMINGS`."""
+
+STAGE_TIMINGS: dict[str, Any] = {
+    "forward": 4e-3 * STAGE_COMPUTE_SCALE,
+    "backward": 8e-3 * STAGE_COMPUTE_SCALE,
+    "p2p_transfer": 1e-3,
+    "p2p_bytes": 32 * MIB,
+    "reduce_scatter": 60e-3,
+    "all_gather": 40e-3,
+    "optimizer": 10e-3,
+}
+"""The pipeline job's base timings (s), stated as :data:`DATA_TIMINGS` is: a 7B-class model
+(32 layers of about 200M parameters, hidden 4096), 4096 tokens a micro-batch. A layer's
+forward is then about 1.6-1.9 TFLOP (with attention), 4.1-4.8 ms on an H100 at about 40% of its
+989 TFLOP/s bf16 dense peak; here a unit of layer cost is 18 ms / 4.4 = 4.1 ms forward and
+8.2 ms backward a micro-batch (a stage of the mean stage's work, 4.4 units, 18 ms and 36 ms:
+the generator's default times 4.5). A point-to-point message is one micro-batch's activations,
+4096 x 4096 in bf16 = 32 MiB, about 1 ms at about 32 GB/s. Each stage holds a quarter of the
+7B model (about 1.75B parameters): the gradients' reduce-scatter 60 ms and the parameters'
+all-gather 40 ms (3.5 GB in bf16, half of it crossing between the 2 replicas, at about 30-45
+GB/s), the sharded optimizer 10 ms. The generator's own defaults for the rest (host gaps, 2%
+jitter).
+
+The gain depends on the ratio of compute to what does not move with the layers (messages,
+host gaps, collectives): at the generator's defaults (a unit of layer cost about 0.9 ms
+forward, 0.4 ms transfers, 10 ms of collectives) the advice gains about +9.2% at 16
+micro-batches, at twice their compute about +10.8%, at 4x about +11.7%
+(benchmarks/remedies.py prints this sensitivity)."""
 
 
 def data_job(seed: int, *, sigma: float = 1.0, steps: int = 20, samples: int = 64) -> JobSpec:
@@ -79,12 +113,18 @@ def stage_job(
     costs: tuple[float, ...] = HEADED,
     partition: tuple[int, ...] = AS_IS,
     steps: int = 10,
+    timings: dict[str, Any] | None = None,
     compute_scale: float = 1.0,
-    **timings: Any,
+    **overrides: Any,
 ) -> JobSpec:
-    """4 stages x 2 replicas of the generator's default timings (a stage of the mean stage's
-    work: 4 ms forward, 8 ms backward per micro-batch; ``compute_scale`` multiplies both), the
+    """4 stages x 2 replicas at ``timings`` (default :data:`STAGE_TIMINGS`; ``{}``: the
+    generator's defaults, a stage of the mean stage's work 4 ms forward, 8 ms backward a
+    micro-batch), ``compute_scale`` times their forward and backward, ``overrides`` on top; the
     model as ``costs`` (default :data:`HEADED`) in ``partition``."""
+    base = dict(STAGE_TIMINGS if timings is None else timings)
+    base.update(overrides)
+    base["forward"] = base.get("forward", 4e-3) * compute_scale
+    base["backward"] = base.get("backward", 8e-3) * compute_scale
     return JobSpec(
         f"stage-pp4-m{microbatches}-s{seed}",
         dp=2,
@@ -92,10 +132,8 @@ def stage_job(
         microbatches=microbatches,
         steps=steps,
         seed=seed,
-        forward=4e-3 * compute_scale,
-        backward=8e-3 * compute_scale,
         causes=(Layers(costs=costs, partition=partition),),
-        **timings,
+        **base,
     )
 
 
@@ -157,21 +195,23 @@ def partitions(layers: int, stages: int) -> list[tuple[int, ...]]:
 
 
 def exhaustive_best(
-    costs: tuple[float, ...], stages: int
+    costs: tuple[float, ...], stages: int, microbatches: int = STAGE_MICROBATCHES
 ) -> tuple[float, list[tuple[int, ...]], tuple[int, ...]]:
-    """An exhaustive search of every contiguous partition (what ``best_partition`` is checked
+    """An exhaustive search of every contiguous partition (what the advice is checked
     against): the least slowest stage, every partition that reaches it, and the one first by
-    (slowest stage, sum of squares of the stages, layer counts), ``best_partition``'s rule."""
+    (slowest stage, 1F1B step replayed with backward twice the forward, sum of squares of the
+    stages, layer counts), ``advise_partition``'s rule, each by brute force."""
     every = partitions(len(costs), stages)
     slowest = {p: max(stage_costs(costs, p)) for p in every}
     least = min(slowest.values())
     ties = [p for p in every if slowest[p] <= least * (1 + 1e-12)]
 
-    def key(p: tuple[int, ...]) -> tuple[float, float, tuple[int, ...]]:
+    def key(p: tuple[int, ...]) -> tuple[float, float, float, tuple[int, ...]]:
         c = stage_costs(costs, p)
-        return (round(max(c), 9), round(sum(x * x for x in c), 9), p)
+        replayed = replay_1f1b(list(c), [2 * x for x in c], microbatches)
+        return (round(max(c), 9), round(replayed, 9), round(sum(x * x for x in c), 9), p)
 
-    return least, ties, min(every, key=key)
+    return least, ties, min(ties, key=key)
 
 
 # -- the corpus: the verdict's price beside the saving realized --------------------------------
@@ -218,7 +258,7 @@ def remedy_of(spec: JobSpec) -> str | None:
     if "TokenLengths" in kinds:
         return "split_by_work"
     if "Layers" in kinds:
-        return "best_partition"
+        return "advise_partition"
     return None
 
 

@@ -216,9 +216,10 @@ const (
 	attrTiming = "training.timing"
 
 	// attrInputSize is training.input.size (int): elements of the tensors the forward call
-	// received (its arguments, and tensors one list, tuple or dict deep): the size of its work
-	// where sequence lengths or batch sizes vary per rank and step, the evidence of a
-	// `data_imbalance` on jobs without pipeline stages; absent when the call received no tensor
+	// received (its arguments, tensors one list, tuple or dict deep, and two deep: a batch given
+	// as a list of samples, each a tuple or dict of tensors): the size of its work where sequence
+	// lengths or batch sizes vary per rank and step, the evidence of a `data_imbalance` on jobs
+	// without pipeline stages; absent when the call received no tensor
 	attrInputSize = "training.input.size"
 
 	// attrPacingDelay is training.pacing.delay (float s): the delay applied
@@ -320,6 +321,17 @@ const (
 
 	// timingNCCLHook is "nccl_hook": device timing from NCCL's completion hook
 	timingNCCLHook = "nccl_hook"
+
+	// timingFlightRecorder is "flight_recorder": read from c10d's Flight Recorder: start when the
+	// entry was created (the call enqueued it), duration the device's own (NCCL's duration_ms,
+	// with TORCH_NCCL_ENABLE_TIMING=1)
+	timingFlightRecorder = "flight_recorder"
+
+	// timingFlightRecorderPolled is "flight_recorder_polled": read from c10d's Flight Recorder
+	// without a device duration: start when the entry was created, end when it was seen done by
+	// polling: NCCL's watchdog, or (gloo, which records no completion) skewtrace's reader, up to
+	// one read interval late
+	timingFlightRecorderPolled = "flight_recorder_polled"
 )
 
 // Values of training.balance.mode.

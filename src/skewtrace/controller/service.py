@@ -257,7 +257,7 @@ class PacerService:
         previous: PublishedDecision | None,
         published: PublishedDecision,
     ) -> None:
-        """Log a job's pacing turned on or off, and its new shares."""
+        """Log a job's pacing turned on or off, its new shares, and its batches' new split."""
         if previous is None or previous.body.active != decision.active:
             self._log_budget.log(
                 _log,
@@ -267,6 +267,18 @@ class PacerService:
                 "on" if decision.active else "off",
                 decision.reason,
                 decision.spread or 0.0,
+            )
+        if decision.balance is not None and published.balance_version != (
+            previous.balance_version if previous else 0
+        ):
+            self._log_budget.log(
+                _log,
+                logging.INFO,
+                "job %s: each global batch split by %s (balance version %d; %s)",
+                loggable(job_id),
+                decision.balance,
+                published.balance_version,
+                decision.reason,
             )
         shares = published.body.shares or {}
         if decision.shares is not None and published.shares_version != (

@@ -24,6 +24,8 @@ DROP_REASON_BUFFER_FULL = "buffer_full"
 
 now_ns = time.perf_counter_ns
 
+STEP_ENDS_KEPT = 1024
+
 
 class Recorder:
     """The rank's bounded event buffer and its step counter."""
@@ -40,6 +42,9 @@ class Recorder:
         self.step_start_ns: int | None = None
         self.paced_step = -1
         self.epoch_anchor_ns = time.time_ns() - time.perf_counter_ns()
+        # (step, end_ns) of the last steps: what a collective read later (from c10d's Flight
+        # Recorder) is attributed to a step by.
+        self.step_ends: deque[tuple[int, int]] = deque(maxlen=STEP_ENDS_KEPT)
         self._dropped: dict[str, int] = {}
         self._drop_lock = threading.Lock()
         self._drop_logged = False
@@ -77,6 +82,7 @@ class Recorder:
         """Close the current train.step at ``end_ns`` (the end of optimizer.step)."""
         start = self.step_start_ns if self.step_start_ns is not None else end_ns
         self.record((STEP, self.step, start, end_ns))
+        self.step_ends.append((self.step, end_ns))
         self.step += 1
         self.step_start_ns = end_ns
 

@@ -126,6 +126,22 @@ class Settings:
     ``torch.distributed`` functions on older PyTorch; ``functions`` always wraps the
     functions (DDP buckets and ``torch.distributed`` calls only)."""
 
+    collectives: str = option("auto", parse=word, check=one_of("auto", "flight_recorder", "hooks"))
+    """Where collective spans come from. ``flight_recorder``: read from c10d's Flight Recorder
+    on a thread of skewtrace's own, for every group whose backends record to it (gloo, NCCL);
+    no Python hook runs per collective on those groups. ``hooks``: the Python hooks
+    (``SKEWTRACE_COLLECTIVE_HOOKS`` says which). ``auto``: the Flight Recorder for groups whose
+    backends also record each collective's device duration (NCCL with
+    ``TORCH_NCCL_ENABLE_TIMING=1``), the hooks elsewhere (gloo records no completion, so its
+    spans would end when skewtrace polled them). A PyTorch
+    without the Flight Recorder API falls back to the hooks, logged once. Point-to-point stays
+    on the hooks (``docs/performance.md``)."""
+
+    flight_recorder_interval_millis: int = option(50, parse=integer, check=at_least(1))
+    """How often the Flight Recorder is read (``SKEWTRACE_COLLECTIVES``). A read costs a few
+    microseconds when nothing is new, and otherwise about 15-20 us per entry of the ring
+    (``TORCH_FR_BUFFER_SIZE``) with the GIL held; on gloo the span ends up to this late."""
+
     layer_profile_every: int = option(50, parse=integer, check=at_least(0))
     """On a pipeline stage (a rank that sends or receives point-to-point messages), every
     this many steps the forward and backward of each layer (child module) of the model are

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import threading
+import weakref
 from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -291,8 +293,11 @@ class Session:
         from skewtrace.rank.hooks.point_to_point import patch_point_to_point
 
         patch_work_wait(self.ctx.works, self.patches)
+        self._start_flight_recorder()
         if self.settings.collective_hooks == "auto" and process_group.supported():
-            self.ctx.process_groups = process_group.patch_process_groups(self.ctx, self.patches)
+            self.ctx.process_groups = process_group.patch_process_groups(
+                self.ctx, self.patches, skip=self._fr_covers
+            )
         else:
             if self.settings.collective_hooks == "auto":
                 logger.warning(
@@ -318,6 +323,105 @@ class Session:
             from skewtrace.rank.hooks.dataloader import patch_dataloader_class
 
             patch_dataloader_class(self.ctx, self.patches)
+
+    # -- collectives read from c10d's Flight Recorder (skewtrace.rank.flight_recorder) -----
+    flight_recorder: Any | None = None
+
+    def _start_flight_recorder(self) -> None:
+        """Under ``SKEWTRACE_COLLECTIVES=auto|flight_recorder``, read the groups the Flight
+        Recorder covers from it; the process-group hooks then skip those groups."""
+        from skewtrace.rank import flight_recorder as fr
+        from skewtrace.rank.hooks import process_group
+
+        mode = self.settings.collectives
+        self._fr_mode = mode
+        if mode == "hooks" or not process_group.supported():
+            # Without group hooks the functions are wrapped, and they cannot skip a group.
+            self._fr_mode = "hooks"
+            return
+        if fr.api() is None or fr.buffer_size() <= 0:
+            self._fr_mode = "hooks"
+            if mode == "flight_recorder":
+                logger.warning(
+                    "skewtrace: SKEWTRACE_COLLECTIVES=flight_recorder but this PyTorch has no "
+                    "Flight Recorder to read (or TORCH_FR_BUFFER_SIZE=0): collectives are "
+                    "traced by the Python hooks"
+                )
+            return
+        self._fr_groups: dict[str, Any] = {}
+        self._fr_known: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        self.flight_recorder = fr.FlightRecorderReader(
+            self.recorder,
+            self._fr_group,
+            interval_s=self.settings.flight_recorder_interval_millis / 1000.0,
+        )
+        self._patch_destroy_process_group()
+        self.flight_recorder.start()
+
+    def _fr_covers(self, pg: Any) -> bool:
+        """Whether the reader covers ``pg`` (decided once per group: the group hooks ask at
+        every attach)."""
+        if getattr(self, "_fr_mode", "hooks") == "hooks" or pg is None:
+            return False
+        known = self._fr_known.get(pg)
+        if known is not None:
+            return known
+        from skewtrace.rank import flight_recorder as fr
+
+        try:
+            covered = fr.covers(pg, self._fr_mode)
+        except Exception:
+            logger.debug("skewtrace: Flight Recorder coverage unknown", exc_info=True)
+            return False
+        with contextlib.suppress(TypeError):
+            self._fr_known[pg] = covered
+        return covered
+
+    def _fr_group(self, pg_name: str) -> Any | None:
+        """The span group (name, size) of c10d's group ``pg_name``, if the reader covers it."""
+        groups = self._fr_groups
+        if pg_name in groups:
+            return groups[pg_name]
+        import torch.distributed.distributed_c10d as c10d
+
+        from skewtrace.rank.flight_recorder import GroupInfo
+
+        info = None
+        for pg, name in list(getattr(c10d._world, "pg_names", {}).items()):
+            if str(name) != pg_name:
+                continue
+            if self._fr_covers(pg):
+                state = self.ctx.group_state(pg)
+                if state is not None:
+                    info = GroupInfo(state.name, state.size)
+            groups[pg_name] = info
+            break
+        return info
+
+    def _patch_destroy_process_group(self) -> None:
+        """Read the Flight Recorder before a group goes: its entries stay in the ring, but
+        its name no longer resolves afterwards."""
+        import torch.distributed.distributed_c10d as c10d
+
+        original = getattr(c10d, "destroy_process_group", None)
+        reader = self.flight_recorder
+        if original is None or reader is None:
+            return
+
+        @functools.wraps(original)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            with contextlib.suppress(Exception):
+                reader.drain()
+                # A group made later may take a destroyed one's name.
+                reader.forget_groups()
+                self._fr_groups.clear()
+            return original(*args, **kwargs)
+
+        self.patches.replace(c10d, "destroy_process_group", destroy_process_group, original)
+        import torch.distributed as dist
+
+        if getattr(dist, "destroy_process_group", None) is original:
+            self.patches.replace(dist, "destroy_process_group", destroy_process_group, original)
 
     def _watch_default_group(self) -> None:
         """Learn of the default process group as ``init_process_group`` sets it (torch's
@@ -369,7 +473,8 @@ class Session:
                 )
             except Exception:
                 logger.warning("skewtrace: no layer profile for this model", exc_info=True)
-        if isinstance(model, DistributedDataParallel):
+        if isinstance(model, DistributedDataParallel) and not self._fr_covers(model.process_group):
+            # Where the Flight Recorder covers the group its buckets are read from there.
             instrument_ddp(self.ctx, model)
             self.patches.on_restore(lambda: detach_ddp(model))
         return hooks
@@ -512,6 +617,8 @@ class Session:
             self._closed = True
         self.recorder.active = False
         self.patches.restore()
+        if self.flight_recorder is not None:
+            self.flight_recorder.stop()
         timeout = self.settings.shutdown_timeout_millis
         import time
 

@@ -126,6 +126,10 @@ def advice(path: str, job: str | None = None) -> dict[str, Any]:
         "stage_seconds_advised": list(partition.after_s),
         "saving_s": partition.saving_s,
         "step_s": summary.duration_s,
+        "min_saving_s": summary.min_saving_s,
+        # The verdict recommends the partition only where the replay says it saves at least
+        # the step's naming bar (training.step.min_saving; a summary without it: yes).
+        "recommended": partition.saving_s >= summary.min_saving_s,
         "layer_names": names,
     }
 
@@ -241,4 +245,10 @@ def run_advise(args: argparse.Namespace) -> int:
         f"{_ms(max(a['stage_seconds_advised']))} per step; the step replay predicts "
         f"{_ms(a['saving_s'])} saved per step{share}"
     )
+    if not a["recommended"]:
+        print(
+            f"not recommended: the step replay's saving is under the step's naming bar "
+            f"({_ms(a['min_saving_s'])}), so the verdict's fix does not propose it; re-measure "
+            "on a quieter step or after the other causes are fixed"
+        )
     return 0

@@ -116,8 +116,11 @@ type imbalance struct {
 	fixTo       int32
 	repartition float64
 	balanced    bool
-	// partition is the partition the job's layer profiles advise (nil without them).
-	partition *Partition
+	// partition is the partition the job's layer profiles advise (nil without them);
+	// partitionMaterial whether its replayed saving reaches the step's naming bar (only then
+	// does the fix recommend it).
+	partition         *Partition
+	partitionMaterial bool
 }
 
 // dataImbalance replays the step with each class's work split evenly over its members
@@ -434,6 +437,11 @@ func (m *model) stageImbalance(j *jobState, sd *stepData, work, gaps []float64, 
 	m.scale = grow(m.scale, s)
 	ref := m.simulate(sd, gaps, m.replayT)
 	advice, advised := m.advise(j, sd, gaps, ref)
+	// A verdict is what its fix saves: a partition whose replayed saving is under the step's
+	// naming bar is not what the fix recommends (it then says what moving the excess would
+	// save, as without profiles); it stays on the event with its saving, for the reader who
+	// wants to try it (skewtrace advise says it is under the bar).
+	material := advised && advice.Saving >= threshold
 	var out []imbalance
 	for _, st := range longer {
 		excess := stageWork[st] - mean
@@ -463,6 +471,7 @@ func (m *model) stageImbalance(j *jobState, sd *stepData, work, gaps []float64, 
 			excess: excess / mean, fixTo: to, repartition: max(0, saves), balanced: balanced})
 		if advised {
 			out[len(out)-1].partition = advice
+			out[len(out)-1].partitionMaterial = material
 		}
 	}
 	for o := range s {
@@ -536,7 +545,7 @@ func fixText(im imbalance, step float64) string {
 		head := fmt.Sprintf("stage %d does %.0f%% more work than the mean stage, and the step "+
 			"would be %.0f%% shorter with it as fast as the others", im.stage, 100*im.excess,
 			share(im.cost))
-		if im.partition != nil {
+		if im.partition != nil && im.partitionMaterial {
 			return partitionText(head, im.partition, share, with)
 		}
 		return fmt.Sprintf("%s: moving about %.0f%% of its work %s saves about %.0f%% of the "+

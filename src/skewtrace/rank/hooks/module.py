@@ -104,15 +104,24 @@ class ModuleHooks:
         )
 
 
+_MAX_SAMPLE_ITEMS = 1024
+"""The most items :func:`input_size` reads inside the containers of a forward's arguments
+(the samples of a batch given as a list of them); past it the size is unknown (None). Each
+costs about half a microsecond on the training thread, once per forward."""
+
+
 def input_size(args: Any, kwargs: Any, tensor: Any) -> int | None:
     """The elements of the tensors a forward call received: its positional and keyword
-    arguments, and the items of a list, tuple or dict among them (one level: a batch is a
-    tensor, a few tensors, or a dict of them). None when it received no tensor. Shapes only:
-    ``numel`` reads no device memory."""
+    arguments, the items of a list, tuple or dict among them, and those items' own items (two
+    levels: a batch is a tensor, a few tensors, a dict of them, or a list of samples, each a
+    tensor, a tuple or a dict of them, as where each sequence runs at its own length). None
+    when it received no tensor, or samples of more than ``_MAX_SAMPLE_ITEMS`` items in all.
+    Shapes only: ``numel`` reads no device memory."""
     if not kwargs and len(args) == 1 and isinstance(args[0], tensor):
         return args[0].numel()  # the usual call, model(batch): no loop
     total = 0
     found = False
+    budget = _MAX_SAMPLE_ITEMS
     for group in (args, kwargs.values() if kwargs else ()):
         for value in group:
             if isinstance(value, tensor):
@@ -123,6 +132,14 @@ def input_size(args: Any, kwargs: Any, tensor: Any) -> int | None:
                     if isinstance(item, tensor):
                         total += item.numel()
                         found = True
+                    elif isinstance(item, (list, tuple, dict)):
+                        budget -= len(item)
+                        if budget < 0:
+                            return None
+                        for leaf in item.values() if isinstance(item, dict) else item:
+                            if isinstance(leaf, tensor):
+                                total += leaf.numel()
+                                found = True
     return total if found else None
 
 

@@ -96,8 +96,10 @@ def _op_table() -> dict[int, str]:
 class ProcessGroupHooks:
     """The hooks of one instrumentation session on every group this rank is in."""
 
-    def __init__(self, ctx: HookContext) -> None:
+    def __init__(self, ctx: HookContext, skip: Callable[[Any], bool] | None = None) -> None:
         self.ctx = ctx
+        # Groups whose collectives are read elsewhere (c10d's Flight Recorder) are not hooked.
+        self.skip = skip
         self._ops = _op_table()
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()
         import torch.distributed.distributed_c10d as c10d
@@ -111,7 +113,7 @@ class ProcessGroupHooks:
     def attach(self, pg: Any) -> None:
         """Hook ``pg`` (once). Never raises: a group we cannot hook is logged and skipped."""
         try:
-            if pg in self._hooked:
+            if pg in self._hooked or (self.skip is not None and self.skip(pg)):
                 return
             pre, post = self._hooks_for(weakref.ref(pg))
             pg.register_pre_hook(HOOK_ID, pre)
@@ -250,11 +252,14 @@ class ProcessGroupHooks:
         return pre, post
 
 
-def patch_process_groups(ctx: HookContext, patches: Patches) -> ProcessGroupHooks:
-    """Hook every group this rank is in now, and each one created later."""
+def patch_process_groups(
+    ctx: HookContext, patches: Patches, skip: Callable[[Any], bool] | None = None
+) -> ProcessGroupHooks:
+    """Hook every group this rank is in now, and each one created later (but those ``skip``
+    says are traced another way)."""
     import torch.distributed.distributed_c10d as c10d
 
-    hooks = ProcessGroupHooks(ctx)
+    hooks = ProcessGroupHooks(ctx, skip)
     register = getattr(c10d, "_register_pg_in_world", None)
     if register is not None:
 
