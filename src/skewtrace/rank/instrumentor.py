@@ -339,6 +339,13 @@ class Session:
             # Without group hooks the functions are wrapped, and they cannot skip a group.
             self._fr_mode = "hooks"
             return
+        if mode == "auto" and not fr.device_timing_enabled():
+            # auto covers only groups whose collectives have device timing (fr.covers): with
+            # none possible, a reader would find no group to read and still dump the whole
+            # ring every interval with the GIL held (on gloo, 25-41% of a core and steps 1.5-4.7
+            # times longer; docs/performance.md). Same spans, no reader.
+            self._fr_mode = "hooks"
+            return
         if fr.api() is None or fr.buffer_size() <= 0:
             self._fr_mode = "hooks"
             if mode == "flight_recorder":
