@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
+from _smoke import SMOKE_DONE, verdict  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,10 +99,13 @@ def main() -> int:
             f"({100 * added / plain:+5.1f}%), {1e6 * added / calls:+6.1f} us per layer call"
         )
     sampled = statistics.median(times["sampled"]) - plain
+    share = sampled / 50 / plain
     print(
         f"averaged over layer_profile_every=50: {1000 * sampled / 50:.3f} ms per step "
-        f"({100 * sampled / 50 / plain:.2f}% of the plain step)"
+        f"({100 * share:.2f}% of the plain step) "
+        f"target <= 1%: {verdict(share <= 0.01, args.smoke)}"
     )
+    print(SMOKE_DONE if args.smoke else "PASS (the share: met / NOT met above)")
     return 0
 
 

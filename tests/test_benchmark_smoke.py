@@ -341,6 +341,15 @@ PLAIN_SMOKES = [
         ),
     ),
     Smoke(
+        "layer_profile",
+        (
+            r"^unsampled: median step +[\d.]+ ms, added",
+            r"^ +sampled: median step +[\d.]+ ms, added",
+            r"^averaged over layer_profile_every=50: .* target <= 1%: SMOKE \(target not judged\)$",
+            SMOKE_DONE,
+        ),
+    ),
+    Smoke(
         "hook_breakdown",
         (
             r"^\[a\] c10d calling Python: two empty group hooks",

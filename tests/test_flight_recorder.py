@@ -547,9 +547,12 @@ def test_span_times_lie_within_the_calls_own_clock(
 ) -> None:
     """Each span against the job's own clock around the call (from before it to after its
     wait): it starts inside that window (the Flight Recorder entry is created as the call
-    enqueues), and it ends no earlier than a little before the window's end and, on the
-    Flight Recorder path, at most a few reads after it (gloo retires an entry some time
-    after its work completes; the reader reads every 5 ms here, on a loaded machine)."""
+    enqueues), and it ends after it starts and no later than the window's end or, on the
+    Flight Recorder path, a few reads after it (gloo retires an entry some time after its
+    work completes; the reader reads every 5 ms here, on a loaded machine). How long before
+    the window's end a span may end is not checked: a thread descheduled between the work's
+    completion and the clock read after its wait (milliseconds on a loaded machine) moves
+    the window's end, not the span."""
     slack = 5_000_000  # 5 ms: two clocks (the recorder's anchor and time_ns), threads
     late = 1_000_000_000 if path == "flight_recorder" else slack
     for result in both_paths[path]:
@@ -562,7 +565,7 @@ def test_span_times_lie_within_the_calls_own_clock(
             assert len(spans) == len(windows)
             for span, (before, after) in zip(spans, windows, strict=True):
                 assert before - slack <= span["start"] <= after + slack, span
-                assert after - slack <= span["end"] <= after + late, (span, after)
+                assert span["start"] <= span["end"] <= after + late, (span, after)
 
 
 if __name__ == "__main__":

@@ -674,12 +674,16 @@ def test_hot_path_record_is_cheap() -> None:
 
     recorder = Recorder(capacity=1 << 20)
     record = recorder.record
-    n = 20000
-    start = time.perf_counter()
-    for _ in range(n):
-        t0 = now_ns()
-        record((PHASE, "forward", 0, t0, now_ns(), "host", None, None))
-    per_event = (time.perf_counter() - start) / n
+    n = 2000
+    # The fastest of ten batches: a loaded machine (the full suite on two cores) descheduled
+    # one batch of 20,000 for 0.7 s; a regression slows every batch.
+    per_event = float("inf")
+    for _ in range(10):
+        start = time.perf_counter()
+        for _ in range(n):
+            t0 = now_ns()
+            record((PHASE, "forward", 0, t0, now_ns(), "host", None, None))
+        per_event = min(per_event, (time.perf_counter() - start) / n)
     assert per_event < 20e-6
     event = typed(recorder.events[0])
     assert isinstance(event, PhaseEvent) and (event.name, event.timing) == ("forward", "host")
