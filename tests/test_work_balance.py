@@ -577,6 +577,7 @@ def _work_equals_count(script: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.eval  # 25-30 s of torchrun each: make eval (make test keeps Lightning's)
 def test_transformers_trainer_without_prepare_learns_what_equal_counts_learn(
     tmp_path: Path,
 ) -> None:
@@ -588,6 +589,7 @@ def test_transformers_trainer_without_prepare_learns_what_equal_counts_learn(
 
 
 @pytest.mark.slow
+@pytest.mark.eval  # 25-30 s of torchrun each: make eval (make test keeps Lightning's)
 def test_accelerate_without_preparing_the_loader_learns_what_equal_counts_learn(
     tmp_path: Path,
 ) -> None:
