@@ -50,7 +50,11 @@ BODY_VERSION = 4
 2 added ``offsets``, ``schedule`` and ``served_unix``; 3 the schedule's ``late_s``; 4
 ``balance`` and ``balance_version``."""
 
-BALANCE_MODES = ("work", "count")
+BALANCE_WORK = "work"
+"""The body's ``balance`` when each global batch is to be split by work."""
+BALANCE_COUNT = "count"
+"""... and when by count (as ``DistributedSampler``): before any imbalance, and withheld."""
+BALANCE_MODES = (BALANCE_WORK, BALANCE_COUNT)
 """The body's ``balance``: each global batch split by work, or by count."""
 
 STEP_AGE_PARAM = "step_age"

@@ -91,6 +91,7 @@ from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
+from skewtrace.decision import BALANCE_COUNT, BALANCE_WORK
 from skewtrace.rank.rebalance_sampler import (
     DEFAULT_SYNC_EVERY,
     ShareSampler,
@@ -103,8 +104,8 @@ from skewtrace.remedy.work_split import FIT_STATISTICS, CostFit, TokenCost, spli
 
 _log = logging.getLogger(__name__)
 
-MODES = ("work", "count", "pacer")
-WORK, COUNT = "work", "count"
+WORK, COUNT = BALANCE_WORK, BALANCE_COUNT
+MODES = (WORK, COUNT, "pacer")
 _MODE_CODE = {COUNT: 0.0, WORK: 1.0}
 
 

@@ -81,14 +81,8 @@ def best_partition(costs: Sequence[float], stages: int) -> Partition:
     def seg(i: int, j: int) -> float:
         return prefix[j] - prefix[i]
 
-    inf = math.inf
-    # 1. the least possible slowest stage: best_max[s][i] over the first i layers in s stages
-    best_max = [[inf] * (n + 1) for _ in range(stages + 1)]
-    best_max[0][0] = 0.0
-    for s in range(1, stages + 1):
-        for i in range(s, n - (stages - s) + 1):
-            best_max[s][i] = min(max(best_max[s - 1][j], seg(j, i)) for j in range(s - 1, i))
-    bound = best_max[stages][n]
+    # 1. the least possible slowest stage (the dynamic program tied_partitions walks too)
+    bound, _ = _bound_and_suffix(costs, stages)
     slack = 1e-9 * max(bound, 1e-300)
     # 2. among partitions whose every stage is within the bound, the least sum of squares;
     # ties to the lexicographically smallest counts (a smaller first stage first)
@@ -194,10 +188,11 @@ def advise_partition(
     if len(forward) != len(backward):
         raise ValueError("forward and backward need one time per layer")
     costs = [f + b for f, b in zip(forward, backward, strict=True)]
-    even = best_partition(costs, stages)
     candidates = tied_partitions(costs, stages, limit)
-    if even.layers not in candidates:
-        candidates.append(even.layers)
+    if len(candidates) >= limit:  # capped: the most even may not be among those enumerated
+        even = best_partition(costs, stages).layers
+        if even not in candidates:
+            candidates.append(even)
 
     def price(layers: tuple[int, ...]) -> float:
         f = [c / microbatches for c in stage_costs(forward, layers)]

@@ -143,25 +143,7 @@ func BestPartition(costs []float64, stages int) []int {
 		prefix[i+1] = prefix[i] + c
 	}
 	seg := func(i, j int) float64 { return prefix[j] - prefix[i] }
-	inf := math.Inf(1)
-	bestMax := make([][]float64, stages+1)
-	for s := range bestMax {
-		bestMax[s] = make([]float64, n+1)
-		for i := range bestMax[s] {
-			bestMax[s][i] = inf
-		}
-	}
-	bestMax[0][0] = 0
-	for s := 1; s <= stages; s++ {
-		for i := s; i <= n-(stages-s); i++ {
-			v := inf
-			for j := s - 1; j < i; j++ {
-				v = min(v, max(bestMax[s-1][j], seg(j, i)))
-			}
-			bestMax[s][i] = v
-		}
-	}
-	bound := bestMax[stages][n]
+	bound, _ := leastSlowest(costs, stages)
 	slack := 1e-9 * max(bound, 1e-300)
 	type choice struct {
 		sq     float64
@@ -206,14 +188,11 @@ const MaxTies = 512
 // relTol is the relative tolerance under which two costs or two replayed steps are equal.
 const relTol = 1e-9
 
-// TiedPartitions lists every contiguous partition of costs into stages whose slowest stage is
-// the least possible (within relTol), in lexicographic order of the counts, at most limit of
-// them: skewtrace.remedy.partition.tied_partitions.
-func TiedPartitions(costs []float64, stages, limit int) [][]int {
+// leastSlowest is the least possible slowest stage of costs in stages, and tail[s][i]: the
+// least slowest stage of layers i.. in s stages (+Inf where impossible); the dynamic program
+// of skewtrace.remedy.partition._bound_and_suffix. stages >= 1 and len(costs) >= stages.
+func leastSlowest(costs []float64, stages int) (float64, [][]float64) {
 	n := len(costs)
-	if stages < 1 || n < stages {
-		return nil
-	}
 	suffix := make([]float64, n+1)
 	for i := n - 1; i >= 0; i-- {
 		suffix[i] = suffix[i+1] + costs[i]
@@ -236,7 +215,18 @@ func TiedPartitions(costs []float64, stages, limit int) [][]int {
 			tail[s][i] = best
 		}
 	}
-	bound := tail[stages][0]
+	return tail[stages][0], tail
+}
+
+// TiedPartitions lists every contiguous partition of costs into stages whose slowest stage is
+// the least possible (within relTol), in lexicographic order of the counts, at most limit of
+// them: skewtrace.remedy.partition.tied_partitions.
+func TiedPartitions(costs []float64, stages, limit int) [][]int {
+	n := len(costs)
+	if stages < 1 || n < stages {
+		return nil
+	}
+	bound, tail := leastSlowest(costs, stages)
 	slack := relTol * max(bound, 1e-300)
 	var out [][]int
 	counts := make([]int, 0, stages)
@@ -274,8 +264,8 @@ func TiedPartitions(costs []float64, stages, limit int) [][]int {
 
 // AdvisePartition is the advice from each layer's forward and backward seconds per step
 // (summed over its microbatches): among the partitions with the least slowest stage of
-// forward plus backward (TiedPartitions, and BestPartition's always), the one whose 1F1B step
-// Replay1F1B replays shortest; then the least sum of squared stage costs, then the smallest
+// forward plus backward (TiedPartitions, with BestPartition's where they were capped), the
+// one whose 1F1B step Replay1F1B replays shortest; then the least sum of squared stage costs, then the smallest
 // counts. skewtrace.remedy.partition.advise_partition: both give the same answer.
 func AdvisePartition(forward, backward []float64, stages, microbatches int, transfer float64) []int {
 	n := len(forward)
@@ -286,10 +276,12 @@ func AdvisePartition(forward, backward []float64, stages, microbatches int, tran
 	for i := range n {
 		costs[i] = forward[i] + backward[i]
 	}
-	even := BestPartition(costs, stages)
 	candidates := TiedPartitions(costs, stages, MaxTies)
-	if even != nil && !slices.ContainsFunc(candidates, func(c []int) bool { return slices.Equal(c, even) }) {
-		candidates = append(candidates, even)
+	if len(candidates) >= MaxTies { // capped: the most even may not be among those enumerated
+		even := BestPartition(costs, stages)
+		if even != nil && !slices.ContainsFunc(candidates, func(c []int) bool { return slices.Equal(c, even) }) {
+			candidates = append(candidates, even)
+		}
 	}
 	slices.SortFunc(candidates, slices.Compare[[]int])
 	var best []int

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from skewtrace._options import at_least, check_fields, integer, non_negative, option, positive
 from skewtrace.controller.policies.base import Outcome
-from skewtrace.controller.policies.effect import BALANCE_COUNT, BALANCE_WORK
 from skewtrace.controller.window import REASON_DATA_IMBALANCE, JobWindow
+from skewtrace.decision import BALANCE_COUNT, BALANCE_WORK
 
 REASON_BALANCING = "balancing"
 """The split is by work (asked since a ``data_imbalance`` was flagged)."""

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from skewtrace.controller.policies.base import ControllerPolicy, Outcome
 from skewtrace.controller.window import JobWindow
+from skewtrace.decision import BALANCE_COUNT, BALANCE_WORK
 
 REASON_MEASURING = "measuring"
 """Pacing withheld for one phase of the experiment (its delays are not published)."""
@@ -78,9 +79,6 @@ OFFSETS = "offsets"
 """The body's per-group offsets (the interleave policy's): withheld with the delays."""
 SCHEDULE = "schedule"
 """The body's schedule (the interleave policy's, for groups of several jobs): withheld too."""
-BALANCE_WORK = "work"
-"""The work-balance policy's split by work: withheld as a split by count."""
-BALANCE_COUNT = "count"
 
 
 def _publishes(out: Outcome) -> bool:
